@@ -1,0 +1,47 @@
+"""memwal_query: SQL over LSM-merged Lance MemWAL tables through Apache DataFusion.
+
+Example:
+    >>> import datafusion, memwal_query as mq
+    >>> from memwal_query.demo import write_demo_table
+    >>> import tempfile
+    >>> uri = write_demo_table(tempfile.mkdtemp() + "/events", base_rows=2000, seed=3)
+    >>> table = mq.open_table(uri)
+    >>> ctx = datafusion.SessionContext()
+    >>> table.register(ctx, "events")
+    >>> n = ctx.sql("SELECT count(*) AS n FROM events").to_pydict()["n"][0]
+    >>> n == table.count_rows()
+    True
+"""
+
+from __future__ import annotations
+
+from memwal_query.errors import (
+    InvalidArgumentError,
+    ManifestError,
+    MemWalCorruptionError,
+    MemWalError,
+    NoPrimaryKeyError,
+    NotAMemWalTableError,
+    StorageError,
+    TableNotFoundError,
+    UnsupportedVersionError,
+)
+from memwal_query.snapshot import LiveMemTable
+from memwal_query.table import Table, open_table
+
+__all__ = [
+    "open_table",
+    "Table",
+    "LiveMemTable",
+    "MemWalError",
+    "TableNotFoundError",
+    "NotAMemWalTableError",
+    "NoPrimaryKeyError",
+    "ManifestError",
+    "MemWalCorruptionError",
+    "UnsupportedVersionError",
+    "InvalidArgumentError",
+    "StorageError",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,79 @@
+"""Readable text for :meth:`memwal_query.Table.explain`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from memwal_query.table import Table
+
+__all__ = ["explain_table"]
+
+
+def _spec_text(table: Table, spec_id: int) -> str:
+    if spec_id == 0:
+        return "manual region (no spec)"
+    for spec in table.snapshot.index.specs:
+        if spec.spec_id == spec_id:
+            parts = []
+            for f in spec.fields:
+                params = ",".join(f"{k}={v}" for k, v in sorted(f.parameters.items()))
+                how = f.transform or f"expr({f.expression})"
+                parts.append(f"{f.field_id}={how}(fields {list(f.source_ids)}{', ' + params if params else ''})")
+            return f"spec {spec_id}: " + "; ".join(parts)
+    return f"spec {spec_id} (not in the MemWAL index)"
+
+
+def explain_table(table: Table) -> str:
+    """Describe a snapshot: base, regions, sources kept and skipped, dedup figures."""
+    snap = table.snapshot
+    merge = table.merge_state
+    ds = table.dataset()
+    base_rows = snap.base.count_rows()
+    lines = [
+        f"memwal table {snap.uri}",
+        f"  base version {snap.base_version}: {base_rows} rows in {len(snap.base.get_fragments())} fragments; "
+        f"{merge.base_shadowed_rows} rows masked by newer versions",
+        f"  primary key: {', '.join(snap.primary_key)}",
+        f"  consistency: {snap.consistency} ({snap.consistency_source})",
+        f"  regions: {len(snap.regions)}; merge computed in {merge.seconds * 1000:.1f} ms",
+    ]
+    if snap.index.maintained_indexes:
+        lines.append(f"  maintained indexes: {', '.join(snap.index.maintained_indexes)}")
+    for r in snap.regions:
+        m = r.manifest
+        head = f"  region {r.region_id}"
+        if m is None:
+            lines.append(f"{head}: no region manifest (in-process rows only)")
+        else:
+            state = "sealed" if m.sealed else "active"
+            lines.append(
+                f"{head} [{_spec_text(table, m.spec_id)}] manifest v{m.version}, epoch {m.writer_epoch}, "
+                f"{state}, current generation {m.current_generation}, merged generation {r.merged_generation}"
+            )
+        for g in r.generations:
+            drop = merge.generation_drop.get(g.uri)
+            dropped = int(drop.size) if drop is not None else 0
+            lines.append(f"    generation {g.generation}: {g.num_rows} rows, {dropped} superseded/deleted dropped")
+        for s in r.skipped:
+            lines.append(f"    generation {s.generation}: skipped ({s.reason})")
+        if r.memtable is not None:
+            mt = r.memtable
+            kept = merge.memtables.get(r.region_id)
+            pos = f", WAL positions {mt.wal_positions[0]}..{mt.wal_positions[1]}" if mt.wal_positions else ""
+            lines.append(
+                f"    memtable ({mt.origin}{pos}): {mt.table.num_rows} rows, "
+                f"{kept.num_rows if kept is not None else 0} live after dedup"
+            )
+        elif snap.consistency == "eventual":
+            lines.append("    memtable: not read (eventual consistency)")
+        if r.wal_tail is not None and r.wal_tail.torn_position is not None:
+            lines.append(f"    WAL position {r.wal_tail.torn_position} torn: treated as not committed")
+        st = merge.region_stats.get(r.region_id)
+        if st is not None:
+            lines.append(
+                f"    dedup: {st.newer_rows} newer rows -> {st.live_keys} live keys, "
+                f"{st.deleted_keys} deleted keys, {st.superseded_rows} superseded rows"
+            )
+    lines.append(f"  DataFusion partitions: {len(ds.get_fragments())}")
+    return "\n".join(lines)

@@ -1,0 +1,217 @@
+"""One filesystem abstraction for every metadata read memwal makes.
+
+Lance opens data files itself (it gets the same URI and ``storage_options``); all
+other reads (Lance manifests, region manifests, version hints, WAL entries, bloom
+filters) go through :class:`Storage`, which wraps a :mod:`pyarrow.fs` filesystem
+and serves local paths and object stores (``s3://``, ``gs://``, ``az://``) alike.
+It also counts requests, so the storage cost of an operation can be measured.
+
+Example:
+    >>> import tempfile, pathlib
+    >>> d = tempfile.mkdtemp()
+    >>> _ = (pathlib.Path(d) / "a.txt").write_bytes(b"hi")
+    >>> s = Storage.open(d)
+    >>> s.read_bytes("a.txt"), s.read_bytes("missing.txt")
+    (b'hi', None)
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from urllib.parse import urlparse
+
+import pyarrow.fs as pafs
+
+from memwal_query.errors import InvalidArgumentError, StorageError
+
+__all__ = ["Storage", "IoStats"]
+
+_TRUE = {"1", "true", "yes", "on"}
+
+# pylance (object_store) storage option keys -> pyarrow S3FileSystem keyword.
+_S3_KEYS: dict[str, str] = {
+    "aws_access_key_id": "access_key",
+    "access_key_id": "access_key",
+    "aws_secret_access_key": "secret_key",
+    "secret_access_key": "secret_key",
+    "aws_session_token": "session_token",
+    "session_token": "session_token",
+    "aws_region": "region",
+    "region": "region",
+    "aws_endpoint": "endpoint_override",
+    "aws_endpoint_url": "endpoint_override",
+    "endpoint": "endpoint_override",
+    "endpoint_url": "endpoint_override",
+}
+# Keys pylance accepts that only tune its own client; harmless for us.
+_S3_IGNORED = {
+    "aws_virtual_hosted_style_request",
+    "virtual_hosted_style_request",
+    "aws_s3_express",
+    "timeout",
+    "connect_timeout",
+    "client_max_retries",
+    "client_retry_timeout",
+    "aws_server_side_encryption",
+    "aws_sse_kms_key_id",
+    "aws_sse_bucket_key_enabled",
+    "download_retry_count",
+}
+
+
+@dataclass
+class IoStats:
+    """Storage requests made through one :class:`Storage` (thread-safe counters)."""
+
+    reads: int = 0
+    lists: int = 0
+    probes: int = 0
+    bytes_read: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, *, reads: int = 0, lists: int = 0, probes: int = 0, nbytes: int = 0) -> None:
+        """Add to the counters."""
+        with self._lock:
+            self.reads += reads
+            self.lists += lists
+            self.probes += probes
+            self.bytes_read += nbytes
+
+    @property
+    def requests(self) -> int:
+        """All requests: reads + lists + existence probes."""
+        return self.reads + self.lists + self.probes
+
+
+def _s3_filesystem(parsed_netloc: str, options: Mapping[str, str]) -> pafs.FileSystem:
+    kwargs: dict[str, object] = {}
+    scheme = "https"
+    for key, value in options.items():
+        k = key.lower()
+        if k in _S3_KEYS:
+            kwargs[_S3_KEYS[k]] = value
+        elif k in ("allow_http", "aws_allow_http"):
+            if str(value).lower() in _TRUE:
+                scheme = "http"
+        elif k in _S3_IGNORED:
+            continue
+        else:
+            msg = f"unknown storage option {key!r} for s3://{parsed_netloc}"
+            raise InvalidArgumentError(msg)
+    endpoint = kwargs.get("endpoint_override")
+    if isinstance(endpoint, str):
+        if endpoint.startswith("http://"):
+            scheme = "http"
+            kwargs["endpoint_override"] = endpoint[len("http://") :]
+        elif endpoint.startswith("https://"):
+            kwargs["endpoint_override"] = endpoint[len("https://") :]
+    kwargs["scheme"] = scheme
+    try:
+        return pafs.S3FileSystem(**kwargs)  # type: ignore[arg-type]
+    except Exception as err:  # pyarrow raises ArrowInvalid / OSError
+        msg = f"cannot configure S3 access for s3://{parsed_netloc}: {err}"
+        raise StorageError(msg) from err
+
+
+class Storage:
+    """A table root on some filesystem, with relative-path reads and request counts.
+
+    Use :meth:`open`; paths given to the methods are relative to the table root and
+    use ``/``.
+    """
+
+    __slots__ = ("uri", "storage_options", "_fs", "_root", "stats")
+
+    def __init__(
+        self, uri: str, fs: pafs.FileSystem, root: str, storage_options: Mapping[str, str]
+    ) -> None:
+        self.uri = uri
+        self.storage_options: dict[str, str] = dict(storage_options)
+        self._fs = fs
+        self._root = root.rstrip("/")
+        self.stats = IoStats()
+
+    @classmethod
+    def open(cls, uri: str, storage_options: Mapping[str, str] | None = None) -> Storage:
+        """Open a table root.
+
+        Args:
+            uri: A local path, ``file://`` URI, or object store URI (``s3://bucket/t``).
+            storage_options: The same keys pylance accepts (``aws_access_key_id``,
+                ``aws_endpoint``, ``allow_http``, ``aws_region`` ...).
+
+        Returns:
+            A :class:`Storage` rooted at ``uri``.
+
+        Raises:
+            InvalidArgumentError: The URI or an option is not understood.
+            StorageError: The filesystem cannot be configured.
+        """
+        if not isinstance(uri, (str, os.PathLike)):
+            msg = f"table uri must be a string or path, got {type(uri).__name__}"
+            raise InvalidArgumentError(msg)
+        uri = os.fspath(uri)
+        options = {str(k): str(v) for k, v in (storage_options or {}).items()}
+        parsed = urlparse(uri)
+        if parsed.scheme in ("", "file") or (len(parsed.scheme) == 1 and os.name == "nt"):
+            path = parsed.path if parsed.scheme == "file" else uri
+            path = os.path.abspath(os.path.expanduser(path))
+            return cls(path, pafs.LocalFileSystem(), path, options)
+        if parsed.scheme in ("s3", "s3a"):
+            fs = _s3_filesystem(parsed.netloc, options)
+            root = f"{parsed.netloc}{parsed.path}"
+            return cls(f"s3://{root.rstrip('/')}", fs, root, options)
+        try:
+            fs, root = pafs.FileSystem.from_uri(uri)
+        except Exception as err:
+            msg = f"unsupported table uri {uri!r}: {err}"
+            raise InvalidArgumentError(msg) from err
+        return cls(uri.rstrip("/"), fs, root, options)
+
+    def child_uri(self, rel: str) -> str:
+        """The URI of ``rel`` (for handing to Lance)."""
+        return f"{self.uri}/{rel}".rstrip("/")
+
+    def _path(self, rel: str) -> str:
+        return f"{self._root}/{rel}" if rel else self._root
+
+    def read_bytes(self, rel: str) -> bytes | None:
+        """Read a whole file; ``None`` when it does not exist."""
+        try:
+            with self._fs.open_input_stream(self._path(rel)) as f:
+                data = f.read()
+        except FileNotFoundError:
+            self.stats.add(reads=1)
+            return None
+        except OSError as err:
+            if "not found" in str(err).lower() or "no such file" in str(err).lower():
+                self.stats.add(reads=1)
+                return None
+            msg = f"cannot read {self.child_uri(rel)}: {err}"
+            raise StorageError(msg) from err
+        self.stats.add(reads=1, nbytes=len(data))
+        return bytes(data)
+
+    def exists(self, rel: str) -> bool:
+        """Whether ``rel`` exists (file or directory)."""
+        self.stats.add(probes=1)
+        try:
+            info = self._fs.get_file_info(self._path(rel))
+        except OSError as err:
+            msg = f"cannot stat {self.child_uri(rel)}: {err}"
+            raise StorageError(msg) from err
+        return info.type != pafs.FileType.NotFound
+
+    def list_dir(self, rel: str) -> list[tuple[str, bool]]:
+        """Entries directly under ``rel`` as ``(name, is_dir)``; empty if it is missing."""
+        self.stats.add(lists=1)
+        selector = pafs.FileSelector(self._path(rel), allow_not_found=True, recursive=False)
+        try:
+            infos = self._fs.get_file_info(selector)
+        except OSError as err:
+            msg = f"cannot list {self.child_uri(rel)}: {err}"
+            raise StorageError(msg) from err
+        return [(i.base_name, i.type == pafs.FileType.Directory) for i in infos]

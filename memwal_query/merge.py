@@ -1,0 +1,210 @@
+"""Dedup once per snapshot: which row of which level is the live version of a key.
+
+Only key columns move here, never data columns. Per region, the keys of every
+newer level (unmerged flushed generations and the MemTable) are sorted by key,
+then ``_gen`` descending, then position descending; the first row of each key wins.
+A winning tombstone deletes the key. The result is:
+
+* per flushed generation, a sorted array of row addresses to *drop* (superseded
+  or tombstone rows);
+* per region, the MemTable rows that survive (data columns included; the
+  MemTable is in memory anyway);
+* for the base table, a sorted array of row addresses to drop: every base row
+  whose key appears in any newer level ("masked base").
+
+Every source can then take every user filter safely: the masks depend on keys
+only, never on the values a filter looks at.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from memwal_query.format.wal import TOMBSTONE
+from memwal_query.snapshot import Snapshot, SnapshotCache
+
+__all__ = ["RegionMergeStats", "MergeState", "compute_merge", "first_of_group"]
+
+log = logging.getLogger("memwal_query")
+
+_EMPTY = np.empty(0, dtype=np.uint64)
+
+
+@dataclass(frozen=True)
+class RegionMergeStats:
+    """What the dedup of one region found."""
+
+    newer_rows: int
+    live_keys: int
+    deleted_keys: int
+    superseded_rows: int
+
+
+@dataclass(frozen=True)
+class MergeState:
+    """The dedup decision of a snapshot, consumed by the DataFusion sources."""
+
+    base_drop: np.ndarray = field(repr=False)
+    generation_drop: dict[str, np.ndarray] = field(repr=False)
+    memtables: dict[str, pa.Table] = field(repr=False)
+    region_stats: dict[str, RegionMergeStats]
+    base_shadowed_rows: int
+    seconds: float
+
+
+def first_of_group(sorted_keys: Sequence[pa.ChunkedArray | pa.Array]) -> np.ndarray:
+    """Boolean mask of the rows that start a new key in key-sorted columns.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> first_of_group([pa.array([1, 1, 2, 3, 3])]).tolist()
+        [True, False, True, True, False]
+    """
+    n = len(sorted_keys[0])
+    out = np.zeros(n, dtype=bool)
+    if n == 0:
+        return out
+    out[0] = True
+    for col in sorted_keys:
+        if isinstance(col, pa.ChunkedArray):
+            col = col.combine_chunks()
+        neq = pc.fill_null(pc.not_equal(col.slice(1), col.slice(0, n - 1)), True)
+        out[1:] |= neq.to_numpy(zero_copy_only=False)
+    return out
+
+
+def _generation_keys(ds: object, pk: Sequence[str], cache: SnapshotCache, uri: str) -> pa.Table:
+    with cache.lock:
+        hit = cache.generation_keys.get(uri)
+    if hit is not None:
+        return hit
+    t = ds.to_table(columns=[*pk, TOMBSTONE], with_row_address=True)  # type: ignore[attr-defined]
+    with cache.lock:
+        cache.generation_keys[uri] = t
+    return t
+
+
+def _base_keys(snapshot: Snapshot, cache: SnapshotCache) -> pa.Table:
+    with cache.lock:
+        hit = cache.base_keys.get(snapshot.base_version)
+    if hit is not None:
+        return hit
+    t = snapshot.base.to_table(columns=list(snapshot.primary_key), with_row_address=True)
+    with cache.lock:
+        cache.base_keys.clear()  # keep one base version: the newest one asked for
+        cache.base_keys[snapshot.base_version] = t
+    return t
+
+
+def _sorted_u64(arr: pa.Array | pa.ChunkedArray | np.ndarray) -> np.ndarray:
+    if isinstance(arr, (pa.Array, pa.ChunkedArray)):
+        arr = np.asarray(arr.to_numpy() if isinstance(arr, pa.Array) else arr.to_numpy(), dtype=np.uint64)
+    out = np.unique(np.asarray(arr, dtype=np.uint64))
+    return out
+
+
+def compute_merge(snapshot: Snapshot, cache: SnapshotCache) -> MergeState:
+    """Decide, once per snapshot, which rows of which level are live.
+
+    Args:
+        snapshot: The snapshot to merge.
+        cache: Holds per-generation key columns and the base key column.
+
+    Returns:
+        The :class:`MergeState`.
+    """
+    t0 = time.perf_counter()
+    pk = list(snapshot.primary_key)
+    gen_drop: dict[str, np.ndarray] = {}
+    memtables: dict[str, pa.Table] = {}
+    stats: dict[str, RegionMergeStats] = {}
+    newer_keys: list[pa.Table] = []
+    key_schema = pa.schema([snapshot.schema.field(k) for k in pk])
+    for region in snapshot.regions:
+        parts: list[pa.Table] = []
+        for lvl, g in enumerate(region.generations):
+            kt = _generation_keys(g.dataset, pk, cache, g.uri)
+            n = kt.num_rows
+            parts.append(
+                pa.table(
+                    {
+                        **{k: kt.column(k).cast(key_schema.field(k).type) for k in pk},
+                        TOMBSTONE: kt.column(TOMBSTONE),
+                        "_gen": pa.array(np.full(n, g.generation, dtype=np.int64)),
+                        "_seq": kt.column("_rowaddr"),
+                        "_lvl": pa.array(np.full(n, lvl, dtype=np.int32)),
+                    }
+                )
+            )
+        mem = region.memtable
+        if mem is not None and mem.table.num_rows:
+            m = mem.table
+            parts.append(
+                pa.table(
+                    {
+                        **{k: m.column(k) for k in pk},
+                        TOMBSTONE: pc.fill_null(m.column(TOMBSTONE), False),
+                        "_gen": m.column("_gen"),
+                        "_seq": m.column("_seq"),
+                        "_lvl": pa.array(np.full(m.num_rows, -1, dtype=np.int32)),
+                    }
+                )
+            )
+        if not parts:
+            continue
+        allk = pa.concat_tables(parts).combine_chunks()
+        allk = allk.append_column("_idx", pa.array(np.arange(allk.num_rows, dtype=np.int64)))
+        order = pc.sort_indices(
+            allk,
+            sort_keys=[(k, "ascending") for k in pk] + [("_gen", "descending"), ("_seq", "descending")],
+        )
+        s = allk.take(order)
+        first = first_of_group([s.column(k) for k in pk])
+        tomb = pc.fill_null(s.column(TOMBSTONE), False).to_numpy(zero_copy_only=False)
+        keep = first & ~tomb
+        lvl = s.column("_lvl").to_numpy()
+        seq = s.column("_seq").to_numpy()
+        for i, g in enumerate(region.generations):
+            in_lvl = lvl == i
+            drop = seq[in_lvl & ~keep]
+            if drop.size:
+                gen_drop[g.uri] = np.sort(drop.astype(np.uint64))
+        if mem is not None and mem.table.num_rows:
+            mem_rows = s.column("_idx").to_numpy()[(lvl == -1) & keep]
+            offset = sum(p.num_rows for p in parts[:-1])
+            idx = np.sort(mem_rows - offset)
+            memtables[region.region_id] = mem.table.take(pa.array(idx))
+        newer_keys.append(s.filter(pa.array(first)).select(pk))
+        stats[region.region_id] = RegionMergeStats(
+            newer_rows=allk.num_rows,
+            live_keys=int(keep.sum()),
+            deleted_keys=int((first & tomb).sum()),
+            superseded_rows=int((~first).sum()),
+        )
+    base_drop = _EMPTY
+    if newer_keys:
+        keys = pa.concat_tables(newer_keys)
+        base = _base_keys(snapshot, cache)
+        if len(pk) == 1:
+            hit = pc.is_in(base.column(pk[0]), value_set=keys.column(pk[0]).combine_chunks())
+            rows = base.column("_rowaddr").filter(hit)
+        else:
+            rows = base.join(keys.group_by(pk).aggregate([]), keys=pk, join_type="left semi").column(
+                "_rowaddr"
+            )
+        base_drop = _sorted_u64(rows)
+    return MergeState(
+        base_drop=base_drop,
+        generation_drop=gen_drop,
+        memtables=memtables,
+        region_stats=stats,
+        base_shadowed_rows=int(base_drop.size),
+        seconds=time.perf_counter() - t0,
+    )

@@ -1,0 +1,493 @@
+"""Snapshot: a frozen view of one base table version and every region's sources.
+
+Built by :func:`load_snapshot` from storage (``format/``); consumed by the merge
+(:mod:`memwal_query.merge`) and the DataFusion sources. Opening reuses what a
+:class:`SnapshotCache` already holds (opened generation datasets, decoded WAL
+entries, region manifests), so a refresh reads only what changed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import uuid as uuidlib
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+import lance
+import pyarrow as pa
+
+from memwal_query.errors import (
+    ManifestError,
+    NoPrimaryKeyError,
+    NotAMemWalTableError,
+    TableNotFoundError,
+    InvalidArgumentError,
+)
+from memwal_query.format.decode import (
+    MemWalIndex,
+    RegionManifest,
+    bitrev64_name,
+    decode_mem_wal_index,
+    decode_region_manifest,
+    lance_manifest_file_name,
+)
+from memwal_query.format.storage import Storage
+from memwal_query.format.wal import TOMBSTONE, WalEntry, WalTail, replay_wal_tail
+
+__all__ = [
+    "Consistency",
+    "LiveMemTable",
+    "GenerationSource",
+    "SkippedGeneration",
+    "MemTableSource",
+    "RegionSnapshot",
+    "Snapshot",
+    "SnapshotCache",
+    "load_snapshot",
+    "primary_key_of",
+]
+
+log = logging.getLogger("memwal_query")
+
+Consistency = Literal["strong", "eventual"]
+PK_META = b"lance-schema:unenforced-primary-key"
+PK_POS_META = b"lance-schema:unenforced-primary-key:position"
+
+
+@runtime_checkable
+class LiveMemTable(Protocol):
+    """An in-process MemTable handed to :func:`memwal_query.open_table`.
+
+    A writer in the same process exposes what it has buffered but not yet made
+    durable, so it reads its own writes. Rows rank above every stored level of the
+    region with a lower or equal generation; later rows win over earlier ones.
+    ``_tombstone`` (bool) marks deletes; a missing column means no deletes.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> class Buffered:
+        ...     region_id = "00000000-0000-0000-0000-000000000001"
+        ...     generation = 1
+        ...     def to_batches(self):
+        ...         return [pa.record_batch({"id": [1]})]
+        >>> isinstance(Buffered(), LiveMemTable)
+        True
+    """
+
+    @property
+    def region_id(self) -> str: ...
+
+    @property
+    def generation(self) -> int: ...
+
+    def to_batches(self) -> Iterable[pa.RecordBatch]: ...
+
+
+@dataclass(frozen=True)
+class GenerationSource:
+    """A flushed generation that is not merged into the base yet."""
+
+    region_id: str
+    generation: int
+    uri: str
+    dataset: lance.LanceDataset = field(repr=False, compare=False)
+    num_rows: int
+
+
+@dataclass(frozen=True)
+class SkippedGeneration:
+    """A generation listed by the region manifest that the snapshot does not read."""
+
+    region_id: str
+    generation: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class MemTableSource:
+    """Rows of live MemTables: the replayed WAL tail and/or in-process batches.
+
+    ``table`` has the base columns plus ``_tombstone``, ``_gen`` (int64) and
+    ``_seq`` (uint64, larger = newer inside a generation).
+    """
+
+    region_id: str
+    table: pa.Table = field(repr=False, compare=False)
+    origin: str
+    wal_positions: tuple[int, int] | None
+    generations: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class RegionSnapshot:
+    """One region as the snapshot sees it."""
+
+    region_id: str
+    manifest: RegionManifest | None
+    merged_generation: int
+    generations: tuple[GenerationSource, ...]
+    skipped: tuple[SkippedGeneration, ...]
+    memtable: MemTableSource | None
+    wal_tail: WalTail | None = field(repr=False, compare=False, default=None)
+
+    @property
+    def spec_id(self) -> int:
+        """The region spec id (0 = manual region)."""
+        return self.manifest.spec_id if self.manifest is not None else 0
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A frozen view of a MemWAL table: base version + per-region sources."""
+
+    uri: str
+    base_version: int
+    base: lance.LanceDataset = field(repr=False, compare=False)
+    schema: pa.Schema = field(repr=False, compare=False)
+    primary_key: tuple[str, ...]
+    index: MemWalIndex = field(repr=False, compare=False)
+    regions: tuple[RegionSnapshot, ...]
+    consistency: Consistency
+    consistency_source: str
+
+
+@dataclass
+class SnapshotCache:
+    """What a snapshot opened and can hand to the next one (see ``refresh``)."""
+
+    generations: dict[str, lance.LanceDataset] = field(default_factory=dict)
+    wal_entries: dict[tuple[str, int], WalEntry] = field(default_factory=dict)
+    manifests: dict[str, RegionManifest] = field(default_factory=dict)
+    generation_keys: dict[str, pa.Table] = field(default_factory=dict)
+    base_keys: dict[int, pa.Table] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def primary_key_of(schema: pa.Schema) -> tuple[str, ...]:
+    """Primary key columns declared by Lance field metadata, in key order."""
+    found: list[tuple[int, int, str]] = []
+    for i, f in enumerate(schema):
+        meta = f.metadata or {}
+        if meta.get(PK_META, b"").lower() == b"true":
+            pos = int(meta.get(PK_POS_META, str(i).encode()))
+            found.append((pos, i, f.name))
+    return tuple(name for _, _, name in sorted(found))
+
+
+def _open_base(
+    uri: str, version: int | None, options: Mapping[str, str], cache: SnapshotCache
+) -> lance.LanceDataset:
+    try:
+        ds = lance.dataset(uri, version=version, storage_options=dict(options) or None)
+    except (ValueError, OSError, RuntimeError) as err:
+        text = str(err).lower()
+        if "not found" in text or "does not exist" in text or "no such" in text:
+            msg = f"no Lance table at {uri}" + (f" (version {version})" if version else "")
+            raise TableNotFoundError(msg) from err
+        msg = f"cannot open Lance table at {uri}: {err}"
+        raise ManifestError(msg) from err
+    return ds
+
+
+def _read_index(storage: Storage, version: int) -> MemWalIndex:
+    candidates = [f"_versions/{lance_manifest_file_name(version)}", f"_versions/{version}.manifest"]
+    for rel in candidates:
+        data = storage.read_bytes(rel)
+        if data is None:
+            continue
+        try:
+            index = decode_mem_wal_index(data)
+        except ValueError as err:
+            msg = f"cannot decode Lance manifest {storage.child_uri(rel)}: {err}"
+            raise ManifestError(msg) from err
+        if index is None:
+            msg = (
+                f"{storage.uri} has no MemWAL index at version {version} "
+                "(run LanceDataset.initialize_mem_wal() first)"
+            )
+            raise NotAMemWalTableError(msg)
+        return index
+    msg = f"manifest of version {version} not found under {storage.child_uri('_versions')}"
+    raise ManifestError(msg)
+
+
+def _manifest_path(region_id: str, version: int) -> str:
+    return f"_mem_wal/{region_id}/manifest/{bitrev64_name(version)}.binpb"
+
+
+def _read_region_manifest_version(storage: Storage, region_id: str, version: int) -> RegionManifest | None:
+    rel = _manifest_path(region_id, version)
+    data = storage.read_bytes(rel)
+    if data is None:
+        return None
+    try:
+        return decode_region_manifest(data)
+    except ValueError as err:
+        msg = f"region {region_id}: cannot decode region manifest {storage.child_uri(rel)}: {err}"
+        raise ManifestError(msg) from err
+
+
+def latest_region_manifest(
+    storage: Storage, region_id: str, known: RegionManifest | None = None
+) -> RegionManifest | None:
+    """The newest region manifest: version hint (or a known version), then probing.
+
+    Returns ``None`` when the region has no manifest at all.
+    """
+    start = 1
+    if known is not None:
+        start = known.version
+    else:
+        hint = storage.read_bytes(f"_mem_wal/{region_id}/manifest/version_hint.json")
+        if hint is not None:
+            try:
+                start = max(1, int(json.loads(hint)["version"]))
+            except (ValueError, KeyError, TypeError):
+                log.warning("region %s: unreadable version_hint.json; probing from 1", region_id)
+    current = known if known is not None else _read_region_manifest_version(storage, region_id, start)
+    if current is None and start != 1:
+        log.warning("region %s: version hint %d points at a missing manifest; probing from 1", region_id, start)
+        start = 1
+        current = _read_region_manifest_version(storage, region_id, 1)
+    if current is None:
+        return None
+    v = start
+    while True:
+        nxt = _read_region_manifest_version(storage, region_id, v + 1)
+        if nxt is None:
+            return current
+        current, v = nxt, v + 1
+
+
+def _list_regions(storage: Storage) -> list[str]:
+    out = []
+    for name, is_dir in storage.list_dir("_mem_wal"):
+        if not is_dir:
+            continue
+        try:
+            out.append(str(uuidlib.UUID(name)))
+        except ValueError:
+            log.debug("ignoring non-region entry _mem_wal/%s", name)
+    return sorted(out)
+
+
+def _conform(table: pa.Table, schema: pa.Schema, what: str) -> pa.Table:
+    """Select ``schema``'s columns from ``table`` in order, casting; missing -> nulls."""
+    cols = []
+    for f in schema:
+        if f.name in table.column_names:
+            col = table.column(f.name)
+            if col.type != f.type:
+                try:
+                    col = col.cast(f.type)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+                    msg = f"{what}: column {f.name!r} has type {col.type}, table has {f.type}"
+                    raise ManifestError(msg) from err
+            cols.append(col)
+        else:
+            cols.append(pa.nulls(table.num_rows, f.type))
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+def _memtable_from_wal(region_id: str, tail: WalTail, data_schema: pa.Schema) -> pa.Table | None:
+    parts = []
+    for e in tail.entries:
+        if e.num_rows == 0:
+            continue
+        t = _conform(e.table, data_schema, f"region {region_id} WAL position {e.position}")
+        n = t.num_rows
+        seq = pa.array(range(n), pa.uint64())
+        seq = pa.compute.add(seq, pa.scalar(e.position << 32, pa.uint64()))
+        t = t.append_column("_gen", pa.array([e.generation] * n, pa.int64()))
+        t = t.append_column("_seq", seq)
+        parts.append(t)
+    return pa.concat_tables(parts) if parts else None
+
+
+def _memtable_from_live(live: Sequence[LiveMemTable], data_schema: pa.Schema) -> pa.Table | None:
+    parts = []
+    for i, m in enumerate(live):
+        batches = list(m.to_batches())
+        if not batches:
+            continue
+        t = pa.Table.from_batches(batches)
+        if TOMBSTONE not in t.column_names:
+            t = t.append_column(TOMBSTONE, pa.array([False] * t.num_rows, pa.bool_()))
+        t = _conform(t, data_schema, f"live MemTable of region {m.region_id}")
+        n = t.num_rows
+        # Live rows rank above WAL rows of the same generation: high bit set.
+        base = (1 << 63) | (i << 40)
+        seq = pa.compute.add(pa.array(range(n), pa.uint64()), pa.scalar(base, pa.uint64()))
+        t = t.append_column("_gen", pa.array([int(m.generation)] * n, pa.int64()))
+        t = t.append_column("_seq", seq)
+        parts.append(t)
+    return pa.concat_tables(parts) if parts else None
+
+
+def _open_generation(
+    storage: Storage, region_id: str, gen: int, path: str, cache: SnapshotCache
+) -> GenerationSource | SkippedGeneration:
+    rel = f"_mem_wal/{region_id}/{path.strip('/')}"
+    uri = storage.child_uri(rel)
+    with cache.lock:
+        ds = cache.generations.get(uri)
+    if ds is None:
+        if not storage.exists(f"{rel}/_versions"):
+            log.warning(
+                "region %s: flushed generation %d directory %s is gone (garbage-collected); skipped",
+                region_id,
+                gen,
+                uri,
+            )
+            return SkippedGeneration(region_id, gen, "directory missing (garbage-collected)")
+        try:
+            ds = lance.dataset(uri, storage_options=dict(storage.storage_options) or None)
+        except (ValueError, OSError, RuntimeError) as err:
+            msg = f"region {region_id}: cannot open flushed generation {gen} at {uri}: {err}"
+            raise ManifestError(msg) from err
+        with cache.lock:
+            cache.generations[uri] = ds
+    return GenerationSource(region_id, gen, uri, ds, ds.count_rows())
+
+
+def _load_region(
+    storage: Storage,
+    region_id: str,
+    index: MemWalIndex,
+    data_schema: pa.Schema,
+    consistency: Consistency,
+    live: Sequence[LiveMemTable],
+    cache: SnapshotCache,
+) -> RegionSnapshot:
+    with cache.lock:
+        known = cache.manifests.get(region_id)
+    manifest = latest_region_manifest(storage, region_id, known)
+    if manifest is not None:
+        with cache.lock:
+            cache.manifests[region_id] = manifest
+    merged = index.merged_generation(region_id)
+    gens: list[GenerationSource] = []
+    skipped: list[SkippedGeneration] = []
+    tail: WalTail | None = None
+    memtable: MemTableSource | None = None
+    if manifest is not None:
+        for fg in sorted(manifest.flushed_generations, key=lambda g: g.generation):
+            if fg.generation <= merged:
+                skipped.append(SkippedGeneration(region_id, fg.generation, f"merged into base (merged generation {merged})"))
+                continue
+            got = _open_generation(storage, region_id, fg.generation, fg.path, cache)
+            (gens if isinstance(got, GenerationSource) else skipped).append(got)  # type: ignore[arg-type]
+        if consistency == "strong":
+            tail = replay_wal_tail(
+                storage,
+                region_id,
+                manifest.replay_after_wal_position,
+                manifest.current_generation,
+                cache.wal_entries,
+            )
+    parts = []
+    origin = []
+    positions = None
+    if tail is not None and tail.entries:
+        wal_t = _memtable_from_wal(region_id, tail, data_schema)
+        if wal_t is not None:
+            parts.append(wal_t)
+            origin.append("WAL tail")
+            positions = (tail.entries[0].position, tail.entries[-1].position)
+    mine = [m for m in live if str(m.region_id) == region_id]
+    if mine:
+        live_t = _memtable_from_live(mine, data_schema)
+        if live_t is not None:
+            parts.append(live_t)
+            origin.append("in-process")
+    if parts:
+        table = pa.concat_tables(parts)
+        gens_in = tuple(sorted(set(table.column("_gen").to_pylist())))
+        memtable = MemTableSource(region_id, table, " + ".join(origin), positions, gens_in)
+    return RegionSnapshot(region_id, manifest, merged, tuple(gens), tuple(skipped), memtable, tail)
+
+
+def load_snapshot(
+    uri: str,
+    *,
+    storage_options: Mapping[str, str] | None = None,
+    version: int | None = None,
+    consistency: Consistency = "strong",
+    live: Sequence[LiveMemTable] = (),
+    cache: SnapshotCache | None = None,
+    storage: Storage | None = None,
+    max_workers: int = 8,
+) -> Snapshot:
+    """Read a consistent snapshot of a MemWAL table.
+
+    Args:
+        uri: Table URI (local path or object store).
+        storage_options: Object store options, as pylance takes them.
+        version: Base table version (default: latest).
+        consistency: ``"strong"`` replays WAL tails (other writers' live MemTables);
+            ``"eventual"`` reads flushed generations only.
+        live: In-process MemTables to include (read-your-writes).
+        cache: Reused state from an earlier snapshot of the same table.
+        storage: A :class:`Storage` to reuse (keeps request counters).
+        max_workers: Threads that load regions in parallel.
+
+    Returns:
+        The frozen :class:`Snapshot`.
+    """
+    if consistency not in ("strong", "eventual"):
+        msg = f"consistency must be 'strong' or 'eventual', got {consistency!r}"
+        raise InvalidArgumentError(msg)
+    for m in live:
+        if not isinstance(m, LiveMemTable):
+            msg = f"live MemTables must have region_id, generation and to_batches(); got {type(m).__name__}"
+            raise InvalidArgumentError(msg)
+        try:
+            uuidlib.UUID(str(m.region_id))
+        except ValueError as err:
+            msg = f"invalid region id {m.region_id!r} for a live MemTable of {uri}"
+            raise InvalidArgumentError(msg) from err
+    storage = storage or Storage.open(uri, storage_options)
+    cache = cache or SnapshotCache()
+    if storage.read_bytes("_versions/latest_version_hint.json") is None and not storage.exists("_versions"):
+        msg = f"no Lance table at {storage.uri} (no _versions directory)"
+        raise TableNotFoundError(msg)
+    base = _open_base(storage.uri, version, storage.storage_options, cache)
+    schema = base.schema
+    pk = primary_key_of(schema)
+    if not pk:
+        msg = (
+            f"table {storage.uri} declares no primary key: mark the key column(s) with field "
+            "metadata {'lance-schema:unenforced-primary-key': 'true'}"
+        )
+        raise NoPrimaryKeyError(msg)
+    index = _read_index(storage, base.version)
+    data_schema = pa.schema(list(schema) + [pa.field(TOMBSTONE, pa.bool_())])
+    region_ids = _list_regions(storage)
+    known = {str(m.region_id) for m in live}
+    region_ids = sorted(set(region_ids) | known)
+    workers = max(1, min(max_workers, len(region_ids)))
+    with ThreadPoolExecutor(workers) as pool:
+        regions = list(
+            pool.map(
+                lambda r: _load_region(storage, r, index, data_schema, consistency, live, cache),
+                region_ids,
+            )
+        )
+    source = "region manifests + WAL tails" if consistency == "strong" else "region manifests (no WAL tail)"
+    if consistency == "eventual" and index.inline_snapshots:
+        source = "region manifests (MemWAL index inline snapshots present but not decoded)"
+    return Snapshot(
+        uri=storage.uri,
+        base_version=base.version,
+        base=base,
+        schema=schema,
+        primary_key=pk,
+        index=index,
+        regions=tuple(regions),
+        consistency=consistency,
+        consistency_source=source,
+    )

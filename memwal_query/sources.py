@@ -1,0 +1,327 @@
+"""DataFusion sources: the merged table as one ``pyarrow.dataset.Dataset``.
+
+DataFusion's Python bindings accept a ``pyarrow.dataset.Dataset`` subclass and
+duck-type it: ``schema``, ``scanner(columns=, filter=).projected_schema`` and
+``get_fragments(filter)`` (one partition per fragment), then per fragment
+``scanner(schema, columns=, filter=, batch_size=).to_batches()``. Filters arrive as
+``pyarrow.compute.Expression`` and are *Exact*: every fragment applies them.
+
+The merged table is the union of:
+
+* the masked base: each base Lance fragment minus the row addresses whose key has
+  a newer version (``MergeState.base_drop``);
+* each unmerged flushed generation minus its superseded and tombstone rows;
+* each region's surviving MemTable rows (in memory).
+
+Because the masks depend only on keys, every filter is pushed into every source.
+``count(*)`` (``columns=[]`` and no filter) is answered from fragment metadata.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as pds
+
+from memwal_query.errors import InvalidArgumentError
+from memwal_query.merge import MergeState
+from memwal_query.snapshot import Snapshot
+
+__all__ = ["HIDDEN_COLUMNS", "MergedDataset", "hidden_fields"]
+
+log = logging.getLogger("memwal_query")
+
+HIDDEN_COLUMNS = ("_gen", "_rowaddr", "_region")
+SCAN_BATCH_ROWS = 65536
+_COUNT_CHUNK = 1 << 20
+
+
+def hidden_fields() -> list[pa.Field]:
+    """The optional debugging columns: generation (0 = base), row address, region."""
+    return [
+        pa.field("_gen", pa.int64(), nullable=False),
+        pa.field("_rowaddr", pa.uint64(), nullable=False),
+        pa.field("_region", pa.string(), nullable=True),
+    ]
+
+
+def _drop_mask(rowaddr: pa.Array | pa.ChunkedArray, drop: np.ndarray) -> pa.Array:
+    """``True`` for rows whose address is *not* in the sorted ``drop`` array."""
+    ra = np.asarray(rowaddr.to_numpy() if isinstance(rowaddr, pa.Array) else rowaddr.to_numpy(), dtype=np.uint64)
+    idx = np.searchsorted(drop, ra)
+    idx[idx == drop.size] = 0
+    return pa.array(drop[idx] != ra)
+
+
+def _mentions_hidden(expr: pc.Expression | None) -> bool:
+    if expr is None:
+        return False
+    text = str(expr)
+    return any(h in text for h in HIDDEN_COLUMNS)
+
+
+@dataclass
+class _Scan:
+    """What DataFusion gets back from ``scanner()``: a schema and a batch iterator."""
+
+    projected_schema: pa.Schema
+    _batches: Iterator[pa.RecordBatch] | None = None
+
+    def to_batches(self) -> Iterator[pa.RecordBatch]:
+        return self._batches if self._batches is not None else iter(())
+
+    def to_table(self) -> pa.Table:
+        return pa.Table.from_batches(list(self.to_batches()), schema=self.projected_schema)
+
+
+def _zero_column_batches(n: int) -> Iterator[pa.RecordBatch]:
+    while n > 0:
+        k = min(n, _COUNT_CHUNK)
+        yield pa.record_batch({"_": pa.nulls(k)}).select([])
+        n -= k
+
+
+class _Fragment:
+    """One partition of the merged table."""
+
+    kind = "fragment"
+
+    def __init__(self, owner: MergedDataset) -> None:
+        self._owner = owner
+
+    def _out_schema(self, columns: Sequence[str] | None) -> pa.Schema:
+        return self._owner.projected(columns)
+
+    def _finish(
+        self,
+        batch: pa.RecordBatch,
+        columns: list[str],
+        gen: int,
+        region: str | None,
+        post_filter: pc.Expression | None,
+        out: pa.Schema,
+    ) -> pa.RecordBatch | None:
+        n = batch.num_rows
+        cols = {name: batch.column(name) for name in batch.schema.names}
+        if self._owner.with_hidden:
+            cols.setdefault("_gen", pa.array(np.full(n, gen, dtype=np.int64)))
+            cols.setdefault("_region", pa.array([region] * n, pa.string()) if region else pa.nulls(n, pa.string()))
+        if post_filter is not None:
+            full = pa.RecordBatch.from_pydict(cols)
+            full = pa.Table.from_batches([full]).filter(post_filter).combine_chunks()
+            if full.num_rows == 0:
+                return None
+            batch = full.to_batches()[0]
+            n = batch.num_rows
+            cols = {name: batch.column(name) for name in batch.schema.names}
+        if n == 0:
+            return None
+        if not columns:
+            return pa.record_batch({"_": pa.nulls(n)}).select([])
+        arrays = [cols[c] if c in cols else pa.nulls(n, out.field(c).type) for c in columns]
+        arrays = [a.cast(out.field(c).type) if a.type != out.field(c).type else a for a, c in zip(arrays, columns)]
+        return pa.RecordBatch.from_arrays(arrays, schema=out)
+
+
+class _LanceFragment(_Fragment):
+    """A Lance fragment (base or flushed generation) minus a sorted drop list."""
+
+    def __init__(
+        self,
+        owner: MergedDataset,
+        fragment: lance.fragment.LanceFragment,
+        drop: np.ndarray,
+        gen: int,
+        region: str | None,
+        label: str,
+    ) -> None:
+        super().__init__(owner)
+        self.fragment = fragment
+        self.drop = drop
+        self.gen = gen
+        self.region = region
+        self.label = label
+
+    def __repr__(self) -> str:
+        return f"<memwal fragment {self.label} dropped={self.drop.size}>"
+
+    def scanner(
+        self,
+        schema: pa.Schema | None = None,
+        columns: Sequence[str] | None = None,
+        filter: pc.Expression | None = None,  # noqa: A002 - DataFusion's keyword
+        batch_size: int | None = None,
+        **_: object,
+    ) -> _Scan:
+        out = self._out_schema(columns)
+        cols = list(out.names)
+        if not cols and filter is None:
+            n = self.fragment.count_rows() - int(self.drop.size)
+            return _Scan(out, _zero_column_batches(n))
+        return _Scan(out, self._batches(cols, filter, out, batch_size))
+
+    def _batches(
+        self, cols: list[str], filt: pc.Expression | None, out: pa.Schema, batch_size: int | None
+    ) -> Iterator[pa.RecordBatch]:
+        owner = self._owner
+        post = None
+        lance_filter = filt
+        read = [c for c in cols if c not in HIDDEN_COLUMNS]
+        if owner.with_hidden and _mentions_hidden(filt):
+            post, lance_filter = filt, None
+            read = list(owner.data_schema.names)
+        need_addr = self.drop.size > 0 or "_rowaddr" in cols or post is not None
+        size = max(batch_size or 0, SCAN_BATCH_ROWS)
+
+        def scan(f: pc.Expression | None, columns: list[str]) -> Iterator[pa.RecordBatch]:
+            return self.fragment.scanner(
+                columns=columns, filter=f, with_row_address=need_addr, batch_size=size
+            ).to_batches()
+
+        try:
+            it = scan(lance_filter, read)
+            first = next(it, None)
+        except (ValueError, OSError, RuntimeError, pa.ArrowException) as err:
+            if lance_filter is None:
+                raise
+            log.debug("Lance rejected filter %s (%s); filtering in memory", lance_filter, err)
+            post, read = lance_filter, list(owner.data_schema.names)
+            it = scan(None, read)
+            first = next(it, None)
+        if first is None:
+            return
+        for b in _chain_first(first, it):
+            if self.drop.size:
+                b = b.filter(_drop_mask(b.column("_rowaddr"), self.drop))
+            res = self._finish(b, cols, self.gen, self.region, post, out)
+            if res is not None:
+                yield res
+
+
+def _chain_first(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    yield first
+    yield from rest
+
+
+class _MemoryFragment(_Fragment):
+    """A region's surviving MemTable rows."""
+
+    def __init__(self, owner: MergedDataset, table: pa.Table, region: str) -> None:
+        super().__init__(owner)
+        self.table = table
+        self.region = region
+
+    def __repr__(self) -> str:
+        return f"<memwal memtable region={self.region} rows={self.table.num_rows}>"
+
+    def scanner(
+        self,
+        schema: pa.Schema | None = None,
+        columns: Sequence[str] | None = None,
+        filter: pc.Expression | None = None,  # noqa: A002
+        batch_size: int | None = None,
+        **_: object,
+    ) -> _Scan:
+        out = self._out_schema(columns)
+        cols = list(out.names)
+        t = self.table
+        if not cols and filter is None:
+            return _Scan(out, _zero_column_batches(t.num_rows))
+        data = {name: t.column(name) for name in self._owner.data_schema.names}
+        n = t.num_rows
+        if self._owner.with_hidden:
+            data["_gen"] = t.column("_gen")
+            data["_rowaddr"] = t.column("_seq")
+            data["_region"] = pa.chunked_array([pa.array([self.region] * n, pa.string())])
+        full = pa.table(data)
+        if filter is not None:
+            full = full.filter(filter)
+        sel = full.select(cols) if cols else full.select([])
+        batches = sel.to_batches(max_chunksize=batch_size or SCAN_BATCH_ROWS)
+        return _Scan(out, (pa.RecordBatch.from_arrays(b.columns, schema=out) if cols else b for b in batches))
+
+
+class MergedDataset(pds.Dataset):  # type: ignore[misc]
+    """The merged (deduplicated) table of one snapshot, as DataFusion reads it.
+
+    Register it with ``ctx.register_dataset(name, dataset)``; normally through
+    :meth:`memwal_query.Table.register`.
+    """
+
+    def __init__(self, snapshot: Snapshot, merge: MergeState, *, with_hidden: bool = False) -> None:
+        self.snapshot = snapshot
+        self.merge = merge
+        self.with_hidden = with_hidden
+        self.data_schema = snapshot.schema
+        fields = list(snapshot.schema)
+        if with_hidden:
+            fields += hidden_fields()
+        self._schema = pa.schema(fields, metadata=snapshot.schema.metadata)
+        self._fragments: list[_Fragment] = self._build_fragments()
+
+    @property
+    def schema(self) -> pa.Schema:  # type: ignore[override]
+        """The merged table's schema (hidden columns included when requested)."""
+        return self._schema
+
+    def projected(self, columns: Sequence[str] | None) -> pa.Schema:
+        """The schema of a projection; raises on unknown columns."""
+        if columns is None:
+            return self._schema
+        missing = [c for c in columns if c not in self._schema.names]
+        if missing:
+            msg = f"unknown column(s) {missing} in {self.snapshot.uri}"
+            raise InvalidArgumentError(msg)
+        return pa.schema([self._schema.field(c) for c in columns])
+
+    def _build_fragments(self) -> list[_Fragment]:
+        frags: list[_Fragment] = []
+        drop = self.merge.base_drop
+        for f in self.snapshot.base.get_fragments():
+            lo = np.searchsorted(drop, np.uint64(f.fragment_id << 32))
+            hi = np.searchsorted(drop, np.uint64((f.fragment_id + 1) << 32))
+            frags.append(_LanceFragment(self, f, drop[lo:hi], 0, None, f"base/{f.fragment_id}"))
+        for region in self.snapshot.regions:
+            for g in region.generations:
+                gdrop = self.merge.generation_drop.get(g.uri, np.empty(0, dtype=np.uint64))
+                for f in g.dataset.get_fragments():
+                    lo = np.searchsorted(gdrop, np.uint64(f.fragment_id << 32))
+                    hi = np.searchsorted(gdrop, np.uint64((f.fragment_id + 1) << 32))
+                    label = f"{region.region_id}/gen{g.generation}/{f.fragment_id}"
+                    frags.append(
+                        _LanceFragment(self, f, gdrop[lo:hi], g.generation, region.region_id, label)
+                    )
+            mem = self.merge.memtables.get(region.region_id)
+            if mem is not None and mem.num_rows:
+                frags.append(_MemoryFragment(self, mem, region.region_id))
+        return frags
+
+    def get_fragments(self, filter: pc.Expression | None = None) -> list[_Fragment]:  # type: ignore[override]  # noqa: A002
+        """One fragment per partition; the filter is applied inside each scan."""
+        return list(self._fragments)
+
+    def scanner(self, columns: Sequence[str] | None = None, filter: pc.Expression | None = None, **_: object) -> _Scan:  # type: ignore[override]  # noqa: A002
+        """A scan of the whole merged table (used by DataFusion for the schema)."""
+        out = self.projected(columns)
+        frags = self._fragments
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            for fr in frags:
+                yield from fr.scanner(columns=columns, filter=filter).to_batches()  # type: ignore[attr-defined]
+
+        return _Scan(out, batches())
+
+    def to_table(self, columns: Sequence[str] | None = None, filter: pc.Expression | None = None, **_: object) -> pa.Table:  # type: ignore[override]  # noqa: A002
+        """Materialise the merged table (optionally projected and filtered)."""
+        scan = self.scanner(columns=columns, filter=filter)
+        return pa.Table.from_batches(list(scan.to_batches()), schema=scan.projected_schema)
+
+    def count_rows(self, filter: pc.Expression | None = None, **_: object) -> int:  # type: ignore[override]  # noqa: A002
+        """Rows of the merged table (metadata only when there is no filter)."""
+        return sum(b.num_rows for b in self.scanner(columns=[], filter=filter).to_batches())

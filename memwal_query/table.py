@@ -1,0 +1,262 @@
+"""The user-facing table: open a snapshot, register it in DataFusion, explain it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import datafusion
+import pyarrow as pa
+
+from memwal_query.errors import InvalidArgumentError
+from memwal_query.format.storage import Storage
+from memwal_query.merge import MergeState, compute_merge
+from memwal_query.snapshot import Consistency, LiveMemTable, Snapshot, SnapshotCache, load_snapshot
+from memwal_query.sources import MergedDataset
+
+__all__ = ["Table", "open_table", "OpenTimings"]
+
+
+@dataclass(frozen=True)
+class OpenTimings:
+    """Seconds spent opening a snapshot."""
+
+    snapshot: float
+    merge: float
+
+
+class Table:
+    """A snapshot of an LSM-merged MemWAL table.
+
+    Immutable: :meth:`refresh` returns a new :class:`Table`. Create one with
+    :func:`open_table`.
+
+    Example:
+        >>> import datafusion, memwal_query as mq
+        >>> from memwal_query.demo import write_demo_table
+        >>> import tempfile
+        >>> uri = write_demo_table(tempfile.mkdtemp() + "/events", base_rows=1000, seed=1)
+        >>> table = mq.open_table(uri)
+        >>> ctx = datafusion.SessionContext()
+        >>> table.register(ctx, "events")
+        >>> ctx.sql("SELECT count(*) AS n FROM events").to_pydict()["n"][0] == table.count_rows()
+        True
+    """
+
+    __slots__ = ("_snapshot", "_merge", "_cache", "_storage", "_live", "timings", "_datasets")
+
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        merge: MergeState,
+        cache: SnapshotCache,
+        storage: Storage,
+        live: Sequence[LiveMemTable],
+        timings: OpenTimings,
+    ) -> None:
+        self._snapshot = snapshot
+        self._merge = merge
+        self._cache = cache
+        self._storage = storage
+        self._live = tuple(live)
+        self.timings = timings
+        self._datasets: dict[bool, MergedDataset] = {}
+
+    # -- what it is ---------------------------------------------------------
+    @property
+    def uri(self) -> str:
+        """The table URI."""
+        return self._snapshot.uri
+
+    @property
+    def snapshot(self) -> Snapshot:
+        """The frozen snapshot (base version, regions, sources)."""
+        return self._snapshot
+
+    @property
+    def merge_state(self) -> MergeState:
+        """The dedup decision of this snapshot."""
+        return self._merge
+
+    @property
+    def version(self) -> int:
+        """The base table version this snapshot reads."""
+        return self._snapshot.base_version
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The merged table's schema (without hidden columns)."""
+        return self._snapshot.schema
+
+    @property
+    def primary_key(self) -> tuple[str, ...]:
+        """The primary key column(s)."""
+        return self._snapshot.primary_key
+
+    @property
+    def consistency(self) -> Consistency:
+        """``"strong"`` or ``"eventual"``."""
+        return self._snapshot.consistency
+
+    @property
+    def region_ids(self) -> list[str]:
+        """UUID strings of the regions in this snapshot."""
+        return [r.region_id for r in self._snapshot.regions]
+
+    @property
+    def io_stats(self) -> object:
+        """Storage requests made through memwal's own metadata reads so far."""
+        return self._storage.stats
+
+    # -- DataFusion ---------------------------------------------------------
+    def dataset(self, *, hidden_columns: bool = False) -> MergedDataset:
+        """The merged table as a ``pyarrow.dataset.Dataset`` DataFusion can scan."""
+        ds = self._datasets.get(hidden_columns)
+        if ds is None:
+            ds = MergedDataset(self._snapshot, self._merge, with_hidden=hidden_columns)
+            self._datasets[hidden_columns] = ds
+        return ds
+
+    def register(
+        self, ctx: datafusion.SessionContext, name: str, *, hidden_columns: bool = False
+    ) -> None:
+        """Register the merged table in a DataFusion session.
+
+        Args:
+            ctx: The session.
+            name: Table name to use in SQL.
+            hidden_columns: Add ``_gen`` (0 = base), ``_rowaddr`` and ``_region``
+                for debugging.
+
+        Raises:
+            InvalidArgumentError: ``ctx`` is not a ``datafusion.SessionContext``.
+        """
+        if not isinstance(ctx, datafusion.SessionContext):
+            msg = f"register() needs a datafusion.SessionContext, got {type(ctx).__name__}"
+            raise InvalidArgumentError(msg)
+        if not isinstance(name, str) or not name:
+            msg = f"table name must be a non-empty string, got {name!r}"
+            raise InvalidArgumentError(msg)
+        try:
+            ctx.deregister_table(name)
+        except Exception:  # noqa: BLE001 - not registered yet
+            pass
+        ctx.register_dataset(name, self.dataset(hidden_columns=hidden_columns))
+
+    def sql(self, query: str, *, name: str = "t", ctx: datafusion.SessionContext | None = None) -> datafusion.DataFrame:
+        """Run SQL over this table registered as ``name`` (default ``t``).
+
+        Example:
+            >>> # table.sql("SELECT count(*) FROM t").to_arrow_table()
+        """
+        ctx = ctx or datafusion.SessionContext()
+        self.register(ctx, name)
+        return ctx.sql(query)
+
+    def to_arrow(self, columns: Sequence[str] | None = None) -> pa.Table:
+        """The whole merged table (or some columns) as an Arrow table."""
+        return self.dataset().to_table(columns=columns)
+
+    def to_reader(self, columns: Sequence[str] | None = None) -> pa.RecordBatchReader:
+        """The merged table streamed as a ``RecordBatchReader`` (DuckDB, Polars ...)."""
+        scan = self.dataset().scanner(columns=columns)
+        return pa.RecordBatchReader.from_batches(scan.projected_schema, scan.to_batches())
+
+    def count_rows(self) -> int:
+        """Live rows in the merged table, from metadata (no data column is read)."""
+        return self.dataset().count_rows()
+
+    # -- lifecycle ----------------------------------------------------------
+    def refresh(self) -> Table:
+        """A newer snapshot of the same table, reusing what did not change.
+
+        Reuses opened generation datasets, decoded WAL entries, known region
+        manifest versions (probing starts there) and the base key column when the
+        base version did not change.
+        """
+        return _open(
+            self._storage,
+            consistency=self._snapshot.consistency,
+            live=self._live,
+            cache=self._cache,
+            version=None,
+        )
+
+    # -- explain ------------------------------------------------------------
+    def explain(self) -> str:
+        """A readable account of the snapshot: sources per region, rows, what was skipped and why."""
+        from memwal_query.explain import explain_table
+
+        return explain_table(self)
+
+    def __repr__(self) -> str:
+        return (
+            f"<memwal Table {self.uri} base v{self.version}, {len(self._snapshot.regions)} regions, "
+            f"{self._snapshot.consistency}>"
+        )
+
+
+def _open(
+    storage: Storage,
+    *,
+    consistency: Consistency,
+    live: Sequence[LiveMemTable],
+    cache: SnapshotCache,
+    version: int | None,
+) -> Table:
+    t0 = time.perf_counter()
+    snap = load_snapshot(
+        storage.uri,
+        storage_options=storage.storage_options,
+        version=version,
+        consistency=consistency,
+        live=live,
+        cache=cache,
+        storage=storage,
+    )
+    t1 = time.perf_counter()
+    merge = compute_merge(snap, cache)
+    t2 = time.perf_counter()
+    return Table(snap, merge, cache, storage, live, OpenTimings(t1 - t0, t2 - t1))
+
+
+def open_table(
+    uri: str,
+    *,
+    storage_options: Mapping[str, str] | None = None,
+    consistency: Consistency = "strong",
+    version: int | None = None,
+    live: Sequence[LiveMemTable] = (),
+) -> Table:
+    """Open a snapshot of a Lance MemWAL table.
+
+    Args:
+        uri: Table URI: a local path or ``s3://bucket/path`` (and other object stores).
+        storage_options: The same keys pylance accepts (``aws_access_key_id``,
+            ``aws_endpoint``, ``allow_http`` ...).
+        consistency: ``"strong"`` (default) also reads every region's WAL tail,
+            i.e. other writers' live MemTables; ``"eventual"`` reads flushed
+            generations only (cheaper, may lag).
+        version: Base table version to read (default: latest).
+        live: In-process MemTables (:class:`memwal_query.LiveMemTable`) to include.
+
+    Returns:
+        A :class:`Table` snapshot.
+
+    Raises:
+        TableNotFoundError: No table at ``uri``.
+        NotAMemWalTableError: The table has no MemWAL index.
+        NoPrimaryKeyError: The schema declares no primary key.
+        ManifestError: A manifest cannot be read.
+
+    Example:
+        >>> import memwal_query as mq, tempfile
+        >>> from memwal_query.demo import write_demo_table
+        >>> uri = write_demo_table(tempfile.mkdtemp() + "/t", base_rows=500, seed=2)
+        >>> t = mq.open_table(uri)
+        >>> t.primary_key
+        ('id',)
+    """
+    storage = Storage.open(uri, storage_options)
+    return _open(storage, consistency=consistency, live=live, cache=SnapshotCache(), version=version)
