@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import struct
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final
@@ -334,12 +334,12 @@ def _normalize_uuid(text: str) -> str:
         return text
 
 
-def _merged(entries: object, what: str) -> tuple[MergedGeneration, ...]:
-    out: list[MergedGeneration] = []
-    for e in entries:  # type: ignore[attr-defined]
-        assert isinstance(e, mem_wal_pb2.CompactedSsTable)
-        out.append(MergedGeneration(_uuid_str(e.shard_id.uuid, what), e.generation))
-    return tuple(out)
+def _merged(
+    entries: Iterable[mem_wal_pb2.CompactedSsTable], what: str
+) -> tuple[MergedGeneration, ...]:
+    return tuple(
+        MergedGeneration(_uuid_str(e.shard_id.uuid, what), e.generation) for e in entries
+    )
 
 
 def _section(file_bytes: bytes, offset: int, what: str) -> bytes:
