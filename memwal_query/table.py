@@ -36,7 +36,7 @@ class Table:
         >>> import datafusion, memwal_query as mq
         >>> from memwal_query.demo import write_demo_table
         >>> import tempfile
-        >>> uri = write_demo_table(tempfile.mkdtemp() + "/events", base_rows=1000, seed=1)
+        >>> uri = write_demo_table(tempfile.mkdtemp() + "/events", base_rows=1000, update_rows=300, memtable_rows=200, seed=1)
         >>> table = mq.open_table(uri)
         >>> ctx = datafusion.SessionContext()
         >>> table.register(ctx, "events")
@@ -253,7 +253,7 @@ def open_table(
     Example:
         >>> import memwal_query as mq, tempfile
         >>> from memwal_query.demo import write_demo_table
-        >>> uri = write_demo_table(tempfile.mkdtemp() + "/t", base_rows=500, seed=2)
+        >>> uri = write_demo_table(tempfile.mkdtemp() + "/t", base_rows=500, update_rows=100, memtable_rows=100, seed=2)
         >>> t = mq.open_table(uri)
         >>> t.primary_key
         ('id',)
