@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import datafusion
 import pyarrow as pa
 
+from memwal_query.compat import check_datafusion_supported
 from memwal_query.errors import InvalidArgumentError
 from memwal_query.format.storage import Storage
 from memwal_query.merge import MergeState, compute_merge
@@ -138,6 +139,7 @@ class Table:
         if not isinstance(name, str) or not name:
             msg = f"table name must be a non-empty string, got {name!r}"
             raise InvalidArgumentError(msg)
+        check_datafusion_supported()
         try:
             ctx.deregister_table(name)
         except Exception:  # noqa: BLE001 - not registered yet

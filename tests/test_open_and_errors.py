@@ -1,0 +1,221 @@
+"""Keys of other shapes, snapshot lifecycle, in-process MemTables, clear errors."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+import datafusion
+import lance
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import memwal_query as mq
+from conftest import build_events, events_schema, rows
+from lsm_model import PK, ModelTable, sort_table
+
+
+def composite_schema() -> pa.Schema:
+    return pa.schema(
+        [
+            pa.field("tenant", pa.string(), nullable=False, metadata=PK),
+            pa.field("v", pa.float64()),
+            pa.field("seq", pa.int32(), nullable=False, metadata=PK),
+        ]
+    )
+
+
+def test_composite_string_key_unsharded(tmp_path: Path) -> None:
+    schema = composite_schema()
+    names = ["ä", "b", "", "x y", "ß" * 5]
+    base = pa.Table.from_pylist(
+        [{"tenant": t, "v": float(i), "seq": i} for t in names for i in range(50)], schema=schema
+    )
+    t = ModelTable(str(tmp_path / "c"), schema, base, unsharded=True, max_memtable_rows=40)
+    t.put([{"tenant": "b", "v": -1.0, "seq": 3}, {"tenant": "b", "v": -2.0, "seq": 3}])  # dup in batch
+    t.put([{"tenant": n, "v": 100.0 + i, "seq": i} for n in ["ä", "new"] for i in range(30)])
+    t.delete([("x y", 1), ("x y", 2), ("nope", 9)])
+    t.flush()
+    t.put([{"tenant": "x y", "v": 7.0, "seq": 1}])  # re-insert after delete, in the WAL tail
+    t.delete([("ä", 0)])
+    table = mq.open_table(t.uri)
+    assert table.primary_key == ("tenant", "seq")
+    got = sort_table(table.to_arrow(), ["tenant", "seq"])
+    assert got.equals(sort_table(t.expected(), ["tenant", "seq"]))
+    ctx = datafusion.SessionContext()
+    table.register(ctx, "c")
+    ctx.register_record_batches("o", [t.expected().to_batches()])
+    q = "SELECT tenant, count(*) AS n, sum(v) AS s FROM {} WHERE v >= 0 GROUP BY tenant ORDER BY tenant"
+    assert ctx.sql(q.format("c")).to_pylist() == ctx.sql(q.format("o")).to_pylist()
+    t.flush()
+
+
+def test_refresh_sees_new_writes_and_old_snapshot_is_frozen(tmp_path: Path) -> None:
+    t = build_events(str(tmp_path / "e"), seed=3, keep_open=False)
+    first = mq.open_table(t.uri)
+    n_first = first.count_rows()
+    rng = np.random.default_rng(9)
+    t.put(rows(range(5000, 5100), 9, rng))
+    t.delete([(1,), (2,)])
+    t.flush()
+    t.put(rows(range(6000, 6010), 10, rng))  # WAL tail
+    second = first.refresh()
+    assert first.count_rows() == n_first  # frozen
+    assert sort_table(second.to_arrow(), ["id"]).equals(sort_table(t.expected(), ["id"]))
+    # what did not change was reused: the same opened generation datasets
+    old = {g.uri: g.dataset for r in first.snapshot.regions for g in r.generations}
+    new = {g.uri: g.dataset for r in second.snapshot.regions for g in r.generations}
+    shared = set(old) & set(new)
+    assert shared and all(old[u] is new[u] for u in shared)
+    t.flush()
+
+
+def test_refresh_after_merge_skips_merged_generation(tmp_path: Path) -> None:
+    t = build_events(str(tmp_path / "e"), seed=4, keep_open=False)
+    table = mq.open_table(t.uri)
+    r = table.snapshot.regions[0]
+    g = r.generations[0].generation
+    t.merge(r.region_id, g)
+    newer = table.refresh()
+    assert newer.version > table.version
+    r2 = next(x for x in newer.snapshot.regions if x.region_id == r.region_id)
+    assert r2.merged_generation == g and all(x.generation > g for x in r2.generations)
+    assert sort_table(newer.to_arrow(), ["id"]).equals(sort_table(t.expected(), ["id"]))
+
+
+class _Live:
+    def __init__(self, region_id: str, generation: int, batches: list[pa.RecordBatch]) -> None:
+        self.region_id = region_id
+        self.generation = generation
+        self._b = batches
+
+    def to_batches(self) -> list[pa.RecordBatch]:
+        return self._b
+
+
+def test_in_process_live_memtable_is_read(tmp_path: Path) -> None:
+    t = build_events(str(tmp_path / "e"), seed=5, keep_open=False)
+    region = t.regions()[0]
+    gen = max(g for g, _ in t.flushed(region)) + 1
+    upd = pa.Table.from_pylist(
+        [{"id": 10_000, "cat": "z", "amount": 1.0, "qty": 1, "_tombstone": False},
+         {"id": 10_000, "cat": "zz", "amount": 2.0, "qty": 2, "_tombstone": False},
+         {"id": 10_001, "cat": "z", "amount": 3.0, "qty": 3, "_tombstone": False},
+         {"id": 10_001, "cat": None, "amount": None, "qty": None, "_tombstone": True}],
+        schema=pa.schema(list(events_schema()) + [pa.field("_tombstone", pa.bool_())]),
+    )
+    live = _Live(region, gen, upd.to_batches())
+    table = mq.open_table(t.uri, live=[live])
+    got = {r["id"]: r for r in table.to_arrow().to_pylist()}
+    assert got[10_000]["cat"] == "zz" and 10_001 not in got
+    assert "in-process" in table.explain()
+    with pytest.raises(mq.InvalidArgumentError, match="invalid region id"):
+        mq.open_table(t.uri, live=[_Live("not-a-uuid", 1, [])])
+
+
+def test_garbage_collected_generation_is_skipped_with_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    t = build_events(str(tmp_path / "e"), seed=6, keep_open=False)
+    table = mq.open_table(t.uri)
+    r = next(r for r in table.snapshot.regions if r.generations)
+    gone = r.generations[0]
+    shutil.rmtree(gone.uri)
+    with caplog.at_level(logging.WARNING, logger="memwal_query"):
+        again = mq.open_table(t.uri)
+    assert any("garbage-collected" in m for m in caplog.messages)
+    r2 = next(x for x in again.snapshot.regions if x.region_id == r.region_id)
+    assert gone.generation in [s.generation for s in r2.skipped]
+    assert "directory missing" in again.explain()
+
+
+# -- errors -----------------------------------------------------------------------
+
+
+def test_missing_table(tmp_path: Path) -> None:
+    with pytest.raises(mq.TableNotFoundError, match=str(tmp_path / "nope")):
+        mq.open_table(str(tmp_path / "nope"))
+
+
+def test_not_a_memwal_table(tmp_path: Path) -> None:
+    uri = str(tmp_path / "plain")
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK)])
+    lance.write_dataset(pa.table({"id": pa.array([1], pa.int64())}).cast(schema), uri)
+    with pytest.raises(mq.NotAMemWalTableError, match="initialize_mem_wal"):
+        mq.open_table(uri)
+
+
+def test_no_primary_key(tmp_path: Path) -> None:
+    uri = str(tmp_path / "nopk")
+    ds = lance.write_dataset(pa.table({"id": [1, 2]}), uri)
+    ds.initialize_mem_wal()
+    with pytest.raises(mq.NoPrimaryKeyError, match="unenforced-primary-key") as e:
+        mq.open_table(uri)
+    assert uri in str(e.value)
+
+
+def test_unreadable_base_manifest(tmp_path: Path) -> None:
+    t = build_events(str(tmp_path / "e"), seed=7, keep_open=False)
+    ds = lance.dataset(t.uri)
+    latest = max(Path(t.uri, "_versions").glob("*.manifest"), key=lambda p: p.stat().st_mtime)
+    # Lance keeps an in-memory copy per process; damage a copy of the table instead
+    copy = tmp_path / "copy"
+    shutil.copytree(t.uri, copy)
+    target = copy / "_versions" / latest.name
+    data = target.read_bytes()
+    target.write_bytes(data[:-16] + b"\x00" * 12 + b"LANC")
+    with pytest.raises(mq.ManifestError) as e:
+        mq.open_table(str(copy))
+    assert str(copy) in str(e.value)
+    del ds
+
+
+def test_unreadable_region_manifest(tmp_path: Path) -> None:
+    t = build_events(str(tmp_path / "e"), seed=8, keep_open=False)
+    region = t.regions()[0]
+    mdir = Path(t.uri, "_mem_wal", region, "manifest")
+    victim = sorted(p for p in mdir.glob("*.binpb"))[0]
+    victim.write_bytes(b"\xff\xff\xff garbage")
+    (mdir / "version_hint.json").write_text('{"version": 1}')
+    with pytest.raises(mq.ManifestError, match=region) as e:
+        mq.open_table(t.uri)
+    assert victim.name in str(e.value)
+
+
+def test_bad_arguments(tmp_path: Path) -> None:
+    t = build_events(str(tmp_path / "e"), seed=2, keep_open=False)
+    with pytest.raises(mq.InvalidArgumentError, match="consistency"):
+        mq.open_table(t.uri, consistency="sometimes")  # type: ignore[arg-type]
+    with pytest.raises(mq.InvalidArgumentError, match="unknown storage option"):
+        mq.open_table("s3://bucket/t", storage_options={"aws_acess_key": "typo"})
+    table = mq.open_table(t.uri)
+    with pytest.raises(mq.InvalidArgumentError, match="SessionContext"):
+        table.register(object(), "x")  # type: ignore[arg-type]
+    with pytest.raises(mq.InvalidArgumentError, match="unknown column"):
+        table.to_arrow(columns=["id", "nope"])
+
+
+def test_ffi_version_check_names_both_versions(monkeypatch: pytest.MonkeyPatch) -> None:
+    from memwal_query import compat
+
+    versions = {"pylance": "14.0.2", "datafusion": "55.0.0"}
+    monkeypatch.setattr(compat, "_version", lambda pkg: versions[pkg])
+    with pytest.raises(mq.UnsupportedVersionError, match=r"DataFusion 54.*55\.0\.0"):
+        compat.require_ffi_compatible()
+    versions["datafusion"] = "54.1.0"
+    compat.require_ffi_compatible()
+    versions["datafusion"] = "57.0.0"
+    with pytest.raises(mq.UnsupportedVersionError, match="57.0.0"):
+        compat.check_datafusion_supported()
+
+
+def test_region_uuid_dirs_only(tmp_path: Path) -> None:
+    t = build_events(str(tmp_path / "e"), seed=1, keep_open=False)
+    os.makedirs(os.path.join(t.uri, "_mem_wal", "not-a-region"))
+    table = mq.open_table(t.uri)
+    assert all(uuid.UUID(r) for r in table.region_ids)
+    assert len(table.region_ids) == len(t.regions()) - 1
