@@ -4,7 +4,8 @@ Example:
     >>> import datafusion, memwal_query as mq
     >>> from memwal_query.demo import write_demo_table
     >>> import tempfile
-    >>> uri = write_demo_table(tempfile.mkdtemp() + "/events", base_rows=2000, update_rows=300, memtable_rows=200, seed=3)
+    >>> uri = tempfile.mkdtemp() + "/events"
+    >>> _ = write_demo_table(uri, base_rows=2000, update_rows=300, memtable_rows=200, seed=3)
     >>> table = mq.open_table(uri)
     >>> ctx = datafusion.SessionContext()
     >>> table.register(ctx, "events")

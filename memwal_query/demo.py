@@ -60,7 +60,11 @@ def _rows(rng: np.random.Generator, ids: np.ndarray, tag: int) -> pa.Table:
 
 
 def _route(ds: lance.LanceDataset, table: pa.Table) -> dict[int, pa.Table]:
-    spec = ds.mem_wal_index_details()["sharding_specs"][0]
+    details = ds.mem_wal_index_details()
+    if details is None:
+        msg = f"{ds.uri} has no MemWAL index"
+        raise ValueError(msg)
+    spec = details["sharding_specs"][0]
     batch = table.select(["id"]).combine_chunks().to_batches()[0]
     buckets = evaluate_sharding_spec(batch, spec, ds.lance_schema).column(0).to_numpy()
     return {int(b): table.filter(pa.array(buckets == b)) for b in np.unique(buckets)}
@@ -213,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     table.register(ctx, "events")
     for q in [
         "SELECT count(*) AS live_rows FROM events",
-        "SELECT category, count(*) AS n, round(sum(amount), 2) AS total FROM events GROUP BY category ORDER BY category",
+        "SELECT category, count(*) AS n, round(sum(amount), 2) AS total "
+        "FROM events GROUP BY category ORDER BY category",
         "SELECT * FROM events WHERE id = 42",
     ]:
         print(q)

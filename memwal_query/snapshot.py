@@ -21,11 +21,11 @@ import lance
 import pyarrow as pa
 
 from memwal_query.errors import (
+    InvalidArgumentError,
     ManifestError,
     NoPrimaryKeyError,
     NotAMemWalTableError,
     TableNotFoundError,
-    InvalidArgumentError,
 )
 from memwal_query.format.decode import (
     MemWalIndex,
@@ -250,7 +250,9 @@ def latest_region_manifest(
                 log.warning("region %s: unreadable version_hint.json; probing from 1", region_id)
     current = known if known is not None else _read_region_manifest_version(storage, region_id, start)
     if current is None and start != 1:
-        log.warning("region %s: version hint %d points at a missing manifest; probing from 1", region_id, start)
+        log.warning(
+            "region %s: version hint %d points at a missing manifest; probing from 1", region_id, start
+        )
         start = 1
         current = _read_region_manifest_version(storage, region_id, 1)
     if current is None:
@@ -377,7 +379,11 @@ def _load_region(
     if manifest is not None:
         for fg in sorted(manifest.flushed_generations, key=lambda g: g.generation):
             if fg.generation <= merged:
-                skipped.append(SkippedGeneration(region_id, fg.generation, f"merged into base (merged generation {merged})"))
+                skipped.append(
+                    SkippedGeneration(
+                        region_id, fg.generation, f"merged into base (merged generation {merged})"
+                    )
+                )
                 continue
             got = _open_generation(storage, region_id, fg.generation, fg.path, cache)
             (gens if isinstance(got, GenerationSource) else skipped).append(got)  # type: ignore[arg-type]

@@ -53,7 +53,9 @@ def hidden_fields() -> list[pa.Field]:
 
 def _drop_mask(rowaddr: pa.Array | pa.ChunkedArray, drop: np.ndarray) -> pa.Array:
     """``True`` for rows whose address is *not* in the sorted ``drop`` array."""
-    ra = np.asarray(rowaddr.to_numpy() if isinstance(rowaddr, pa.Array) else rowaddr.to_numpy(), dtype=np.uint64)
+    ra = np.asarray(
+        rowaddr.to_numpy() if isinstance(rowaddr, pa.Array) else rowaddr.to_numpy(), dtype=np.uint64
+    )
     idx = np.searchsorted(drop, ra)
     idx[idx == drop.size] = 0
     return pa.array(drop[idx] != ra)
@@ -95,6 +97,17 @@ class _Fragment:
     def __init__(self, owner: MergedDataset) -> None:
         self._owner = owner
 
+    def scanner(
+        self,
+        schema: pa.Schema | None = None,
+        columns: Sequence[str] | None = None,
+        filter: pc.Expression | None = None,
+        batch_size: int | None = None,
+        **_: object,
+    ) -> _Scan:
+        """Scan this fragment: DataFusion's per-partition call."""
+        raise NotImplementedError
+
     def _out_schema(self, columns: Sequence[str] | None) -> pa.Schema:
         return self._owner.projected(columns)
 
@@ -111,7 +124,9 @@ class _Fragment:
         cols = {name: batch.column(name) for name in batch.schema.names}
         if self._owner.with_hidden:
             cols.setdefault("_gen", pa.array(np.full(n, gen, dtype=np.int64)))
-            cols.setdefault("_region", pa.array([region] * n, pa.string()) if region else pa.nulls(n, pa.string()))
+            cols.setdefault(
+                "_region", pa.array([region] * n, pa.string()) if region else pa.nulls(n, pa.string())
+            )
         if post_filter is not None:
             full = pa.RecordBatch.from_pydict(cols)
             full = pa.Table.from_batches([full]).filter(post_filter).combine_chunks()
@@ -125,7 +140,10 @@ class _Fragment:
         if not columns:
             return pa.record_batch({"_": pa.nulls(n)}).select([])
         arrays = [cols[c] if c in cols else pa.nulls(n, out.field(c).type) for c in columns]
-        arrays = [a.cast(out.field(c).type) if a.type != out.field(c).type else a for a, c in zip(arrays, columns)]
+        arrays = [
+            a.cast(out.field(c).type) if a.type != out.field(c).type else a
+            for a, c in zip(arrays, columns, strict=True)
+        ]
         return pa.RecordBatch.from_arrays(arrays, schema=out)
 
 
@@ -266,7 +284,7 @@ class MergedDataset(pds.Dataset):  # type: ignore[misc]
         self._fragments: list[_Fragment] = self._build_fragments()
 
     @property
-    def schema(self) -> pa.Schema:  # type: ignore[override]
+    def schema(self) -> pa.Schema:
         """The merged table's schema (hidden columns included when requested)."""
         return self._schema
 
@@ -294,34 +312,36 @@ class MergedDataset(pds.Dataset):  # type: ignore[misc]
                     lo = np.searchsorted(gdrop, np.uint64(f.fragment_id << 32))
                     hi = np.searchsorted(gdrop, np.uint64((f.fragment_id + 1) << 32))
                     label = f"{region.region_id}/gen{g.generation}/{f.fragment_id}"
-                    frags.append(
-                        _LanceFragment(self, f, gdrop[lo:hi], g.generation, region.region_id, label)
-                    )
+                    frags.append(_LanceFragment(self, f, gdrop[lo:hi], g.generation, region.region_id, label))
             mem = self.merge.memtables.get(region.region_id)
             if mem is not None and mem.num_rows:
                 frags.append(_MemoryFragment(self, mem, region.region_id))
         return frags
 
-    def get_fragments(self, filter: pc.Expression | None = None) -> list[_Fragment]:  # type: ignore[override]  # noqa: A002
+    def get_fragments(self, filter: pc.Expression | None = None) -> list[_Fragment]:  # noqa: A002
         """One fragment per partition; the filter is applied inside each scan."""
         return list(self._fragments)
 
-    def scanner(self, columns: Sequence[str] | None = None, filter: pc.Expression | None = None, **_: object) -> _Scan:  # type: ignore[override]  # noqa: A002
+    def scanner(
+        self, columns: Sequence[str] | None = None, filter: pc.Expression | None = None, **_: object
+    ) -> _Scan:  # noqa: A002
         """A scan of the whole merged table (used by DataFusion for the schema)."""
         out = self.projected(columns)
         frags = self._fragments
 
         def batches() -> Iterator[pa.RecordBatch]:
             for fr in frags:
-                yield from fr.scanner(columns=columns, filter=filter).to_batches()  # type: ignore[attr-defined]
+                yield from fr.scanner(columns=columns, filter=filter).to_batches()
 
         return _Scan(out, batches())
 
-    def to_table(self, columns: Sequence[str] | None = None, filter: pc.Expression | None = None, **_: object) -> pa.Table:  # type: ignore[override]  # noqa: A002
+    def to_table(
+        self, columns: Sequence[str] | None = None, filter: pc.Expression | None = None, **_: object
+    ) -> pa.Table:  # noqa: A002
         """Materialise the merged table (optionally projected and filtered)."""
         scan = self.scanner(columns=columns, filter=filter)
         return pa.Table.from_batches(list(scan.to_batches()), schema=scan.projected_schema)
 
-    def count_rows(self, filter: pc.Expression | None = None, **_: object) -> int:  # type: ignore[override]  # noqa: A002
+    def count_rows(self, filter: pc.Expression | None = None, **_: object) -> int:  # noqa: A002
         """Rows of the merged table (metadata only when there is no filter)."""
         return sum(b.num_rows for b in self.scanner(columns=[], filter=filter).to_batches())

@@ -37,7 +37,8 @@ class Table:
         >>> import datafusion, memwal_query as mq
         >>> from memwal_query.demo import write_demo_table
         >>> import tempfile
-        >>> uri = write_demo_table(tempfile.mkdtemp() + "/events", base_rows=1000, update_rows=300, memtable_rows=200, seed=1)
+        >>> uri = tempfile.mkdtemp() + "/events"
+        >>> _ = write_demo_table(uri, base_rows=1000, update_rows=300, memtable_rows=200, seed=1)
         >>> table = mq.open_table(uri)
         >>> ctx = datafusion.SessionContext()
         >>> table.register(ctx, "events")
@@ -119,9 +120,7 @@ class Table:
             self._datasets[hidden_columns] = ds
         return ds
 
-    def register(
-        self, ctx: datafusion.SessionContext, name: str, *, hidden_columns: bool = False
-    ) -> None:
+    def register(self, ctx: datafusion.SessionContext, name: str, *, hidden_columns: bool = False) -> None:
         """Register the merged table in a DataFusion session.
 
         Args:
@@ -146,7 +145,9 @@ class Table:
             pass
         ctx.register_dataset(name, self.dataset(hidden_columns=hidden_columns))
 
-    def sql(self, query: str, *, name: str = "t", ctx: datafusion.SessionContext | None = None) -> datafusion.DataFrame:
+    def sql(
+        self, query: str, *, name: str = "t", ctx: datafusion.SessionContext | None = None
+    ) -> datafusion.DataFrame:
         """Run SQL over this table registered as ``name`` (default ``t``).
 
         Example:

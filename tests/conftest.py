@@ -27,7 +27,12 @@ def events_schema() -> pa.Schema:
 def rows(ids: Any, tag: int, rng: np.random.Generator) -> list[dict[str, Any]]:
     cats = ["a", "b", "c", "d"]
     return [
-        {"id": int(i), "cat": cats[int(rng.integers(0, 4))], "amount": float(tag * 1000 + int(i) % 97), "qty": int(rng.integers(0, 50))}
+        {
+            "id": int(i),
+            "cat": cats[int(rng.integers(0, 4))],
+            "amount": float(tag * 1000 + int(i) % 97),
+            "qty": int(rng.integers(0, 50)),
+        }
         for i in ids
     ]
 

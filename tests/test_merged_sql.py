@@ -7,6 +7,7 @@ import pyarrow as pa
 import pytest
 
 import memwal_query as mq
+
 from lsm_model import sort_table
 
 
@@ -50,7 +51,8 @@ QUERIES = [
     "SELECT id, cat FROM {t} WHERE id IN (5, 6, 7, 11, 2100) ORDER BY id",
     "SELECT * FROM {t} WHERE id = 7",
     "SELECT id, qty, row_number() OVER (PARTITION BY cat ORDER BY id) AS rn FROM {t} ORDER BY id LIMIT 50",
-    "SELECT a.cat, count(*) AS n FROM {t} a JOIN {t} b ON a.id = b.id + 1 WHERE b.qty > 10 GROUP BY a.cat ORDER BY a.cat",
+    "SELECT a.cat, count(*) AS n FROM {t} a JOIN {t} b ON a.id = b.id + 1 "
+    "WHERE b.qty > 10 GROUP BY a.cat ORDER BY a.cat",
     "SELECT id FROM {t} ORDER BY amount DESC, id LIMIT 7",
     "SELECT count(*) AS n FROM {t} WHERE cat LIKE 'a%' AND qty BETWEEN 3 AND 30",
     "SELECT cat, avg(amount) AS a FROM {t} WHERE id % 3 = 0 GROUP BY cat HAVING count(*) > 1 ORDER BY cat",
@@ -77,7 +79,10 @@ def test_filter_never_matches_superseded_version(events) -> None:  # type: ignor
 
 def test_deleted_and_reinserted_keys(events) -> None:  # type: ignore[no-untyped-def]
     _, ctx = _both(events)
-    got = {r["id"]: r for r in ctx.sql("SELECT * FROM events WHERE id IN (5, 6, 7, 11, 2100)").to_arrow_table().to_pylist()}
+    got = {
+        r["id"]: r
+        for r in ctx.sql("SELECT * FROM events WHERE id IN (5, 6, 7, 11, 2100)").to_arrow_table().to_pylist()
+    }
     for k in (5, 6, 7, 11, 2100):
         assert got.get(k) == events.model.get((k,))
     assert 6 not in got or (6,) in events.model  # 6 was deleted (unless re-put later)
@@ -92,7 +97,9 @@ def test_hidden_columns(events) -> None:  # type: ignore[no-untyped-def]
     # a filter on a hidden column works and agrees with the group by
     n0 = ctx.sql("SELECT count(*) AS n FROM events WHERE _gen = 0").to_arrow_table().column("n")[0].as_py()
     assert n0 == got.column("n")[0].as_py()
-    regions = ctx.sql("SELECT DISTINCT _region FROM events WHERE _gen > 0").to_arrow_table().column(0).to_pylist()
+    regions = (
+        ctx.sql("SELECT DISTINCT _region FROM events WHERE _gen > 0").to_arrow_table().column(0).to_pylist()
+    )
     assert set(regions) <= set(table.region_ids)
     # no key appears twice
     dup = ctx.sql("SELECT id FROM events GROUP BY id HAVING count(*) > 1").to_arrow_table()

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pytest
 
 import memwal_query as mq
+
 from conftest import build_events, events_schema, rows
 from lsm_model import PK, ModelTable, sort_table
 
@@ -102,10 +103,12 @@ def test_in_process_live_memtable_is_read(tmp_path: Path) -> None:
     region = t.regions()[0]
     gen = max(g for g, _ in t.flushed(region)) + 1
     upd = pa.Table.from_pylist(
-        [{"id": 10_000, "cat": "z", "amount": 1.0, "qty": 1, "_tombstone": False},
-         {"id": 10_000, "cat": "zz", "amount": 2.0, "qty": 2, "_tombstone": False},
-         {"id": 10_001, "cat": "z", "amount": 3.0, "qty": 3, "_tombstone": False},
-         {"id": 10_001, "cat": None, "amount": None, "qty": None, "_tombstone": True}],
+        [
+            {"id": 10_000, "cat": "z", "amount": 1.0, "qty": 1, "_tombstone": False},
+            {"id": 10_000, "cat": "zz", "amount": 2.0, "qty": 2, "_tombstone": False},
+            {"id": 10_001, "cat": "z", "amount": 3.0, "qty": 3, "_tombstone": False},
+            {"id": 10_001, "cat": None, "amount": None, "qty": None, "_tombstone": True},
+        ],
         schema=pa.schema(list(events_schema()) + [pa.field("_tombstone", pa.bool_())]),
     )
     live = _Live(region, gen, upd.to_batches())

@@ -334,20 +334,14 @@ def _normalize_uuid(text: str) -> str:
         return text
 
 
-def _merged(
-    entries: Iterable[mem_wal_pb2.CompactedSsTable], what: str
-) -> tuple[MergedGeneration, ...]:
-    return tuple(
-        MergedGeneration(_uuid_str(e.shard_id.uuid, what), e.generation) for e in entries
-    )
+def _merged(entries: Iterable[mem_wal_pb2.CompactedSsTable], what: str) -> tuple[MergedGeneration, ...]:
+    return tuple(MergedGeneration(_uuid_str(e.shard_id.uuid, what), e.generation) for e in entries)
 
 
 def _section(file_bytes: bytes, offset: int, what: str) -> bytes:
     """Return the ``u32 LE length`` + payload section at ``offset``."""
     if offset < 0 or offset + 4 > len(file_bytes):
-        raise ValueError(
-            f"{what} offset {offset} is outside the file ({len(file_bytes)} bytes)"
-        )
+        raise ValueError(f"{what} offset {offset} is outside the file ({len(file_bytes)} bytes)")
     (length,) = struct.unpack_from("<I", file_bytes, offset)
     end = offset + 4 + length
     if end > len(file_bytes):
@@ -362,8 +356,7 @@ def _manifest_proto(file_bytes: bytes) -> tuple[lance_manifest_pb2.Manifest, int
     manifest_pos, major, minor = parse_lance_manifest_footer(file_bytes)
     if manifest_pos > len(file_bytes) - _FOOTER_LEN:
         raise ValueError(
-            f"Lance manifest position {manifest_pos} is past the footer "
-            f"(file is {len(file_bytes)} bytes)"
+            f"Lance manifest position {manifest_pos} is past the footer (file is {len(file_bytes)} bytes)"
         )
     body = _section(file_bytes, manifest_pos, "Lance manifest")
     manifest = lance_manifest_pb2.Manifest()
@@ -437,9 +430,7 @@ def parse_lance_manifest_footer(tail: bytes) -> tuple[int, int, int]:
         ValueError: Fewer than 16 bytes, wrong magic, or negative position.
     """
     if len(tail) < _FOOTER_LEN:
-        raise ValueError(
-            f"Lance manifest footer needs {_FOOTER_LEN} bytes, got {len(tail)}"
-        )
+        raise ValueError(f"Lance manifest footer needs {_FOOTER_LEN} bytes, got {len(tail)}")
     pos, major, minor, magic = struct.unpack("<qHH4s", tail[-_FOOTER_LEN:])
     if magic != _LANCE_MAGIC:
         raise ValueError(f"not a Lance manifest: magic is {magic!r}, expected b'LANC'")
@@ -536,9 +527,7 @@ def decode_mem_wal_index_details(details: bytes) -> MemWalIndex:
     return MemWalIndex(
         snapshot_ts_millis=pb.snapshot_ts_millis,
         num_regions=pb.num_shards,
-        inline_snapshots=(
-            bytes(pb.inline_snapshots) if pb.HasField("inline_snapshots") else None
-        ),
+        inline_snapshots=(bytes(pb.inline_snapshots) if pb.HasField("inline_snapshots") else None),
         specs=tuple(
             RegionSpec(
                 spec_id=s.spec_id,

@@ -110,7 +110,7 @@ def _s3_filesystem(parsed_netloc: str, options: Mapping[str, str]) -> pafs.FileS
             kwargs["endpoint_override"] = endpoint[len("https://") :]
     kwargs["scheme"] = scheme
     try:
-        return pafs.S3FileSystem(**kwargs)  # type: ignore[arg-type]
+        return pafs.S3FileSystem(**kwargs)
     except Exception as err:  # pyarrow raises ArrowInvalid / OSError
         msg = f"cannot configure S3 access for s3://{parsed_netloc}: {err}"
         raise StorageError(msg) from err
@@ -125,9 +125,7 @@ class Storage:
 
     __slots__ = ("uri", "storage_options", "_fs", "_root", "stats")
 
-    def __init__(
-        self, uri: str, fs: pafs.FileSystem, root: str, storage_options: Mapping[str, str]
-    ) -> None:
+    def __init__(self, uri: str, fs: pafs.FileSystem, root: str, storage_options: Mapping[str, str]) -> None:
         self.uri = uri
         self.storage_options: dict[str, str] = dict(storage_options)
         self._fs = fs
@@ -203,7 +201,7 @@ class Storage:
         except OSError as err:
             msg = f"cannot stat {self.child_uri(rel)}: {err}"
             raise StorageError(msg) from err
-        return info.type != pafs.FileType.NotFound
+        return bool(info.type != pafs.FileType.NotFound)
 
     def list_dir(self, rel: str) -> list[tuple[str, bool]]:
         """Entries directly under ``rel`` as ``(name, is_dir)``; empty if it is missing."""

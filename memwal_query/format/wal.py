@@ -43,7 +43,7 @@ class WalEntry:
     @property
     def num_rows(self) -> int:
         """Rows in the entry (0 for a fence entry)."""
-        return self.table.num_rows
+        return int(self.table.num_rows)
 
 
 @dataclass(frozen=True)
@@ -117,8 +117,8 @@ def replay_wal_tail(
     pos = replay_after + 1
     while True:
         cached = cache.get((region_id, pos)) if cache is not None else None
-        result: WalEntry | None | Exception = cached if cached is not None else read_wal_entry(
-            storage, region_id, pos
+        result: WalEntry | None | Exception = (
+            cached if cached is not None else read_wal_entry(storage, region_id, pos)
         )
         if result is None:
             break
@@ -132,8 +132,7 @@ def replay_wal_tail(
                 )
                 raise MemWalCorruptionError(msg) from result
             log.warning(
-                "region %s: last WAL entry at position %d (%s) is torn; treated as not "
-                "committed: %s",
+                "region %s: last WAL entry at position %d (%s) is torn; treated as not committed: %s",
                 region_id,
                 pos,
                 path,

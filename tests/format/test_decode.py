@@ -50,9 +50,7 @@ class Written:
         return (self.path / "_versions" / lance_manifest_file_name(version)).read_bytes()
 
     def region_manifests(self) -> dict[str, bytes]:
-        return {
-            p.name: p.read_bytes() for p in (self.region_dir / "manifest").glob("*.binpb")
-        }
+        return {p.name: p.read_bytes() for p in (self.region_dir / "manifest").glob("*.binpb")}
 
 
 def _rows(start: int, n: int, cat: str, amount: float) -> pa.Table:
@@ -142,7 +140,8 @@ def test_latest_region_manifest(written: Written) -> None:
 
 def test_wal_positions_start_at_one(written: Written) -> None:
     positions = sorted(
-        p for p in (parse_bitrev64_name(f.name) for f in (written.region_dir / "wal").iterdir())
+        p
+        for p in (parse_bitrev64_name(f.name) for f in (written.region_dir / "wal").iterdir())
         if p is not None
     )
     assert positions == list(range(1, len(positions) + 1))
@@ -229,9 +228,7 @@ def test_mark_sstables_as_compacted_is_decoded(merged: Written) -> None:
     data = merged.manifest_bytes(3)
     idx = decode_mem_wal_index(data)
     assert idx is not None
-    assert [(m.region_id, m.generation) for m in idx.merged_generations] == [
-        (merged.region, 1)
-    ]
+    assert [(m.region_id, m.generation) for m in idx.merged_generations] == [(merged.region, 1)]
     assert idx.merged_generation(merged.region) == 1
     assert idx.merged_generation(merged.region.upper()) == 1
     assert idx.merged_generation(str(uuid.uuid4())) == 0
