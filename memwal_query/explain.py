@@ -40,6 +40,8 @@ def explain_table(table: Table) -> str:
         f"  consistency: {snap.consistency} ({snap.consistency_source})",
         f"  regions: {len(snap.regions)}; merge computed in {merge.seconds * 1000:.1f} ms",
     ]
+    if merge.cross_region_keys:
+        lines.append(f"  WARNING: {merge.cross_region_keys} keys have rows in more than one region")
     if snap.index.maintained_indexes:
         lines.append(f"  maintained indexes: {', '.join(snap.index.maintained_indexes)}")
     for r in snap.regions:

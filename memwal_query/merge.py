@@ -57,6 +57,7 @@ class MergeState:
     region_stats: dict[str, RegionMergeStats]
     base_shadowed_rows: int
     seconds: float
+    cross_region_keys: int = 0
 
 
 def first_of_group(sorted_keys: Sequence[pa.ChunkedArray | pa.Array]) -> np.ndarray:
@@ -189,8 +190,11 @@ def compute_merge(snapshot: Snapshot, cache: SnapshotCache) -> MergeState:
             superseded_rows=int((~first).sum()),
         )
     base_drop = _EMPTY
+    cross = 0
     if newer_keys:
         keys = pa.concat_tables(newer_keys)
+        if len(newer_keys) > 1:
+            cross = _cross_region_keys(keys, pk, snapshot.uri)
         base = _base_keys(snapshot, cache)
         if len(pk) == 1:
             hit = pc.is_in(base.column(pk[0]), value_set=keys.column(pk[0]).combine_chunks())
@@ -207,4 +211,23 @@ def compute_merge(snapshot: Snapshot, cache: SnapshotCache) -> MergeState:
         region_stats=stats,
         base_shadowed_rows=int(base_drop.size),
         seconds=time.perf_counter() - t0,
+        cross_region_keys=cross,
     )
+
+
+def _cross_region_keys(keys: pa.Table, pk: list[str], uri: str) -> int:
+    """Keys present in more than one region (each region's keys are unique already).
+
+    The spec routes a key to exactly one region; a key in two regions is not
+    deduplicated across them (there is no order between regions), so say so.
+    """
+    counts = keys.group_by(pk).aggregate([([], "count_all")])
+    n = int(pc.sum(pc.greater(counts.column("count_all"), 1)).as_py() or 0)
+    if n:
+        log.warning(
+            "%s: %d primary key(s) have rows in more than one region; regions must not share keys "
+            "(each region's newest version is returned)",
+            uri,
+            n,
+        )
+    return n

@@ -222,3 +222,18 @@ def test_region_uuid_dirs_only(tmp_path: Path) -> None:
     table = mq.open_table(t.uri)
     assert all(uuid.UUID(r) for r in table.region_ids)
     assert len(table.region_ids) == len(t.regions()) - 1
+
+
+def test_key_in_two_regions_is_reported(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    schema = events_schema()
+    rng = np.random.default_rng(0)
+    t = ModelTable(str(tmp_path / "x"), schema, pa.Table.from_pylist(rows(range(10), 0, rng), schema=schema))
+    a, b = str(uuid.uuid4()), str(uuid.uuid4())
+    t.put(rows([3, 4], 1, rng), region=a)
+    t.put(rows([4, 5], 2, rng), region=b)  # key 4 in two regions: a writer bug
+    t.flush()
+    with caplog.at_level(logging.WARNING, logger="memwal_query"):
+        table = mq.open_table(t.uri)
+    assert table.merge_state.cross_region_keys == 1
+    assert any("more than one region" in m for m in caplog.messages)
+    assert "1 keys have rows in more than one region" in table.explain()
