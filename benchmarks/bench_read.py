@@ -78,6 +78,7 @@ PK = {"lance-schema:unenforced-primary-key": "true"}
 CATEGORIES = [f"cat{i:02d}" for i in range(20)]
 DEPARTMENTS = ["north", "south", "east", "west", "online"]
 SLOW_CALL_S = 60.0
+FAST_MIN_RUNS = 7  # timed runs for calls under a second: cheap, and steadier on a busy machine
 TABLE_LAYOUT_VERSION = 1  # bump when build_table() changes what it writes
 
 # Writers of the live WAL tail: kept referenced and never closed (closing flushes).
@@ -269,18 +270,33 @@ class Timing:
 
 
 def measure(fn: Callable[[], Any], repeat: int) -> Timing:
-    """One warm-up, then ``repeat`` timed runs; one run only if the warm-up is slow."""
-    t0 = time.perf_counter()
-    value = fn()
-    warm = (time.perf_counter() - t0) * 1000
-    if warm > SLOW_CALL_S * 1000:
-        return Timing(warm, [warm], f"single run (> {SLOW_CALL_S:.0f} s)", value)
-    runs = []
-    for _ in range(repeat):
+    """One warm-up, then timed runs (see :func:`measure_interleaved`)."""
+    return measure_interleaved({"": fn}, repeat)[""]
+
+
+def measure_interleaved(fns: dict[str, Callable[[], Any]], repeat: int) -> dict[str, Timing]:
+    """Time several calls in turn (a, b, a, b, ...) so that load from other work hits them alike.
+
+    One warm-up each; then ``repeat`` rounds, at least ``FAST_MIN_RUNS`` when every
+    warm-up took under a second, and a single run when a warm-up took over 60 s.
+    """
+    values: dict[str, Any] = {}
+    warm: dict[str, float] = {}
+    for name, fn in fns.items():
         t0 = time.perf_counter()
-        value = fn()
-        runs.append((time.perf_counter() - t0) * 1000)
-    return Timing(statistics.median(runs), runs, "", value)
+        values[name] = fn()
+        warm[name] = (time.perf_counter() - t0) * 1000
+    if max(warm.values()) > SLOW_CALL_S * 1000:
+        note = f"single run (> {SLOW_CALL_S:.0f} s)"
+        return {n: Timing(warm[n], [warm[n]], note, values[n]) for n in fns}
+    rounds = repeat if max(warm.values()) > 1000 else max(repeat, FAST_MIN_RUNS)
+    runs: dict[str, list[float]] = {n: [] for n in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            values[name] = fn()
+            runs[name].append((time.perf_counter() - t0) * 1000)
+    return {n: Timing(statistics.median(runs[n]), runs[n], "", values[n]) for n in fns}
 
 
 def scalar(t: pa.Table) -> Any:
@@ -306,6 +322,16 @@ QUERY_LABELS = {
     "pk_lookup": "WHERE id = X",
     "join_group_by": "join dim + group by",
     "full_scan": "full scan (SELECT *)",
+}
+
+
+COLUMNS = {  # result group -> (short name for the table, description)
+    "merged": ("merged", "merged table (memwal_query provider) in DataFusion"),
+    "raw_df": ("raw DF", "raw base (DataFusion, same provider, no newer levels, no merge)"),
+    "raw_lance": ("raw Lance", "raw base (Lance scanner, no merge)"),
+    "lsm": ("LsmScanner", "pylance LsmScanner: base + unmerged flushed generations (no WAL tail)"),
+    "window_df": ("window DF", "window dedup (row_number() = 1) over the union of all levels, DataFusion"),
+    "window_duckdb": ("window DuckDB", "window dedup (row_number() = 1) over the union of all levels, DuckDB"),
 }
 
 
@@ -341,8 +367,15 @@ def run_sql(ctx: datafusion.SessionContext, name: str, lookup_id: int) -> Any:
     return out.num_rows
 
 
-def bench_datafusion(ctx: datafusion.SessionContext, lookup_id: int, repeat: int) -> dict[str, Timing]:
-    return {q: measure(lambda q=q: run_sql(ctx, q, lookup_id), repeat) for q in SQL}
+def bench_datafusion(ctxs: dict[str, datafusion.SessionContext], lookup_id: int, repeat: int
+                     ) -> dict[str, dict[str, Timing]]:
+    """Every benchmark query on every session, the sessions interleaved per query."""
+    out: dict[str, dict[str, Timing]] = {name: {} for name in ctxs}
+    for q in SQL:
+        fns = {name: (lambda ctx=ctx, q=q: run_sql(ctx, q, lookup_id)) for name, ctx in ctxs.items()}
+        for name, t in measure_interleaved(fns, repeat).items():
+            out[name][q] = t
+    return out
 
 
 def bench_lance_scanner(ds: lance.LanceDataset, lookup_id: int, repeat: int) -> dict[str, Timing]:
@@ -506,7 +539,8 @@ def ffi_provider_status(ds: lance.LanceDataset) -> str:
 def fmt_ms(t: Timing | None) -> str:
     if t is None:
         return "-"
-    return f"{t.median_ms:,.1f}" if t.median_ms < 100 else f"{t.median_ms:,.0f}"
+    m = t.median_ms
+    return f"{m:,.3f}" if m < 1 else f"{m:,.2f}" if m < 10 else f"{m:,.1f}" if m < 100 else f"{m:,.0f}"
 
 
 def ratio(a: Timing | None, b: Timing | None) -> float | None:
@@ -517,10 +551,10 @@ def ratio(a: Timing | None, b: Timing | None) -> float | None:
 
 def print_results(results: dict[str, dict[str, Timing]]) -> None:
     cols = list(results)
-    width = 24
-    print("\nmedian ms" + "".join(f"{c:>{width}}" for c in cols))
+    width = max(len(c) for c in cols) + 2
+    print("\n" + f"{'median ms':<26}" + "".join(f"{c:>{width}}" for c in cols))
     for q, label in QUERY_LABELS.items():
-        print(f"{label:<26}"[:26] + "".join(f"{fmt_ms(results[c].get(q)):>{width}}" for c in cols))
+        print(f"{label:<26}" + "".join(f"{fmt_ms(results[c].get(q)):>{width}}" for c in cols))
 
 
 def evaluate(results: dict[str, dict[str, Timing]], open_t: Timing, memory_mb: float) -> tuple[dict, list]:
@@ -634,10 +668,8 @@ def run(args: argparse.Namespace, root: str) -> dict[str, Any]:
     print(f"correctness guard passed: {merged_rows:,} live rows (count and filtered sum equal the window "
           f"dedup over {union.num_rows:,} rows of all levels)", flush=True)
 
-    results: dict[str, dict[str, Timing]] = {}
-    results["merged"] = bench_datafusion(merged_ctx, lookup_id, args.repeat)
-    print_results({"merged": results["merged"]})
-    results["raw_df"] = bench_datafusion(raw_ctx, lookup_id, args.repeat)
+    results = bench_datafusion({"merged": merged_ctx, "raw_df": raw_ctx}, lookup_id, args.repeat)
+    print_results({COLUMNS[k][0]: v for k, v in results.items()})
     results["raw_lance"] = bench_lance_scanner(snap.base, lookup_id, args.repeat)
     memory = measure_memory_in_fresh_process(uri, lookup_id)
     print(f"peak RSS, fresh process (open + merged queries): {memory['after_queries_mb']:,.0f} MB", flush=True)
@@ -656,15 +688,8 @@ def run(args: argparse.Namespace, root: str) -> dict[str, Any]:
 
     eventual_rows = mq.open_table(uri, consistency="eventual").count_rows()
     process_rss = peak_rss_mb()
-    columns = {
-        "merged": "merged (ours, DF)",
-        "raw_df": "raw base (DF, same prov.)",
-        "raw_lance": "raw base (Lance scan)",
-        "lsm": "pylance LsmScanner",
-        "window_df": "window dedup (DF)",
-        "window_duckdb": "window dedup (DuckDB)",
-    }
-    print_results({columns[k]: v for k, v in results.items()})
+    print_results({COLUMNS[k][0]: v for k, v in results.items()})
+    print("\n".join(f"  {short}: {long}" for short, long in COLUMNS.values()))
     print(f"\nsnapshot open (cold open_table): {open_t.median_ms:,.0f} ms")
     print(f"peak RSS: fresh process open + merged queries {memory['after_queries_mb']:,.0f} MB; "
           f"this whole benchmark process {process_rss:,.0f} MB")
@@ -685,7 +710,7 @@ def run(args: argparse.Namespace, root: str) -> dict[str, Any]:
         "repeat": args.repeat,
         "table": {**stats, "build_seconds": info["build_seconds"], "reused": reused},
         "snapshot_open": dataclasses.asdict(open_t),
-        "results": {columns[k]: timings(v) for k, v in results.items()},
+        "results": {COLUMNS[k][1]: timings(v) for k, v in results.items()},
         "queries": SQL,
         "window_queries": WINDOW_SQL,
         "peak_rss_mb": {"fresh_process_merged_path": memory, "benchmark_process": process_rss},

@@ -1,0 +1,164 @@
+"""``pyarrow.compute.Expression`` -> the predicate IR.
+
+DataFusion hands a dataset its pushed-down filters as ``pyarrow.compute.Expression``
+(in ``get_fragments(filter)``), and pyarrow offers no public way to walk one. Its
+pickle form, however, is Arrow's own expression serialization: an Arrow IPC file
+whose schema metadata lists the tree in order (``call: equal``, ``field_ref: id``,
+``literal: 0``, ``end: equal`` ...) and whose columns hold the literal and option
+values. We read that token stream. Any token sequence we do not recognise, a field
+name not in the schema, or a decoding failure yields :class:`Unknown` (might
+match), so a misread can cost pruning but never rows.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.ipc as ipc
+
+from memwal_query.planner.predicates import And, Compare, InSet, IsNull, Not, Or, Predicate, Unknown
+
+__all__ = ["from_arrow_expression"]
+
+_LINE = re.compile(r"^(call|field_ref|literal|options|end): '(.*)'$")
+_CMP = {
+    "equal": "=",
+    "not_equal": "!=",
+    "less": "<",
+    "less_equal": "<=",
+    "greater": ">",
+    "greater_equal": ">=",
+}
+_FLIP = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+
+class _Tokens:
+    def __init__(self, items: list[tuple[str, str]], batch: pa.RecordBatch, columns: Collection[str]) -> None:
+        self.items = items
+        self.i = 0
+        self.batch = batch
+        self.columns = columns
+
+    def next(self) -> tuple[str, str]:
+        tok = self.items[self.i]
+        self.i += 1
+        return tok
+
+    def peek(self) -> tuple[str, str] | None:
+        return self.items[self.i] if self.i < len(self.items) else None
+
+
+class _Field:
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+class _Lit:
+    __slots__ = ("value",)
+
+    def __init__(self, value: pa.Scalar) -> None:
+        self.value = value
+
+
+_Node = Predicate | _Field | _Lit
+
+
+def _parse(t: _Tokens) -> _Node:
+    kind, value = t.next()
+    if kind == "field_ref":
+        return _Field(value) if value in t.columns else Unknown(f"field {value}")
+    if kind == "literal":
+        return _Lit(t.batch.column(int(value))[0])
+    if kind != "call":
+        raise ValueError(f"unexpected token {kind}")
+    name = value
+    args: list[_Node] = []
+    options: pa.Scalar | None = None
+    while True:
+        nxt = t.peek()
+        if nxt is None:
+            raise ValueError("unterminated call")
+        if nxt[0] == "end":
+            t.next()
+            break
+        if nxt[0] == "options":
+            t.next()
+            options = t.batch.column(int(nxt[1]))[0]
+            continue
+        args.append(_parse(t))
+    return _build(name, args, options)
+
+
+def _build(name: str, args: list[_Node], options: pa.Scalar | None) -> Predicate:
+    if name in ("and_kleene", "and"):
+        return And(tuple(_pred(a) for a in args))
+    if name in ("or_kleene", "or"):
+        return Or(tuple(_pred(a) for a in args))
+    if name == "invert" and len(args) == 1:
+        return Not(_pred(args[0]))
+    if name in ("is_null", "is_valid") and len(args) == 1 and isinstance(args[0], _Field):
+        if name == "is_null" and options is not None:
+            nan_is_null = options.as_py().get("nan_is_null") if isinstance(options, pa.StructScalar) else False
+            if nan_is_null:
+                return Unknown("is_null(nan_is_null)")
+        return IsNull(args[0].name, name == "is_valid")
+    if name in _CMP and len(args) == 2:
+        a, b = args
+        if isinstance(a, _Field) and isinstance(b, _Lit):
+            return Compare(a.name, _CMP[name], b.value)  # type: ignore[arg-type]
+        if isinstance(a, _Lit) and isinstance(b, _Field):
+            return Compare(b.name, _FLIP[_CMP[name]], a.value)  # type: ignore[arg-type]
+    if name == "is_in" and len(args) == 1 and isinstance(args[0], _Field) and isinstance(options, pa.StructScalar):
+        value_set = options.get("value_set") if hasattr(options, "get") else options["value_set"]
+        values = tuple(value_set.values) if value_set is not None and value_set.is_valid else ()
+        if values:
+            return InSet(args[0].name, tuple(values))
+    return Unknown(name)
+
+
+def _pred(n: _Node) -> Predicate:
+    if isinstance(n, (_Field, _Lit)):
+        return Unknown("bare value")
+    return n
+
+
+def from_arrow_expression(expr: pc.Expression | None, columns: Collection[str]) -> Predicate:
+    """Translate a pushed-down pyarrow filter into the IR.
+
+    Args:
+        expr: The expression (``None`` = no filter).
+        columns: Column names of the table (any other field reference -> Unknown).
+
+    Example:
+        >>> import pyarrow.compute as pc
+        >>> from_arrow_expression((pc.field("id") == 5) & pc.field("s").is_valid(), ["id", "s"])
+        And(children=(Compare(column='id', op='=', value=<pyarrow.Int64Scalar: 5>), IsNull(column='s', negated=True)))
+    """
+    if expr is None:
+        return Unknown("no filter")
+    try:
+        buf = expr.__reduce__()[1][0]
+        table = ipc.open_file(buf).read_all()
+        text = table.schema.to_string(show_schema_metadata=True, truncate_metadata=False, show_field_metadata=False)
+        meta = text.split("-- schema metadata --", 1)[1].strip().splitlines()
+        items = []
+        for line in meta:
+            m = _LINE.match(line.strip())
+            if m is None:
+                return Unknown(str(expr))
+            items.append((m.group(1), m.group(2)))
+        batch = table.combine_chunks().to_batches()[0] if table.num_rows else None
+        if batch is None:
+            batch = pa.RecordBatch.from_pylist([], schema=table.schema)
+        tokens = _Tokens(items, batch, set(columns))
+        node = _parse(tokens)
+        if tokens.peek() is not None:
+            return Unknown(str(expr))
+        return _pred(node)
+    except (IndexError, ValueError, KeyError, TypeError, pa.ArrowException):
+        return Unknown(str(expr))

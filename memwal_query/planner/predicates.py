@@ -1,0 +1,138 @@
+"""A small typed predicate IR that pruning understands.
+
+Front-ends translate engine expressions into it (:mod:`.datafusion_expr` for
+DataFusion ``Expr`` trees, :mod:`.arrow_expr` for the ``pyarrow.compute.Expression``
+filters DataFusion pushes into a dataset). Anything a front-end does not
+understand becomes :class:`Unknown`, which pruning treats as "might match".
+
+Example:
+    >>> import pyarrow as pa
+    >>> p = And((Compare("id", "=", pa.scalar(5)), Not(IsNull("id"))))
+    >>> to_nnf(p)
+    And(children=(Compare(column='id', op='=', value=<pyarrow.Int64Scalar: 5>), IsNull(column='id', negated=True)))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Union
+
+import pyarrow as pa
+
+__all__ = [
+    "Predicate",
+    "Compare",
+    "InSet",
+    "IsNull",
+    "And",
+    "Or",
+    "Not",
+    "Unknown",
+    "to_nnf",
+    "columns_of",
+]
+
+Op = Literal["=", "!=", "<", "<=", ">", ">="]
+_NEGATE: dict[str, Op] = {"=": "!=", "!=": "=", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}
+_FLIP: dict[str, Op] = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+
+@dataclass(frozen=True)
+class Compare:
+    """``column <op> value``."""
+
+    column: str
+    op: Op
+    value: pa.Scalar
+
+    def flipped(self) -> Compare:
+        """The same comparison written with the operands swapped (``5 < x`` -> ``x > 5``)."""
+        return Compare(self.column, _FLIP[self.op], self.value)
+
+
+@dataclass(frozen=True)
+class InSet:
+    """``column IN (values)`` or ``NOT IN``."""
+
+    column: str
+    values: tuple[pa.Scalar, ...]
+    negated: bool = False
+
+
+@dataclass(frozen=True)
+class IsNull:
+    """``column IS NULL`` (or ``IS NOT NULL`` when negated)."""
+
+    column: str
+    negated: bool = False
+
+
+@dataclass(frozen=True)
+class And:
+    """All children hold."""
+
+    children: tuple[Predicate, ...]
+
+
+@dataclass(frozen=True)
+class Or:
+    """At least one child holds."""
+
+    children: tuple[Predicate, ...]
+
+
+@dataclass(frozen=True)
+class Not:
+    """The child does not hold (SQL: the row is kept only when the child is FALSE)."""
+
+    child: Predicate
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """A shape pruning does not understand: might match anything."""
+
+    text: str = ""
+
+
+Predicate = Union[Compare, InSet, IsNull, And, Or, Not, Unknown]
+
+
+def to_nnf(p: Predicate, negate: bool = False) -> Predicate:
+    """Push ``Not`` down to the leaves (negation normal form).
+
+    Under SQL's three-valued logic a filter keeps a row only when the predicate is
+    TRUE, so ``NOT (c < x)`` keeps exactly the rows with ``c >= x`` (a NULL ``c``
+    is dropped by both), and ``NOT (c IN s)`` is ``c NOT IN s``.
+    """
+    if isinstance(p, Not):
+        return to_nnf(p.child, not negate)
+    if isinstance(p, And):
+        kids = tuple(to_nnf(c, negate) for c in p.children)
+        return Or(kids) if negate else And(kids)
+    if isinstance(p, Or):
+        kids = tuple(to_nnf(c, negate) for c in p.children)
+        return And(kids) if negate else Or(kids)
+    if not negate:
+        return p
+    if isinstance(p, Compare):
+        return Compare(p.column, _NEGATE[p.op], p.value)
+    if isinstance(p, InSet):
+        return InSet(p.column, p.values, not p.negated)
+    if isinstance(p, IsNull):
+        return IsNull(p.column, not p.negated)
+    return p  # Unknown stays unknown
+
+
+def columns_of(p: Predicate) -> set[str]:
+    """Columns a predicate mentions."""
+    if isinstance(p, (Compare, InSet, IsNull)):
+        return {p.column}
+    if isinstance(p, (And, Or)):
+        out: set[str] = set()
+        for c in p.children:
+            out |= columns_of(c)
+        return out
+    if isinstance(p, Not):
+        return columns_of(p.child)
+    return set()
