@@ -20,7 +20,7 @@ Because the masks depend only on keys, every filter is pushed into every source.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import lance
@@ -31,6 +31,7 @@ import pyarrow.dataset as pds
 
 from memwal_query.errors import InvalidArgumentError
 from memwal_query.merge import MergeState
+from memwal_query.planner.plan import Plan
 from memwal_query.snapshot import Snapshot
 
 __all__ = ["HIDDEN_COLUMNS", "MergedDataset", "hidden_fields"]
@@ -93,6 +94,7 @@ class _Fragment:
     """One partition of the merged table."""
 
     kind = "fragment"
+    region: str | None = None
 
     def __init__(self, owner: MergedDataset) -> None:
         self._owner = owner
@@ -173,7 +175,7 @@ class _LanceFragment(_Fragment):
         self,
         schema: pa.Schema | None = None,
         columns: Sequence[str] | None = None,
-        filter: pc.Expression | None = None,  # noqa: A002 - DataFusion's keyword
+        filter: pc.Expression | None = None,
         batch_size: int | None = None,
         **_: object,
     ) -> _Scan:
@@ -242,7 +244,7 @@ class _MemoryFragment(_Fragment):
         self,
         schema: pa.Schema | None = None,
         columns: Sequence[str] | None = None,
-        filter: pc.Expression | None = None,  # noqa: A002
+        filter: pc.Expression | None = None,
         batch_size: int | None = None,
         **_: object,
     ) -> _Scan:
@@ -272,10 +274,19 @@ class MergedDataset(pds.Dataset):  # type: ignore[misc]
     :meth:`memwal_query.Table.register`.
     """
 
-    def __init__(self, snapshot: Snapshot, merge: MergeState, *, with_hidden: bool = False) -> None:
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        merge: MergeState,
+        *,
+        with_hidden: bool = False,
+        region_filter: Callable[[pc.Expression], Plan] | None = None,
+    ) -> None:
         self.snapshot = snapshot
         self.merge = merge
         self.with_hidden = with_hidden
+        self._region_filter = region_filter
+        self.last_plan: Plan | None = None
         self.data_schema = snapshot.schema
         fields = list(snapshot.schema)
         if with_hidden:
@@ -318,13 +329,25 @@ class MergedDataset(pds.Dataset):  # type: ignore[misc]
                 frags.append(_MemoryFragment(self, mem, region.region_id))
         return frags
 
-    def get_fragments(self, filter: pc.Expression | None = None) -> list[_Fragment]:  # noqa: A002
-        """One fragment per partition; the filter is applied inside each scan."""
-        return list(self._fragments)
+    def get_fragments(self, filter: pc.Expression | None = None) -> list[_Fragment]:
+        """One fragment per partition; the filter is applied inside each scan.
+
+        With a filter, regions that cannot hold a matching row (region pruning,
+        :mod:`memwal_query.planner.pruning`) contribute no fragment; the decision is
+        kept in :attr:`last_plan`.
+        """
+        if filter is None or self._region_filter is None:
+            return list(self._fragments)
+        plan = self._region_filter(filter)
+        self.last_plan = plan
+        if not plan.pruned_regions:
+            return list(self._fragments)
+        pruned = set(plan.pruned_regions)
+        return [f for f in self._fragments if f.region is None or f.region not in pruned]
 
     def scanner(
         self, columns: Sequence[str] | None = None, filter: pc.Expression | None = None, **_: object
-    ) -> _Scan:  # noqa: A002
+    ) -> _Scan:
         """A scan of the whole merged table (used by DataFusion for the schema)."""
         out = self.projected(columns)
         frags = self._fragments
@@ -337,11 +360,11 @@ class MergedDataset(pds.Dataset):  # type: ignore[misc]
 
     def to_table(
         self, columns: Sequence[str] | None = None, filter: pc.Expression | None = None, **_: object
-    ) -> pa.Table:  # noqa: A002
+    ) -> pa.Table:
         """Materialise the merged table (optionally projected and filtered)."""
         scan = self.scanner(columns=columns, filter=filter)
         return pa.Table.from_batches(list(scan.to_batches()), schema=scan.projected_schema)
 
-    def count_rows(self, filter: pc.Expression | None = None, **_: object) -> int:  # noqa: A002
+    def count_rows(self, filter: pc.Expression | None = None, **_: object) -> int:
         """Rows of the merged table (metadata only when there is no filter)."""
         return sum(b.num_rows for b in self.scanner(columns=[], filter=filter).to_batches())

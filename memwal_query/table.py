@@ -11,8 +11,15 @@ import pyarrow as pa
 
 from memwal_query.compat import check_datafusion_supported
 from memwal_query.errors import InvalidArgumentError
+from memwal_query.format.decode import ShardingFieldSpec
 from memwal_query.format.storage import Storage
 from memwal_query.merge import MergeState, compute_merge
+from memwal_query.planner.arrow_expr import from_arrow_expression
+from memwal_query.planner.datafusion_expr import predicate_for_table
+from memwal_query.planner.plan import Plan, plan_regions, region_values_of
+from memwal_query.planner.predicates import Predicate, Unknown
+from memwal_query.planner.pruning import RegionValues
+from memwal_query.regionspec.spec import decode_field_value, evaluate_field, lance_field_ids, parse_result_type
 from memwal_query.snapshot import Consistency, LiveMemTable, Snapshot, SnapshotCache, load_snapshot
 from memwal_query.sources import MergedDataset
 
@@ -46,7 +53,17 @@ class Table:
         True
     """
 
-    __slots__ = ("_snapshot", "_merge", "_cache", "_storage", "_live", "timings", "_datasets")
+    __slots__ = (
+        "_snapshot",
+        "_merge",
+        "_cache",
+        "_storage",
+        "_live",
+        "timings",
+        "_datasets",
+        "_field_names",
+        "_region_values",
+    )
 
     def __init__(
         self,
@@ -64,6 +81,8 @@ class Table:
         self._live = tuple(live)
         self.timings = timings
         self._datasets: dict[bool, MergedDataset] = {}
+        self._field_names: dict[int, str] | None = None
+        self._region_values: dict[str, RegionValues | None] | None = None
 
     # -- what it is ---------------------------------------------------------
     @property
@@ -116,7 +135,9 @@ class Table:
         """The merged table as a ``pyarrow.dataset.Dataset`` DataFusion can scan."""
         ds = self._datasets.get(hidden_columns)
         if ds is None:
-            ds = MergedDataset(self._snapshot, self._merge, with_hidden=hidden_columns)
+            ds = MergedDataset(
+                self._snapshot, self._merge, with_hidden=hidden_columns, region_filter=self._plan_pushed_filter
+            )
             self._datasets[hidden_columns] = ds
         return ds
 
@@ -170,6 +191,49 @@ class Table:
         """Live rows in the merged table, from metadata (no data column is read)."""
         return self.dataset().count_rows()
 
+    # -- planning -----------------------------------------------------------
+    def region_values(self) -> dict[str, RegionValues | None]:
+        """Each region's spec values (``None`` = unknown: the region is never pruned)."""
+        if self._region_values is None:
+            self._region_values = region_values_of(
+                self._snapshot, lambda raw, rt: decode_field_value(raw, parse_result_type(rt))
+            )
+        return self._region_values
+
+    def _fields(self) -> dict[int, str]:
+        if self._field_names is None:
+            self._field_names = lance_field_ids(self._snapshot.base)
+        return self._field_names
+
+    def _plan(self, predicate: Predicate) -> Plan:
+        return plan_regions(self._snapshot, predicate, self.region_values(), self._fields(), _transform)
+
+    def _plan_pushed_filter(self, expr: object) -> Plan:
+        return self._plan(from_arrow_expression(expr, self._snapshot.schema.names))  # type: ignore[arg-type]
+
+    def plan(self, predicate_sql: str | None = None) -> Plan:
+        """Which regions a SQL predicate can touch (region pruning), without running it.
+
+        Args:
+            predicate_sql: A SQL boolean expression over the table's columns, e.g.
+                ``"id = 42"`` or ``"id IN (1, 2) AND amount > 3"``; ``None`` = all rows.
+
+        Returns:
+            A frozen :class:`~memwal_query.planner.plan.Plan`; ``.regions`` and
+            ``.pruned_regions`` are region UUID strings.
+
+        Raises:
+            InvalidArgumentError: The predicate is not valid SQL over this table.
+        """
+        if predicate_sql is None:
+            return self._plan(Unknown("no predicate"))
+        try:
+            pred = predicate_for_table(self._snapshot.schema, predicate_sql)
+        except Exception as err:
+            msg = f"cannot plan predicate {predicate_sql!r} over {self.uri}: {err}"
+            raise InvalidArgumentError(msg) from err
+        return self._plan(pred)
+
     # -- lifecycle ----------------------------------------------------------
     def refresh(self) -> Table:
         """A newer snapshot of the same table, reusing what did not change.
@@ -198,6 +262,10 @@ class Table:
             f"<memwal Table {self.uri} base v{self.version}, {len(self._snapshot.regions)} regions, "
             f"{self._snapshot.consistency}>"
         )
+
+
+def _transform(field: ShardingFieldSpec, arr: pa.Array) -> pa.Array:
+    return evaluate_field(field, [arr], len(arr))
 
 
 def _open(

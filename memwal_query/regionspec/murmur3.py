@@ -14,12 +14,12 @@ several columns).
 Example:
     >>> import numpy as np
     >>> int(hash_int32_words(np.array([1], dtype=np.uint32))[0])
-    1392991556
+    -68075478
 """
 
 from __future__ import annotations
 
-from typing import Union
+from typing import TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -28,7 +28,7 @@ import pyarrow as pa
 __all__ = ["Seed", "hash_int32_words", "hash_int64_words", "hash_offsets_bytes", "hash_binary_array"]
 
 U32 = npt.NDArray[np.uint32]
-Seed = Union[int, npt.NDArray[np.integer]]
+Seed: TypeAlias = int | npt.NDArray[np.integer]
 
 _C1 = np.uint32(0xCC9E2D51)
 _C2 = np.uint32(0x1B873593)
@@ -192,7 +192,10 @@ def hash_binary_array(arr: pa.Array, seed: Seed = 0) -> npt.NDArray[np.int32]:
     if bufs[1] is None:
         offsets: npt.NDArray[np.integer] = np.zeros(n + 1, dtype=np.int64)
     else:
+        off_dtype = np.int64 if large else np.int32
         # Arrow keeps offsets monotonic and in bounds even under null slots.
-        offsets = np.frombuffer(bufs[1], dtype=np.int64 if large else np.int32)[arr.offset : arr.offset + n + 1]
-    data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
+        offsets = np.frombuffer(bufs[1], dtype=off_dtype)[arr.offset : arr.offset + n + 1].astype(np.int64)
+    data: npt.NDArray[np.uint8] = np.zeros(0, np.uint8)
+    if bufs[2] is not None:
+        data = np.frombuffer(bufs[2], dtype=np.uint8)
     return hash_offsets_bytes(offsets, data, seed)
