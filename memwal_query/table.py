@@ -205,11 +205,19 @@ class Table:
             self._field_names = lance_field_ids(self._snapshot.base)
         return self._field_names
 
-    def _plan(self, predicate: Predicate) -> Plan:
-        return plan_regions(self._snapshot, predicate, self.region_values(), self._fields(), _transform)
+    def _plan(self, predicate: Predicate, *, in_query: bool = False) -> Plan:
+        return plan_regions(
+            self._snapshot,
+            predicate,
+            self.region_values(),
+            self._fields(),
+            _transform,
+            allow_expressions=not in_query,
+        )
 
     def _plan_pushed_filter(self, expr: object) -> Plan:
-        return self._plan(from_arrow_expression(expr, self._snapshot.schema.names))  # type: ignore[arg-type]
+        # Called by DataFusion while it plans a scan: no DataFusion call allowed here.
+        return self._plan(from_arrow_expression(expr, self._snapshot.schema.names), in_query=True)  # type: ignore[arg-type]
 
     def plan(self, predicate_sql: str | None = None) -> Plan:
         """Which regions a SQL predicate can touch (region pruning), without running it.

@@ -116,8 +116,11 @@ def _build(name: str, args: list[_Node], options: pa.Scalar | None) -> Predicate
     if name == "is_in" and len(args) == 1 and isinstance(args[0], _Field) and isinstance(options, pa.StructScalar):
         value_set = options.get("value_set") if hasattr(options, "get") else options["value_set"]
         values = tuple(value_set.values) if value_set is not None and value_set.is_valid else ()
-        if values:
-            return InSet(args[0].name, tuple(values))
+        if values and all(v.is_valid for v in values):
+            # pyarrow's is_in is two-valued: FALSE (not NULL) for a NULL input, so
+            # its negation keeps NULL rows. Spell that out for negation to stay right.
+            col = args[0].name
+            return And((InSet(col, tuple(values)), IsNull(col, negated=True)))
     return Unknown(name)
 
 

@@ -106,6 +106,8 @@ def plan_regions(
     values: Mapping[str, RegionValues | None],
     field_names: Mapping[int, str],
     transform: Transform,
+    *,
+    allow_expressions: bool = True,
 ) -> Plan:
     """Split the snapshot's regions into read and pruned for ``predicate``."""
     keep: list[str] = []
@@ -119,7 +121,9 @@ def plan_regions(
             keep.append(r.region_id)
             unknown.append(r.region_id)
             continue
-        if isinstance(predicate, Unknown) or region_might_match(spec, rv, predicate, field_names, schema, transform):
+        if isinstance(predicate, Unknown) or region_might_match(
+            spec, rv, predicate, field_names, schema, transform, allow_expressions=allow_expressions
+        ):
             keep.append(r.region_id)
         else:
             vals = ", ".join(f"{k}={v!r}" for k, v in rv.values.items())

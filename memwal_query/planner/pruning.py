@@ -127,10 +127,13 @@ class _Field:
             if mapped is None or mapped[0] is None:
                 return False
             tx = mapped[0]
+            # t is monotone: c < x implies t(c) <= t(x). Identity is also injective,
+            # so strict comparisons exclude t(x) itself.
+            strict = self.kind == "identity" and leaf.op in ("<", ">")
             try:
                 if leaf.op in ("<", "<="):
-                    return bool(v > tx)
-                return bool(v < tx)
+                    return bool(v >= tx) if strict else bool(v > tx)
+                return bool(v <= tx) if strict else bool(v < tx)
             except TypeError:
                 return False
         return False
@@ -153,6 +156,8 @@ def region_might_match(
     field_names: Mapping[int, str],
     schema: pa.Schema,
     transform: Transform,
+    *,
+    allow_expressions: bool = True,
 ) -> bool:
     """Whether a region can hold a row matching ``predicate``.
 
@@ -163,6 +168,8 @@ def region_might_match(
         field_names: Lance field id -> column name.
         schema: The table schema (column types for literal casts).
         transform: Applies a spec field's transform to an array of its source column.
+        allow_expressions: Evaluate custom SQL-expression fields (they run DataFusion,
+            which must not be called from inside a running query: pass False there).
 
     Returns:
         :data:`ROWS_MIGHT_MATCH` or :data:`ROWS_CANNOT_MATCH`.
@@ -173,7 +180,8 @@ def region_might_match(
     for f in spec.fields:
         if len(f.source_ids) != 1 or f.field_id not in values.values:
             continue  # multi-source fields (multi_bucket, expressions) and unknown values: unsure
-        if f.transform not in ORDER_PRESERVING | {"bucket"} and not (f.expression and not f.transform):
+        is_expression = bool(f.expression) and not f.transform
+        if f.transform not in ORDER_PRESERVING | {"bucket"} and not (is_expression and allow_expressions):
             continue
         col = field_names.get(int(f.source_ids[0]))
         if col is None or col not in schema.names:

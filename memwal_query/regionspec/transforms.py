@@ -106,6 +106,8 @@ def hash_values(arr: pa.Array | pa.ChunkedArray, seed: Seed = 0) -> npt.NDArray[
     """
     arr = _flat(arr)
     t = arr.type
+    if pa.types.is_null(t):  # a missing source column: every slot is NULL
+        return np.broadcast_to(np.asarray(seed, dtype=np.int64), (len(arr),)).astype(np.int32)
     if pa.types.is_boolean(t):
         bits = np.asarray(pc.fill_null(arr, False).to_numpy(zero_copy_only=False), dtype=np.uint32)
         return hash_int32_words(bits, seed)

@@ -76,7 +76,7 @@ def test_int64_words_match_mmh3(values: list[int], seed: int) -> None:
 def test_bytes_match_reference_and_mmh3(values: list[bytes], seed: int) -> None:
     got = hash_binary_array(pa.array(values, pa.binary()), seed).tolist()
     assert got == [spark_hash_bytes(v, seed) for v in values]
-    assert [g for g, v in zip(got, values) if len(v) % 4 == 0] == [
+    assert [g for g, v in zip(got, values, strict=True) if len(v) % 4 == 0] == [
         mmh3.hash(v, seed) for v in values if len(v) % 4 == 0
     ]
 
@@ -89,9 +89,9 @@ def test_strings_sliced_large_and_per_row_seeds(values: list[str | None], cut: i
         arr = pa.array(values, typ).slice(min(cut, len(values)))
         s = seeds[min(cut, len(values)) :]
         got = hash_binary_array(arr, s).tolist()
-        want = [spark_hash_bytes((v or "").encode(), int(x)) for v, x in zip(arr.to_pylist(), s)]
-        assert [g for g, v in zip(got, arr.to_pylist()) if v is not None] == [
-            w for w, v in zip(want, arr.to_pylist()) if v is not None
+        want = [spark_hash_bytes((v or "").encode(), int(x)) for v, x in zip(arr.to_pylist(), s, strict=True)]
+        assert [g for g, v in zip(got, arr.to_pylist(), strict=True) if v is not None] == [
+            w for w, v in zip(want, arr.to_pylist(), strict=True) if v is not None
         ]
 
 
