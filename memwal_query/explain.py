@@ -19,9 +19,7 @@ def _spec_text(table: Table, spec_id: int) -> str:
             for f in spec.fields:
                 params = ",".join(f"{k}={v}" for k, v in sorted(f.parameters.items()))
                 how = f.transform or f"expr({f.expression})"
-                parts.append(
-                    f"{f.field_id}={how}(fields {list(f.source_ids)}{', ' + params if params else ''})"
-                )
+                parts.append(f"{f.field_id}={how}(fields {list(f.source_ids)}{', ' + params if params else ''})")
             return f"spec {spec_id}: " + "; ".join(parts)
     return f"spec {spec_id} (not in the MemWAL index)"
 
@@ -58,9 +56,7 @@ def explain_table(table: Table) -> str:
         for g in r.generations:
             drop = merge.generation_drop.get(g.uri)
             dropped = int(drop.size) if drop is not None else 0
-            lines.append(
-                f"    generation {g.generation}: {g.num_rows} rows, {dropped} superseded/deleted dropped"
-            )
+            lines.append(f"    generation {g.generation}: {g.num_rows} rows, {dropped} superseded/deleted dropped")
         for s in r.skipped:
             lines.append(f"    generation {s.generation}: skipped ({s.reason})")
         if r.memtable is not None:

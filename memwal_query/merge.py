@@ -200,9 +200,7 @@ def compute_merge(snapshot: Snapshot, cache: SnapshotCache) -> MergeState:
             hit = pc.is_in(base.column(pk[0]), value_set=keys.column(pk[0]).combine_chunks())
             rows = base.column("_rowaddr").filter(hit)
         else:
-            rows = base.join(keys.group_by(pk).aggregate([]), keys=pk, join_type="left semi").column(
-                "_rowaddr"
-            )
+            rows = base.join(keys.group_by(pk).aggregate([]), keys=pk, join_type="left semi").column("_rowaddr")
         base_drop = _sorted_u64(rows)
     return MergeState(
         base_drop=base_drop,

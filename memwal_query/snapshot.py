@@ -178,9 +178,7 @@ def primary_key_of(schema: pa.Schema) -> tuple[str, ...]:
     return tuple(name for _, _, name in sorted(found))
 
 
-def _open_base(
-    uri: str, version: int | None, options: Mapping[str, str], cache: SnapshotCache
-) -> lance.LanceDataset:
+def _open_base(uri: str, version: int | None, options: Mapping[str, str], cache: SnapshotCache) -> lance.LanceDataset:
     try:
         ds = lance.dataset(uri, version=version, storage_options=dict(options) or None)
     except (ValueError, OSError, RuntimeError) as err:
@@ -206,8 +204,7 @@ def _read_index(storage: Storage, version: int) -> MemWalIndex:
             raise ManifestError(msg) from err
         if index is None:
             msg = (
-                f"{storage.uri} has no MemWAL index at version {version} "
-                "(run LanceDataset.initialize_mem_wal() first)"
+                f"{storage.uri} has no MemWAL index at version {version} (run LanceDataset.initialize_mem_wal() first)"
             )
             raise NotAMemWalTableError(msg)
         return index
@@ -250,9 +247,7 @@ def latest_region_manifest(
                 log.warning("region %s: unreadable version_hint.json; probing from 1", region_id)
     current = known if known is not None else _read_region_manifest_version(storage, region_id, start)
     if current is None and start != 1:
-        log.warning(
-            "region %s: version hint %d points at a missing manifest; probing from 1", region_id, start
-        )
+        log.warning("region %s: version hint %d points at a missing manifest; probing from 1", region_id, start)
         start = 1
         current = _read_region_manifest_version(storage, region_id, 1)
     if current is None:
@@ -380,9 +375,7 @@ def _load_region(
         for fg in sorted(manifest.flushed_generations, key=lambda g: g.generation):
             if fg.generation <= merged:
                 skipped.append(
-                    SkippedGeneration(
-                        region_id, fg.generation, f"merged into base (merged generation {merged})"
-                    )
+                    SkippedGeneration(region_id, fg.generation, f"merged into base (merged generation {merged})")
                 )
                 continue
             got = _open_generation(storage, region_id, fg.generation, fg.path, cache)

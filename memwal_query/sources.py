@@ -54,9 +54,7 @@ def hidden_fields() -> list[pa.Field]:
 
 def _drop_mask(rowaddr: pa.Array | pa.ChunkedArray, drop: np.ndarray) -> pa.Array:
     """``True`` for rows whose address is *not* in the sorted ``drop`` array."""
-    ra = np.asarray(
-        rowaddr.to_numpy() if isinstance(rowaddr, pa.Array) else rowaddr.to_numpy(), dtype=np.uint64
-    )
+    ra = np.asarray(rowaddr.to_numpy() if isinstance(rowaddr, pa.Array) else rowaddr.to_numpy(), dtype=np.uint64)
     idx = np.searchsorted(drop, ra)
     idx[idx == drop.size] = 0
     return pa.array(drop[idx] != ra)
@@ -126,9 +124,7 @@ class _Fragment:
         cols = {name: batch.column(name) for name in batch.schema.names}
         if self._owner.with_hidden:
             cols.setdefault("_gen", pa.array(np.full(n, gen, dtype=np.int64)))
-            cols.setdefault(
-                "_region", pa.array([region] * n, pa.string()) if region else pa.nulls(n, pa.string())
-            )
+            cols.setdefault("_region", pa.array([region] * n, pa.string()) if region else pa.nulls(n, pa.string()))
         if post_filter is not None:
             full = pa.RecordBatch.from_pydict(cols)
             full = pa.Table.from_batches([full]).filter(post_filter).combine_chunks()
@@ -345,9 +341,7 @@ class MergedDataset(pds.Dataset):  # type: ignore[misc]
         pruned = set(plan.pruned_regions)
         return [f for f in self._fragments if f.region is None or f.region not in pruned]
 
-    def scanner(
-        self, columns: Sequence[str] | None = None, filter: pc.Expression | None = None, **_: object
-    ) -> _Scan:
+    def scanner(self, columns: Sequence[str] | None = None, filter: pc.Expression | None = None, **_: object) -> _Scan:
         """A scan of the whole merged table (used by DataFusion for the schema)."""
         out = self.projected(columns)
         frags = self._fragments

@@ -80,7 +80,7 @@ class Table:
         self._storage = storage
         self._live = tuple(live)
         self.timings = timings
-        self._datasets: dict[bool, MergedDataset] = {}
+        self._datasets: dict[tuple[bool, bool], MergedDataset] = {}
         self._field_names: dict[int, str] | None = None
         self._region_values: dict[str, RegionValues | None] | None = None
 
@@ -131,17 +131,28 @@ class Table:
         return self._storage.stats
 
     # -- DataFusion ---------------------------------------------------------
-    def dataset(self, *, hidden_columns: bool = False) -> MergedDataset:
-        """The merged table as a ``pyarrow.dataset.Dataset`` DataFusion can scan."""
-        ds = self._datasets.get(hidden_columns)
+    def dataset(self, *, hidden_columns: bool = False, prune: bool = True) -> MergedDataset:
+        """The merged table as a ``pyarrow.dataset.Dataset`` DataFusion can scan.
+
+        Args:
+            hidden_columns: Add ``_gen``, ``_rowaddr``, ``_region``.
+            prune: Skip regions a pushed-down filter cannot match (region pruning).
+        """
+        key = (hidden_columns, prune)
+        ds = self._datasets.get(key)
         if ds is None:
             ds = MergedDataset(
-                self._snapshot, self._merge, with_hidden=hidden_columns, region_filter=self._plan_pushed_filter
+                self._snapshot,
+                self._merge,
+                with_hidden=hidden_columns,
+                region_filter=self._plan_pushed_filter if prune else None,
             )
-            self._datasets[hidden_columns] = ds
+            self._datasets[key] = ds
         return ds
 
-    def register(self, ctx: datafusion.SessionContext, name: str, *, hidden_columns: bool = False) -> None:
+    def register(
+        self, ctx: datafusion.SessionContext, name: str, *, hidden_columns: bool = False, prune: bool = True
+    ) -> None:
         """Register the merged table in a DataFusion session.
 
         Args:
@@ -149,6 +160,7 @@ class Table:
             name: Table name to use in SQL.
             hidden_columns: Add ``_gen`` (0 = base), ``_rowaddr`` and ``_region``
                 for debugging.
+            prune: Skip regions the query's filters cannot match (default True).
 
         Raises:
             InvalidArgumentError: ``ctx`` is not a ``datafusion.SessionContext``.
@@ -164,11 +176,9 @@ class Table:
             ctx.deregister_table(name)
         except Exception:  # noqa: BLE001 - not registered yet
             pass
-        ctx.register_dataset(name, self.dataset(hidden_columns=hidden_columns))
+        ctx.register_dataset(name, self.dataset(hidden_columns=hidden_columns, prune=prune))
 
-    def sql(
-        self, query: str, *, name: str = "t", ctx: datafusion.SessionContext | None = None
-    ) -> datafusion.DataFrame:
+    def sql(self, query: str, *, name: str = "t", ctx: datafusion.SessionContext | None = None) -> datafusion.DataFrame:
         """Run SQL over this table registered as ``name`` (default ``t``).
 
         Example:
@@ -217,7 +227,7 @@ class Table:
 
     def _plan_pushed_filter(self, expr: object) -> Plan:
         # Called by DataFusion while it plans a scan: no DataFusion call allowed here.
-        return self._plan(from_arrow_expression(expr, self._snapshot.schema.names), in_query=True)  # type: ignore[arg-type]
+        return self._plan(from_arrow_expression(expr, self._snapshot.schema.names), in_query=True)
 
     def plan(self, predicate_sql: str | None = None) -> Plan:
         """Which regions a SQL predicate can touch (region pruning), without running it.

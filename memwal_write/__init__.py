@@ -1,8 +1,12 @@
-"""memwal_write: feed MemWAL tables (from Spark or Arrow) through pylance's writer.
+"""memwal_write: feed MemWAL tables through pylance's own writer, routed by region spec.
 
-Not implemented yet: see the project's issues (region routing and the Spark writer).
+Example:
+    >>> from memwal_write import write_arrow, RoutedWriter
 """
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from memwal_write.arrow_writer import RegionWriteStats, RoutedWriter, conform, write_arrow
+from memwal_write.routing import region_id_for
+
+__all__ = ["write_arrow", "RoutedWriter", "RegionWriteStats", "conform", "region_id_for"]

@@ -76,9 +76,7 @@ class ModelTable:
         if batch is None:
             return {}
         buckets = evaluate_sharding_spec(batch, spec, self.ds.lance_schema).column(0).to_numpy()
-        return {
-            self.region_of_bucket(int(b)): table.filter(pa.array(buckets == b)) for b in np.unique(buckets)
-        }
+        return {self.region_of_bucket(int(b)): table.filter(pa.array(buckets == b)) for b in np.unique(buckets)}
 
     def writer(self, region: str) -> ShardWriter:
         w = self.writers.get(region)
@@ -137,8 +135,7 @@ class ModelTable:
                 ds.delete(f"{self.pk[0]} IN ({vals})")
             else:
                 conds = " OR ".join(
-                    "(" + " AND ".join(f"{k} = {_sql_lit(v)}" for k, v in r.items()) + ")"
-                    for r in dels.to_pylist()
+                    "(" + " AND ".join(f"{k} = {_sql_lit(v)}" for k, v in r.items()) + ")" for r in dels.to_pylist()
                 )
                 ds.delete(conds)
         (

@@ -80,8 +80,7 @@ def test_filter_never_matches_superseded_version(events) -> None:  # type: ignor
 def test_deleted_and_reinserted_keys(events) -> None:  # type: ignore[no-untyped-def]
     _, ctx = _both(events)
     got = {
-        r["id"]: r
-        for r in ctx.sql("SELECT * FROM events WHERE id IN (5, 6, 7, 11, 2100)").to_arrow_table().to_pylist()
+        r["id"]: r for r in ctx.sql("SELECT * FROM events WHERE id IN (5, 6, 7, 11, 2100)").to_arrow_table().to_pylist()
     }
     for k in (5, 6, 7, 11, 2100):
         assert got.get(k) == events.model.get((k,))
@@ -97,9 +96,7 @@ def test_hidden_columns(events) -> None:  # type: ignore[no-untyped-def]
     # a filter on a hidden column works and agrees with the group by
     n0 = ctx.sql("SELECT count(*) AS n FROM events WHERE _gen = 0").to_arrow_table().column("n")[0].as_py()
     assert n0 == got.column("n")[0].as_py()
-    regions = (
-        ctx.sql("SELECT DISTINCT _region FROM events WHERE _gen > 0").to_arrow_table().column(0).to_pylist()
-    )
+    regions = ctx.sql("SELECT DISTINCT _region FROM events WHERE _gen > 0").to_arrow_table().column(0).to_pylist()
     assert set(regions) <= set(table.region_ids)
     # no key appears twice
     dup = ctx.sql("SELECT id FROM events GROUP BY id HAVING count(*) > 1").to_arrow_table()

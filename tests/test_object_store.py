@@ -61,7 +61,9 @@ def s3_options() -> Iterator[dict[str, str]]:
 def test_s3_table_written_by_pylance(s3_options: dict[str, str]) -> None:
     schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("v", pa.int64())])
     uri = f"s3://{BUCKET}/t-{uuid.uuid4().hex[:8]}"
-    ds = lance.write_dataset(pa.table({"id": list(range(100)), "v": [0] * 100}, schema=schema), uri, storage_options=s3_options)
+    ds = lance.write_dataset(
+        pa.table({"id": list(range(100)), "v": [0] * 100}, schema=schema), uri, storage_options=s3_options
+    )
     ds.initialize_mem_wal(unsharded=True, max_memtable_rows=30)
     ds = lance.dataset(uri, storage_options=s3_options)
     model = {i: 0 for i in range(100)}

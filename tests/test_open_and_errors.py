@@ -120,9 +120,7 @@ def test_in_process_live_memtable_is_read(tmp_path: Path) -> None:
         mq.open_table(t.uri, live=[_Live("not-a-uuid", 1, [])])
 
 
-def test_garbage_collected_generation_is_skipped_with_warning(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_garbage_collected_generation_is_skipped_with_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     t = build_events(str(tmp_path / "e"), seed=6, keep_open=False)
     table = mq.open_table(t.uri)
     r = next(r for r in table.snapshot.regions if r.generations)

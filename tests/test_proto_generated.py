@@ -14,11 +14,7 @@ COMMITTED = REPO / "memwal_proto"
 
 
 def _files(folder: Path) -> dict[str, bytes]:
-    return {
-        p.name: p.read_bytes()
-        for p in sorted(folder.iterdir())
-        if p.is_file() and p.suffix in {".py", ".pyi"}
-    }
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file() and p.suffix in {".py", ".pyi"}}
 
 
 @pytest.mark.skipif(

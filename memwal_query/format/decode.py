@@ -346,8 +346,7 @@ def _section(file_bytes: bytes, offset: int, what: str) -> bytes:
     end = offset + 4 + length
     if end > len(file_bytes):
         raise ValueError(
-            f"{what} at offset {offset} claims {length} bytes, "
-            f"past the end of the file ({len(file_bytes)} bytes)"
+            f"{what} at offset {offset} claims {length} bytes, past the end of the file ({len(file_bytes)} bytes)"
         )
     return file_bytes[offset + 4 : end]
 
@@ -355,9 +354,7 @@ def _section(file_bytes: bytes, offset: int, what: str) -> bytes:
 def _manifest_proto(file_bytes: bytes) -> tuple[lance_manifest_pb2.Manifest, int, int]:
     manifest_pos, major, minor = parse_lance_manifest_footer(file_bytes)
     if manifest_pos > len(file_bytes) - _FOOTER_LEN:
-        raise ValueError(
-            f"Lance manifest position {manifest_pos} is past the footer (file is {len(file_bytes)} bytes)"
-        )
+        raise ValueError(f"Lance manifest position {manifest_pos} is past the footer (file is {len(file_bytes)} bytes)")
     body = _section(file_bytes, manifest_pos, "Lance manifest")
     manifest = lance_manifest_pb2.Manifest()
     _parse(manifest, body, "Lance manifest")

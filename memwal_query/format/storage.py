@@ -203,6 +203,32 @@ class Storage:
             raise StorageError(msg) from err
         return bool(info.type != pafs.FileType.NotFound)
 
+    def write_bytes_if_absent(self, rel: str, data: bytes) -> bool:
+        """Create ``rel`` with ``data`` unless it exists; True if this call created it.
+
+        Only the writer module uses this (readers never write). Local files are
+        created exclusively; object stores get check-then-put, which is safe for the
+        one caller (identical, deterministic content).
+        """
+        path = self._path(rel)
+        if isinstance(self._fs, pafs.LocalFileSystem):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            try:
+                with open(path, "xb") as f:
+                    f.write(data)
+            except FileExistsError:
+                return False
+            return True
+        if self.exists(rel):
+            return False
+        try:
+            with self._fs.open_output_stream(path) as f:
+                f.write(data)
+        except OSError as err:
+            msg = f"cannot write {self.child_uri(rel)}: {err}"
+            raise StorageError(msg) from err
+        return True
+
     def list_dir(self, rel: str) -> list[tuple[str, bool]]:
         """Entries directly under ``rel`` as ``(name, is_dir)``; empty if it is missing."""
         self.stats.add(lists=1)

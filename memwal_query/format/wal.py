@@ -117,9 +117,7 @@ def replay_wal_tail(
     pos = replay_after + 1
     while True:
         cached = cache.get((region_id, pos)) if cache is not None else None
-        result: WalEntry | None | Exception = (
-            cached if cached is not None else read_wal_entry(storage, region_id, pos)
-        )
+        result: WalEntry | None | Exception = cached if cached is not None else read_wal_entry(storage, region_id, pos)
         if result is None:
             break
         if isinstance(result, Exception):

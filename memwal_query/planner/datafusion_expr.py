@@ -138,9 +138,7 @@ def scan_filters(plan: Any, table_name: str) -> list[Predicate] | None:
     return preds
 
 
-def predicate_for_table(
-    schema: pa.Schema, predicate_sql: str, *, name: str = "t"
-) -> Predicate:
+def predicate_for_table(schema: pa.Schema, predicate_sql: str, *, name: str = "t") -> Predicate:
     """Parse a SQL predicate over ``schema`` into the IR (via DataFusion's optimizer)."""
     ctx = datafusion.SessionContext()
     ctx.register_record_batches(name, [[pa.RecordBatch.from_pylist([], schema=schema)]])

@@ -15,7 +15,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Union
+from typing import Literal
 
 import pyarrow as pa
 
@@ -95,7 +95,7 @@ class Unknown:
     text: str = ""
 
 
-Predicate = Union[Compare, InSet, IsNull, And, Or, Not, Unknown]
+Predicate = Compare | InSet | IsNull | And | Or | Not | Unknown
 
 
 def to_nnf(p: Predicate, negate: bool = False) -> Predicate:

@@ -140,9 +140,7 @@ def test_latest_region_manifest(written: Written) -> None:
 
 def test_wal_positions_start_at_one(written: Written) -> None:
     positions = sorted(
-        p
-        for p in (parse_bitrev64_name(f.name) for f in (written.region_dir / "wal").iterdir())
-        if p is not None
+        p for p in (parse_bitrev64_name(f.name) for f in (written.region_dir / "wal").iterdir()) if p is not None
     )
     assert positions == list(range(1, len(positions) + 1))
 

@@ -146,7 +146,9 @@ def test_pruning_prunes_something() -> None:
     schema = pa.schema([("c", pa.int64())])
     pred = predicate_for_table(schema, "c IN (1, 2, 3)")
     target = set(evaluate_field(field, [pa.array([1, 2, 3], pa.int64())], 3).to_pylist())
-    kept = {b for b in range(8) if region_might_match(spec, RegionValues({"f": b}, "t"), pred, {0: "c"}, schema, _transform)}
+    kept = {
+        b for b in range(8) if region_might_match(spec, RegionValues({"f": b}, "t"), pred, {0: "c"}, schema, _transform)
+    }
     assert kept == target
     ident = RegionSpec(1, (ShardingFieldSpec("f", (0,), "identity", None, "", {}),))
     for sql, value, expect in [
@@ -159,12 +161,17 @@ def test_pruning_prunes_something() -> None:
         ("c = 5 AND c > 100", 5, False),
         ("c + 1 = 5", 4, True),  # not understood: might match
     ]:
-        got = region_might_match(ident, RegionValues({"f": value}, "t"), predicate_for_table(schema, sql), {0: "c"}, schema, _transform)
+        got = region_might_match(
+            ident, RegionValues({"f": value}, "t"), predicate_for_table(schema, sql), {0: "c"}, schema, _transform
+        )
         assert got is expect, sql
     month = RegionSpec(1, (ShardingFieldSpec("f", (0,), "month", None, "", {}),))
     ts = pa.schema([("c", pa.timestamp("us"))])
     pred = predicate_for_table(ts, "c >= TIMESTAMP '2024-03-01 00:00:00'")
-    months = {m: region_might_match(month, RegionValues({"f": m}, "t"), pred, {0: "c"}, ts, _transform) for m in (649, 650, 651)}
+    months = {
+        m: region_might_match(month, RegionValues({"f": m}, "t"), pred, {0: "c"}, ts, _transform)
+        for m in (649, 650, 651)
+    }
     assert months == {649: False, 650: True, 651: True}  # 650 = 2024-03 (months since 1970-01)
 
 

@@ -1,0 +1,389 @@
+"""Routed writes of Arrow data through pylance's own MemWAL writer.
+
+:class:`RoutedWriter` evaluates the table's region spec on every batch (the same
+code the reader prunes with), opens one pylance region writer per spec value,
+names regions deterministically (:mod:`memwal_write.routing`) and seeds each new
+region's first manifest with its spec values, so tables written this way are
+always prunable. :func:`write_arrow` is the one-call form.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import lance
+import pyarrow as pa
+from lance.mem_wal import ShardWriter
+
+from memwal_proto import mem_wal_pb2
+from memwal_query.errors import InvalidArgumentError, MemWalError, NotAMemWalTableError
+from memwal_query.format.decode import (
+    MemWalIndex,
+    RegionSpec,
+    bitrev64_name,
+    decode_mem_wal_index,
+    lance_manifest_file_name,
+)
+from memwal_query.format.storage import Storage
+from memwal_query.regionspec.spec import evaluate_spec, lance_field_ids, region_groups
+from memwal_query.snapshot import primary_key_of
+from memwal_write.routing import field_entries, region_id_for
+
+__all__ = ["RoutedWriter", "RegionWriteStats", "write_arrow", "conform"]
+
+log = logging.getLogger("memwal_write")
+
+DEFAULT_MAX_ROWS = 100_000
+
+
+@dataclass
+class RegionWriteStats:
+    """What one region received."""
+
+    region_id: str
+    spec_values: tuple[Any, ...]
+    rows_put: int = 0
+    rows_deleted: int = 0
+    puts: int = 0
+    created: bool = False
+
+
+def conform(data: pa.Table, schema: pa.Schema, *, what: str, keys: tuple[str, ...] | None = None) -> pa.Table:
+    """Arrange ``data`` as ``schema`` (column order, types, nullability), with clear errors.
+
+    Args:
+        data: Incoming rows.
+        schema: The table schema (or the key columns for deletes).
+        what: Names the target in error messages.
+        keys: When given, only these columns are required and returned (deletes).
+
+    Raises:
+        InvalidArgumentError: Unknown or missing columns, uncastable types, NULLs in a
+            non-nullable column.
+    """
+    target = pa.schema([schema.field(k) for k in keys]) if keys else schema
+    extra = [c for c in data.column_names if c not in schema.names]
+    if extra and not keys:
+        msg = f"{what}: column(s) {extra} are not in the table schema {schema.names}"
+        raise InvalidArgumentError(msg)
+    arrays = []
+    for f in target:
+        if f.name not in data.column_names:
+            if not f.nullable:
+                msg = f"{what}: required column {f.name!r} is missing"
+                raise InvalidArgumentError(msg)
+            arrays.append(pa.nulls(data.num_rows, f.type))
+            continue
+        col = data.column(f.name)
+        if col.type != f.type:
+            try:
+                col = col.cast(f.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+                msg = f"{what}: column {f.name!r} of type {col.type} cannot be stored as {f.type}: {err}"
+                raise InvalidArgumentError(msg) from err
+        if not f.nullable and col.null_count:
+            msg = f"{what}: column {f.name!r} is not nullable but has {col.null_count} NULL value(s)"
+            raise InvalidArgumentError(msg)
+        arrays.append(col)
+    return pa.Table.from_arrays(arrays, schema=target)
+
+
+def _to_table(data: Any) -> pa.Table:
+    if isinstance(data, pa.Table):
+        return data
+    if isinstance(data, pa.RecordBatch):
+        return pa.Table.from_batches([data])
+    if isinstance(data, pa.RecordBatchReader):
+        return data.read_all()
+    if hasattr(data, "__arrow_c_stream__"):
+        return pa.table(data)
+    try:
+        import pandas as pd
+
+        if isinstance(data, pd.DataFrame):
+            return pa.Table.from_pandas(data, preserve_index=False)
+    except ImportError:
+        pass
+    msg = (
+        f"cannot write {type(data).__name__}: pass a pyarrow Table, RecordBatch, RecordBatchReader or pandas DataFrame"
+    )
+    raise InvalidArgumentError(msg)
+
+
+def _read_index(storage: Storage, ds: lance.LanceDataset) -> MemWalIndex:
+    data = storage.read_bytes(f"_versions/{lance_manifest_file_name(ds.version)}")
+    if data is None:
+        data = storage.read_bytes(f"_versions/{ds.version}.manifest")
+    index = decode_mem_wal_index(data) if data is not None else None
+    if index is None:
+        msg = f"{storage.uri} has no MemWAL index (run LanceDataset.initialize_mem_wal() first)"
+        raise NotAMemWalTableError(msg)
+    return index
+
+
+def _check_spec_on_key(spec: RegionSpec, names: Mapping[int, str], pk: tuple[str, ...], uri: str) -> None:
+    """Refuse specs over non-key columns: a key must stay in one region.
+
+    If a spec reads a column outside the primary key, updating that column moves
+    the key to another region, and a delete (keys only) cannot be routed at all;
+    the merge never orders rows of different regions, so both versions would stay.
+    """
+    for f in spec.fields:
+        cols = [names.get(int(i), f"field {i}") for i in f.source_ids]
+        outside = [c for c in cols if c not in pk]
+        if outside:
+            msg = (
+                f"{uri}: region spec {spec.spec_id} field {f.field_id!r} reads {outside}, which are not part of "
+                f"the primary key {list(pk)}; routed writes need specs over key columns only (an update of "
+                "such a column would move its key to another region)"
+            )
+            raise InvalidArgumentError(msg)
+
+
+@dataclass
+class RoutedWriter:
+    """Writes Arrow data into a MemWAL table, one pylance region writer per spec value.
+
+    Use as a context manager; :meth:`close` closes every region writer (flushing
+    their MemTables as generations).
+
+    Example:
+        >>> # with RoutedWriter.open("data/events") as w:
+        >>> #     w.put(table); w.delete(pa.table({"id": [1, 2]}))
+        >>> # w.stats() -> per-region rows
+    """
+
+    uri: str
+    dataset: lance.LanceDataset
+    storage: Storage
+    spec: RegionSpec | None
+    primary_key: tuple[str, ...]
+    max_rows_per_put: int
+    writer_options: Mapping[str, Any]
+    region_id: str | None = None
+    _writers: dict[str, ShardWriter] = field(default_factory=dict)
+    _stats: dict[str, RegionWriteStats] = field(default_factory=dict)
+    _field_names: dict[int, str] = field(default_factory=dict)
+
+    @classmethod
+    def open(
+        cls,
+        uri: str,
+        *,
+        storage_options: Mapping[str, str] | None = None,
+        region_id: str | None = None,
+        max_rows_per_put: int | None = None,
+        **writer_options: Any,
+    ) -> RoutedWriter:
+        """Open a table for routed writes.
+
+        Args:
+            uri: Table URI.
+            storage_options: Object store options, as pylance takes them.
+            region_id: Write every row to this region (tables without a region spec).
+            max_rows_per_put: Rows per ``put`` (default: the writers' ``max_memtable_rows``).
+            **writer_options: Passed to ``LanceDataset.mem_wal_writer`` (``durable_write``,
+                ``max_memtable_rows`` ...).
+        """
+        storage = Storage.open(uri, storage_options)
+        try:
+            ds = lance.dataset(storage.uri, storage_options=dict(storage.storage_options) or None)
+        except (ValueError, OSError) as err:
+            msg = f"cannot open table {storage.uri} for writing: {err}"
+            raise MemWalError(msg) from err
+        index = _read_index(storage, ds)
+        pk = primary_key_of(ds.schema)
+        spec = max(index.specs, key=lambda s: s.spec_id) if index.specs else None
+        if spec is None and region_id is None:
+            msg = f"{storage.uri} has no region spec: pass region_id= to choose the region to write"
+            raise InvalidArgumentError(msg)
+        if spec is not None and region_id is None:
+            _check_spec_on_key(spec, lance_field_ids(ds), pk, storage.uri)
+        limit = int(
+            writer_options.get("max_memtable_rows")
+            or index.writer_config_defaults.get("max_memtable_rows", 0)
+            or DEFAULT_MAX_ROWS
+        )
+        rows = min(limit, max_rows_per_put) if max_rows_per_put else limit
+        w = cls(storage.uri, ds, storage, spec, pk, rows, dict(writer_options), region_id)
+        w._field_names = lance_field_ids(ds)
+        return w
+
+    # -- routing ---------------------------------------------------------------
+    def _route(self, table: pa.Table) -> list[tuple[str, tuple[Any, ...], pa.Table]]:
+        if self.region_id is not None or self.spec is None:
+            rid = str(self.region_id)
+            return [(rid, (), table)]
+        values = evaluate_spec(self.spec, table, self._field_names)
+        types = [values.schema.field(i).type for i in range(values.num_columns)]
+        out = []
+        for key, rows in region_groups(values).items():
+            rid = region_id_for(self.spec, key, types)
+            self._ensure_region(rid, key, types)
+            out.append((rid, key, table.take(rows)))
+        return out
+
+    def _ensure_region(self, region_id: str, key: tuple[Any, ...], types: list[Any]) -> None:
+        if region_id in self._stats:
+            return
+        assert self.spec is not None
+        created = False
+        rel = f"_mem_wal/{region_id}/manifest"
+        if not self.storage.exists(f"{rel}/version_hint.json") and not self.storage.exists(
+            f"{rel}/{bitrev64_name(1)}.binpb"
+        ):
+            m = mem_wal_pb2.ShardManifest(
+                version=1, writer_epoch=0, current_generation=1, shard_spec_id=self.spec.spec_id
+            )
+            m.shard_id.uuid = uuid.UUID(region_id).bytes
+            for fid, raw in field_entries(self.spec, key, types):
+                m.shard_field_values.add(field_id=fid, value=raw)
+            created = self.storage.write_bytes_if_absent(f"{rel}/{bitrev64_name(1)}.binpb", m.SerializeToString())
+            if created:
+                self.storage.write_bytes_if_absent(f"{rel}/version_hint.json", json.dumps({"version": 1}).encode())
+        self._stats[region_id] = RegionWriteStats(region_id, tuple(key), created=created)
+
+    def _writer(self, region_id: str) -> ShardWriter:
+        w = self._writers.get(region_id)
+        if w is None:
+            try:
+                w = self.dataset.mem_wal_writer(region_id, **self.writer_options)
+            except (OSError, ValueError, RuntimeError) as err:
+                msg = f"cannot open a writer for region {region_id} of {self.uri}: {err}"
+                raise MemWalError(msg) from err
+            self._writers[region_id] = w
+            self._stats.setdefault(region_id, RegionWriteStats(region_id, ()))
+        return w
+
+    # -- writes ----------------------------------------------------------------
+    def put(self, data: Any) -> None:
+        """Upsert rows (later rows of the same key win)."""
+        table = conform(_to_table(data), self.dataset.schema, what=f"put into {self.uri}")
+        for rid, _, part in self._route(table):
+            w = self._writer(rid)
+            for off in range(0, part.num_rows, self.max_rows_per_put):
+                chunk = part.slice(off, self.max_rows_per_put)
+                try:
+                    w.put(chunk)
+                except (OSError, RuntimeError) as err:
+                    msg = f"put of {chunk.num_rows} rows into region {rid} of {self.uri} failed: {err}"
+                    raise MemWalError(msg) from err
+                st = self._stats[rid]
+                st.rows_put += chunk.num_rows
+                st.puts += 1
+
+    def delete(self, keys: Any) -> None:
+        """Delete rows by primary key (only the key columns are read)."""
+        table = conform(_to_table(keys), self.dataset.schema, what=f"delete from {self.uri}", keys=self.primary_key)
+        full = pa.table(
+            {
+                f.name: table.column(f.name) if f.name in table.column_names else pa.nulls(table.num_rows, f.type)
+                for f in self.dataset.schema
+            }
+        )
+        for rid, _, part in self._route(full):
+            w = self._writer(rid)
+            for off in range(0, part.num_rows, self.max_rows_per_put):
+                chunk = part.slice(off, self.max_rows_per_put).select(list(self.primary_key))
+                try:
+                    w.delete(chunk)
+                except (OSError, RuntimeError) as err:
+                    msg = f"delete of {chunk.num_rows} keys in region {rid} of {self.uri} failed: {err}"
+                    raise MemWalError(msg) from err
+                self._stats[rid].rows_deleted += chunk.num_rows
+
+    def stats(self) -> pa.Table:
+        """Per-region write statistics."""
+        rows = [
+            {
+                "region_id": s.region_id,
+                "spec_values": json.dumps(
+                    [v if isinstance(v, (int, float, str, bool)) or v is None else str(v) for v in s.spec_values]
+                ),
+                "rows_put": s.rows_put,
+                "rows_deleted": s.rows_deleted,
+                "puts": s.puts,
+                "created": s.created,
+            }
+            for s in self._stats.values()
+        ]
+        schema = pa.schema(
+            [
+                ("region_id", pa.string()),
+                ("spec_values", pa.string()),
+                ("rows_put", pa.int64()),
+                ("rows_deleted", pa.int64()),
+                ("puts", pa.int64()),
+                ("created", pa.bool_()),
+            ]
+        )
+        return pa.Table.from_pylist(rows, schema=schema)
+
+    def close(self) -> None:
+        """Close every region writer (each flushes its MemTable as a generation)."""
+        errors = []
+        for rid, w in self._writers.items():
+            try:
+                w.close()
+            except (OSError, RuntimeError) as err:
+                errors.append(f"region {rid}: {err}")
+        self._writers.clear()
+        if errors:
+            msg = f"closing writers of {self.uri} failed: " + "; ".join(errors)
+            raise MemWalError(msg)
+
+    def __enter__(self) -> RoutedWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def write_arrow(
+    uri: str,
+    data: Any = None,
+    *,
+    deletes: Any = None,
+    storage_options: Mapping[str, str] | None = None,
+    region_id: str | None = None,
+    max_rows_per_put: int | None = None,
+    **writer_options: Any,
+) -> pa.Table:
+    """Route Arrow rows (puts, then deletes) to their regions and write them with pylance.
+
+    Args:
+        uri: Table URI (a Lance table with ``initialize_mem_wal`` done).
+        data: Rows to upsert: pyarrow Table / RecordBatch / RecordBatchReader / pandas.
+        deletes: Keys to delete (the primary key columns).
+        storage_options: Object store options.
+        region_id: Target region for tables without a region spec.
+        max_rows_per_put: Rows per ``put`` call.
+        **writer_options: Passed to ``LanceDataset.mem_wal_writer``.
+
+    Returns:
+        Per-region statistics (``region_id``, ``spec_values``, ``rows_put``, ...).
+
+    Example:
+        >>> import lance, tempfile, pyarrow as pa, memwal_query as mq
+        >>> pk = {"lance-schema:unenforced-primary-key": "true"}
+        >>> schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=pk), pa.field("v", pa.string())])
+        >>> uri = tempfile.mkdtemp() + "/t"
+        >>> lance.write_dataset(pa.table({"id": [1], "v": ["a"]}, schema=schema), uri).initialize_mem_wal(
+        ...     bucket_column="id", num_buckets=4)
+        >>> stats = write_arrow(uri, pa.table({"id": [1, 2, 3], "v": ["b", "c", "d"]}), deletes=pa.table({"id": [2]}))
+        >>> sum(stats.column("rows_put").to_pylist()), sorted(mq.open_table(uri).to_arrow().column("v").to_pylist())
+        (3, ['b', 'd'])
+    """
+    with RoutedWriter.open(
+        uri, storage_options=storage_options, region_id=region_id, max_rows_per_put=max_rows_per_put, **writer_options
+    ) as w:
+        if data is not None:
+            w.put(data)
+        if deletes is not None:
+            w.delete(deletes)
+        return w.stats()

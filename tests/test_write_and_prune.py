@@ -1,0 +1,193 @@
+"""Routed writes (memwal_write) + region pruning on pylance-written tables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import datafusion
+import lance
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from lance.mem_wal import evaluate_sharding_spec
+
+import memwal_query as mq
+from lsm_model import PK, sort_table
+from memwal_write import write_arrow
+
+SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False, metadata=PK),
+        pa.field("city", pa.string(), nullable=False),
+        pa.field("amount", pa.float64()),
+    ]
+)
+# identity regions by city: city must be part of the key (a key never changes region)
+CITY_KEY = pa.schema([f.with_metadata(PK) if f.name == "city" else f for f in SCHEMA])
+CITIES = ["paris", "oslo", "lima", "kyiv", "", "zürich"]
+
+
+def _rows(ids: Any, rng: np.random.Generator, tag: float, schema: pa.Schema = SCHEMA) -> pa.Table:
+    ids = np.asarray(ids, dtype=np.int64)
+    # the city is a function of the id, so (city, id) keys repeat across writes
+    cities = [CITIES[int(i) % len(CITIES)] for i in ids]
+    return pa.table({"id": ids, "city": cities, "amount": rng.random(len(ids)) + tag}, schema=schema)
+
+
+class Model:
+    def __init__(self, schema: pa.Schema) -> None:
+        self.schema = schema
+        self.pk = [f.name for f in schema if f.metadata]
+        self.rows: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+    def put(self, t: pa.Table) -> None:
+        for r in t.to_pylist():
+            self.rows[tuple(r[k] for k in self.pk)] = r
+
+    def delete(self, keys: pa.Table) -> None:
+        for r in keys.to_pylist():
+            self.rows.pop(tuple(r[k] for k in self.pk), None)
+
+    def get(self, i: int) -> dict[str, Any] | None:
+        return next((r for r in self.rows.values() if r["id"] == i), None)
+
+    def table(self) -> pa.Table:
+        return pa.Table.from_pylist(list(self.rows.values()), schema=self.schema)
+
+
+def _build(path: Path, schema: pa.Schema, **init: Any) -> tuple[str, Model]:
+    rng = np.random.default_rng(1)
+    uri = str(path)
+    base = _rows(range(3000), rng, 0, schema)
+    ds = lance.write_dataset(base, uri)
+    ds.initialize_mem_wal(max_memtable_rows=200, **init)
+    model = Model(schema)
+    model.put(base)
+    for tag in (1, 2):
+        batch = _rows(rng.choice(4000, 900, replace=False), rng, tag, schema)
+        dels = _rows(rng.choice(4000, 60, replace=False), rng, tag, schema).select(model.pk)
+        stats = write_arrow(uri, batch, deletes=dels)
+        assert sum(stats.column("rows_put").to_pylist()) == batch.num_rows
+        assert sum(stats.column("rows_deleted").to_pylist()) == dels.num_rows
+        model.put(batch)
+        model.delete(dels)
+    return uri, model
+
+
+@pytest.fixture(scope="module")
+def bucket_table(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Model]:
+    return _build(tmp_path_factory.mktemp("b") / "t", SCHEMA, bucket_column="id", num_buckets=8)
+
+
+@pytest.fixture(scope="module")
+def identity_table(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Model]:
+    return _build(tmp_path_factory.mktemp("i") / "t", CITY_KEY, identity_column="city")
+
+
+def test_routing_matches_pylance_spec_evaluation(bucket_table: tuple[str, Model]) -> None:
+    uri, model = bucket_table
+    table = mq.open_table(uri)
+    assert sort_table(table.to_arrow(), ["id"]).equals(sort_table(model.table(), ["id"]))
+    ctx = datafusion.SessionContext()
+    table.register(ctx, "t", hidden_columns=True)
+    newer = ctx.sql("SELECT id, _region FROM t WHERE _gen > 0").to_arrow_table()
+    ds = lance.dataset(uri)
+    spec = ds.mem_wal_index_details()["sharding_specs"][0]
+    batch = newer.select(["id"]).combine_chunks().to_batches()[0]
+    buckets = evaluate_sharding_spec(batch, spec, ds.lance_schema).column(0)
+    values = table.region_values()
+    for region, bucket in zip(newer.column("_region").to_pylist(), buckets.to_pylist(), strict=True):
+        rv = values[region]
+        assert rv is not None and rv.values["bucket"] == bucket
+
+
+def test_point_query_prunes_to_one_region(bucket_table: tuple[str, Model]) -> None:
+    uri, model = bucket_table
+    table = mq.open_table(uri)
+    plan = table.plan("id = 17")
+    assert len(plan.regions) == 1 and len(plan.pruned_regions) == len(table.region_ids) - 1
+    assert "pruned" in plan.explain()
+    ctx = datafusion.SessionContext()
+    table.register(ctx, "t")
+    got = ctx.sql("SELECT * FROM t WHERE id = 17").to_pylist()
+    assert got == ([model.get(17)] if model.get(17) else [])
+    assert table.dataset().last_plan is not None and table.dataset().last_plan.regions == plan.regions
+
+
+def test_identity_regions_record_their_values(identity_table: tuple[str, Model]) -> None:
+    uri, model = identity_table
+    table = mq.open_table(uri)
+    values = table.region_values()
+    assert all(v is not None and v.source == "region manifest field entries" for v in values.values())
+    assert {v.values["bucket"] for v in values.values() if v is not None} == set(CITIES)
+    plan = table.plan("city = 'zürich'")
+    assert len(plan.regions) == 1
+    assert values[plan.regions[0]].values["bucket"] == "zürich"  # type: ignore[union-attr]
+    ctx = datafusion.SessionContext()
+    table.register(ctx, "t")
+    got = ctx.sql("SELECT id FROM t WHERE city = 'zürich' ORDER BY id").to_arrow_table().column("id").to_pylist()
+    assert got == sorted(r["id"] for r in model.rows.values() if r["city"] == "zürich")
+    assert table.merge_state.cross_region_keys == 0
+
+
+@st.composite
+def predicates(draw: st.DrawFn) -> str:
+    def leaf() -> st.SearchStrategy[str]:
+        ids = st.integers(-5, 4100)
+        return st.one_of(
+            ids.map(lambda i: f"id = {i}"),
+            st.lists(ids, min_size=1, max_size=5).map(lambda xs: f"id IN ({', '.join(map(str, xs))})"),
+            st.tuples(st.sampled_from(["<", "<=", ">", ">=", "!="]), ids).map(lambda t: f"id {t[0]} {t[1]}"),
+            st.sampled_from(CITIES + ["nowhere"]).map(lambda c: f"city = '{c}'"),
+            st.sampled_from(CITIES).map(lambda c: f"city != '{c}'"),
+            st.floats(0, 3).map(lambda f: f"amount > {f:.3f}"),
+        )
+
+    tree = st.recursive(
+        leaf(),
+        lambda k: st.one_of(
+            st.tuples(k, k).map(lambda t: f"({t[0]} AND {t[1]})"),
+            st.tuples(k, k).map(lambda t: f"({t[0]} OR {t[1]})"),
+            k.map(lambda t: f"(NOT {t})"),
+        ),
+        max_leaves=4,
+    )
+    return draw(tree)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(pred=predicates())
+def test_pruned_sql_equals_unpruned_and_model(
+    bucket_table: tuple[str, Model], identity_table: tuple[str, Model], pred: str
+) -> None:
+    for uri, model in (bucket_table, identity_table):
+        table = mq.open_table(uri)
+        ctx = datafusion.SessionContext()
+        table.register(ctx, "pruned")
+        table.register(ctx, "full", prune=False)
+        ctx.register_record_batches("oracle", [model.table().to_batches()])
+        q = "SELECT id, city, amount FROM {} WHERE " + pred + " ORDER BY id"
+        want = ctx.sql(q.format("oracle")).to_pylist()
+        assert ctx.sql(q.format("pruned")).to_pylist() == want
+        assert ctx.sql(q.format("full")).to_pylist() == want
+
+
+def test_write_errors_are_clear(bucket_table: tuple[str, Model], tmp_path: Path) -> None:
+    uri, _ = bucket_table
+    with pytest.raises(mq.InvalidArgumentError, match="not in the table schema"):
+        write_arrow(uri, pa.table({"id": [1], "city": ["x"], "nope": [1]}))
+    with pytest.raises(mq.InvalidArgumentError, match="'city'.*NULL"):
+        write_arrow(uri, pa.table({"id": [1], "city": pa.array([None], pa.string())}))
+    with pytest.raises(mq.InvalidArgumentError, match="'id' of type string cannot be stored"):
+        write_arrow(uri, pa.table({"id": ["x"], "city": ["x"]}))
+    on_value = str(tmp_path / "by_city")
+    lance.write_dataset(_rows([1], np.random.default_rng(0), 0), on_value).initialize_mem_wal(identity_column="city")
+    with pytest.raises(mq.InvalidArgumentError, match="not part of the primary key"):
+        write_arrow(on_value, _rows([2], np.random.default_rng(0), 0))
+    plain = str(tmp_path / "plain")
+    lance.write_dataset(_rows([1], np.random.default_rng(0), 0), plain)
+    with pytest.raises(mq.NotAMemWalTableError):
+        write_arrow(plain, _rows([2], np.random.default_rng(0), 0))
