@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 
 import memwal_query as mq
+
 from lsm_model import PK, sort_table
 
 BUCKET = "memwal-test"

@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 from lance.mem_wal import evaluate_sharding_spec
 
 import memwal_query as mq
-from lsm_model import PK, sort_table
 from memwal_write import write_arrow
+
+from lsm_model import PK, sort_table
 
 SCHEMA = pa.schema(
     [
