@@ -31,9 +31,10 @@ What it does
 Before anything is timed, the merged answers (count and filtered sum) are checked
 against the window-dedup query: a benchmark of wrong answers is worthless.
 
-Run ``python benchmarks/bench_read.py --base-rows 300000`` for a quick run; the
-defaults (5M base rows) take a few minutes, most of it building the table and
-running the slow alternatives.
+Run ``python benchmarks/bench_read.py --base-rows 300000`` for a quick run (about a
+minute; add ``--skip-slow`` for seconds). The defaults (5M base rows) took about 9
+minutes on 2 cores: building the table takes ~10 s, and one LsmScanner count or full
+scan takes ~2.5 minutes (run once each), the window-dedup queries most of the rest.
 """
 
 from __future__ import annotations
@@ -299,6 +300,14 @@ def measure_interleaved(fns: dict[str, Callable[[], Any]], repeat: int) -> dict[
     return {n: Timing(statistics.median(runs[n]), runs[n], "", values[n]) for n in fns}
 
 
+def check_same(what: str, got: Any, other: str, want: Any) -> None:
+    """Stop the benchmark when two answers differ (floats: relative 1e-9)."""
+    same = math.isclose(got, want, rel_tol=1e-9) if isinstance(want, float) else got == want
+    if not same:
+        msg = f"wrong answer: {what} = {got!r} but {other} = {want!r}"
+        raise AssertionError(msg)
+
+
 def scalar(t: pa.Table) -> Any:
     return t.column(0)[0].as_py() if t.num_rows else None
 
@@ -482,21 +491,37 @@ def bench_window(union: pa.Table, ctx: datafusion.SessionContext, repeat: int) -
 
 
 def peak_rss_mb() -> float:
+    """Peak RSS of this process (``ru_maxrss``)."""
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return rss / 1024 / 1024 if sys.platform == "darwin" else rss / 1024
 
 
+def own_peak_rss_mb() -> float:
+    """Peak RSS of this process image only.
+
+    Linux carries ``ru_maxrss`` over fork + exec, so a child started by a big parent
+    would report the parent's peak; ``VmHWM`` belongs to the new address space.
+    """
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return peak_rss_mb()
+
+
 def probe_memory(uri: str, lookup_id: int) -> None:
     """Child process: open the table, run every merged query once, print peak RSS (JSON)."""
-    before = peak_rss_mb()
+    before = own_peak_rss_mb()
     table = mq.open_table(uri)
-    opened = peak_rss_mb()
+    opened = own_peak_rss_mb()
     ctx = datafusion.SessionContext()
     table.register(ctx, "t")
     ctx.register_record_batches("dim", [dimension_table().to_batches()])
     for q in SQL:
         run_sql(ctx, q, lookup_id)
-    print(json.dumps({"after_imports_mb": before, "after_open_mb": opened, "after_queries_mb": peak_rss_mb()}))
+    print(json.dumps({"after_imports_mb": before, "after_open_mb": opened, "after_queries_mb": own_peak_rss_mb()}))
 
 
 def measure_memory_in_fresh_process(uri: str, lookup_id: int) -> dict[str, float]:
@@ -515,8 +540,16 @@ def machine_info() -> dict[str, Any]:
         except importlib.metadata.PackageNotFoundError:
             return "not installed"
 
+    def git(*cmd: str) -> str:
+        try:
+            return subprocess.run(["git", *cmd], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            return "unknown"
+
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     return {
+        "git_commit": git("rev-parse", "HEAD"),
+        "memwal_query_uncommitted_changes": bool(git("status", "--porcelain", "memwal_query")),
         "cpu_count": os.cpu_count(),
         "memory_gib": round(mem, 1),
         "platform": platform.platform(),
@@ -595,7 +628,7 @@ def print_evaluation(ratios: dict, targets: list) -> None:
     print("\ntargets")
     for t in targets:
         verdict = {True: "PASS", False: "MISS", None: "n/a "}[t["pass"]]
-        val = "-" if t["value"] is None else f"{t['value']:.2f} {t['unit']}"
+        val = "-" if t["value"] is None else f"{t['value']:.3g} {t['unit']}"
         print(f"  {verdict}  {t['target']}: {val}")
 
 
@@ -661,10 +694,9 @@ def run(args: argparse.Namespace, root: str) -> dict[str, Any]:
     window_ctx = window_session(union)
     for q, sql in WINDOW_SQL.items():
         got, want = run_sql(merged_ctx, q, lookup_id), scalar(window_ctx.sql(sql).to_arrow_table())
-        same = got == want if q == "count" else math.isclose(got, want, rel_tol=1e-9)
-        assert same, f"merged {q} = {got} but window dedup says {want}"
+        check_same(f"merged {q}", got, "window dedup", want)
     merged_rows = run_sql(merged_ctx, "count", lookup_id)
-    assert table.count_rows() == merged_rows
+    check_same("Table.count_rows()", table.count_rows(), "merged count(*)", merged_rows)
     print(f"correctness guard passed: {merged_rows:,} live rows (count and filtered sum equal the window "
           f"dedup over {union.num_rows:,} rows of all levels)", flush=True)
 
@@ -672,7 +704,9 @@ def run(args: argparse.Namespace, root: str) -> dict[str, Any]:
     print_results({COLUMNS[k][0]: v for k, v in results.items()})
     results["raw_lance"] = bench_lance_scanner(snap.base, lookup_id, args.repeat)
     memory = measure_memory_in_fresh_process(uri, lookup_id)
-    print(f"peak RSS, fresh process (open + merged queries): {memory['after_queries_mb']:,.0f} MB", flush=True)
+    print(f"peak RSS, fresh process: {memory['after_imports_mb']:,.0f} MB after imports, "
+          f"{memory['after_open_mb']:,.0f} MB after open, {memory['after_queries_mb']:,.0f} MB after the "
+          "merged queries", flush=True)
     results["lsm"], results["window_df"], results["window_duckdb"] = {}, {}, {}
     lsm_rows = None
     if not args.skip_slow:
@@ -681,9 +715,8 @@ def run(args: argparse.Namespace, root: str) -> dict[str, Any]:
         w = bench_window(union, window_ctx, args.repeat)
         results["window_df"], results["window_duckdb"] = w["datafusion"], w["duckdb"]
         for q in WINDOW_SQL:
-            want = results["window_df"][q].value
-            got = results["window_duckdb"][q].value
-            assert (got == want) if q == "count" else math.isclose(got, want, rel_tol=1e-9), (q, got, want)
+            check_same(f"DuckDB window {q}", results["window_duckdb"][q].value,
+                       f"DataFusion window {q}", results["window_df"][q].value)
     del union
 
     eventual_rows = mq.open_table(uri, consistency="eventual").count_rows()

@@ -163,6 +163,7 @@ class SnapshotCache:
     wal_entries: dict[tuple[str, int], WalEntry] = field(default_factory=dict)
     manifests: dict[str, RegionManifest] = field(default_factory=dict)
     generation_keys: dict[str, pa.Table] = field(default_factory=dict)
+    blooms: dict[str, object] = field(default_factory=dict)
     base_keys: dict[int, pa.Table] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 

@@ -7,10 +7,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import datafusion
+import lance
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from memwal_query.compat import check_datafusion_supported
-from memwal_query.errors import InvalidArgumentError
+from memwal_query.errors import InvalidArgumentError, MemWalError
 from memwal_query.format.decode import ShardingFieldSpec
 from memwal_query.format.storage import Storage
 from memwal_query.merge import MergeState, compute_merge
@@ -19,7 +22,13 @@ from memwal_query.planner.datafusion_expr import predicate_for_table
 from memwal_query.planner.plan import Plan, plan_regions, region_values_of
 from memwal_query.planner.predicates import Predicate, Unknown
 from memwal_query.planner.pruning import RegionValues
-from memwal_query.regionspec.spec import decode_field_value, evaluate_field, lance_field_ids, parse_result_type
+from memwal_query.regionspec.spec import (
+    decode_field_value,
+    evaluate_field,
+    evaluate_spec,
+    lance_field_ids,
+    parse_result_type,
+)
 from memwal_query.snapshot import Consistency, LiveMemTable, Snapshot, SnapshotCache, load_snapshot
 from memwal_query.sources import MergedDataset
 
@@ -63,6 +72,9 @@ class Table:
         "_datasets",
         "_field_names",
         "_region_values",
+        "_last_lookup",
+        "_memtable_datasets",
+        "_last_nearest",
     )
 
     def __init__(
@@ -83,6 +95,9 @@ class Table:
         self._datasets: dict[tuple[bool, bool], MergedDataset] = {}
         self._field_names: dict[int, str] | None = None
         self._region_values: dict[str, RegionValues | None] | None = None
+        self._last_lookup: object = None
+        self._memtable_datasets: dict[str, object] = {}
+        self._last_nearest: object = None
 
     # -- what it is ---------------------------------------------------------
     @property
@@ -177,6 +192,9 @@ class Table:
         except Exception:  # noqa: BLE001 - not registered yet
             pass
         ctx.register_dataset(name, self.dataset(hidden_columns=hidden_columns, prune=prune))
+        from memwal_query.sql_functions import register_functions
+
+        register_functions(ctx, {name: self})
 
     def sql(self, query: str, *, name: str = "t", ctx: datafusion.SessionContext | None = None) -> datafusion.DataFrame:
         """Run SQL over this table registered as ``name`` (default ``t``).
@@ -251,6 +269,139 @@ class Table:
             msg = f"cannot plan predicate {predicate_sql!r} over {self.uri}: {err}"
             raise InvalidArgumentError(msg) from err
         return self._plan(pred)
+
+    # -- point lookups -------------------------------------------------------
+    def _route_keys(self, keys: pa.Table) -> dict[str, pa.Table] | None:
+        """Keys per region by the region specs; regions with unknown values get every key.
+
+        ``None`` when routing is impossible (a spec reads a non-key column).
+        """
+        snap = self._snapshot
+        values = self.region_values()
+        names = self._fields()
+        out: dict[str, pa.Table] = {}
+        evaluated: dict[int, pa.Table] = {}
+        for r in snap.regions:
+            rv = values.get(r.region_id)
+            spec = snap.index.spec(r.manifest.spec_id) if r.manifest is not None else None
+            if rv is None or spec is None:
+                out[r.region_id] = keys
+                continue
+            if any(names.get(int(i)) not in snap.primary_key for f in spec.fields for i in f.source_ids):
+                return None
+            if spec.spec_id not in evaluated:
+                try:
+                    evaluated[spec.spec_id] = evaluate_spec(spec, keys, names)
+                except MemWalError:
+                    return None
+            ev = evaluated[spec.spec_id]
+            mask = pa.array(np.ones(keys.num_rows, dtype=bool))
+            for f in spec.fields:
+                if f.field_id not in rv.values or f.field_id not in ev.column_names:
+                    continue
+                v = rv.values[f.field_id]
+                col = ev.column(f.field_id)
+                eq = pc.is_null(col) if v is None else pc.fill_null(pc.equal(col, pa.scalar(v, col.type)), False)
+                mask = pc.and_(mask, eq)
+            out[r.region_id] = keys.filter(mask)
+        return out
+
+    def lookup(self, keys: object, columns: Sequence[str] | None = None) -> pa.Table:
+        """The newest live row of each key; deleted and missing keys are absent.
+
+        Newest source first per key (MemTable, generations newest first with bloom
+        filters, then the base), only in the region each key routes to.
+
+        Args:
+            keys: One key, a list / Arrow array of keys, or for composite keys a
+                struct array, ``pyarrow.Table`` or dict of key columns.
+            columns: Columns to return (default: all).
+
+        Returns:
+            One row per key found (order not guaranteed).
+
+        Raises:
+            InvalidArgumentError: Keys that do not fit the key column types, unknown columns.
+
+        Example:
+            >>> # table.lookup([1, 2, 3], columns=["id", "amount"])
+        """
+        from memwal_query.lookup import lookup
+
+        result, stats = lookup(self, keys, columns)
+        self._last_lookup = stats
+        return result
+
+    @property
+    def last_lookup_stats(self) -> object:
+        """What the last :meth:`lookup` touched (regions, generations, bloom skips, base keys)."""
+        return self._last_lookup
+
+    # -- vector search --------------------------------------------------------
+    def _memtable_dataset(self, region_id: str, rows: pa.Table) -> lance.LanceDataset:
+        ds = self._memtable_datasets.get(region_id)
+        if ds is None:
+            from memwal_query.vector import memory_dataset
+
+            ds = memory_dataset(rows.select(self._snapshot.schema.names).cast(self._snapshot.schema))
+            self._memtable_datasets[region_id] = ds
+        return ds  # type: ignore[return-value]
+
+    def nearest(
+        self,
+        column: str,
+        query: object,
+        k: int = 10,
+        *,
+        filter: str | pc.Expression | None = None,
+        nprobes: int | None = None,
+        refine_factor: int | None = None,
+        distance: str = "l2",
+        columns: Sequence[str] | None = None,
+    ) -> pa.Table:
+        """The ``k`` merged rows nearest to ``query``, with a ``_distance`` column.
+
+        Each source (base, unmerged generations, MemTables) is searched by Lance
+        with the snapshot's dedup mask applied before ranking, so superseded and
+        deleted rows never take a place in the top-k; the base uses its vector
+        index where it covers the data (the rest is searched flat).
+
+        Args:
+            column: The vector column (fixed-size list of floats).
+            query: The query vector (its length must be the column's dimension).
+            k: How many rows.
+            filter: A prefilter (SQL string or pyarrow expression) on the live rows.
+            nprobes: IVF partitions to probe (index searches).
+            refine_factor: Re-rank ``k * refine_factor`` candidates exactly.
+            distance: ``"l2"``, ``"cosine"`` or ``"dot"``.
+            columns: Columns to return (default: all).
+
+        Raises:
+            InvalidArgumentError: Unknown column, not a vector column, wrong dimension, bad k.
+
+        Example:
+            >>> # table.nearest("vec", [0.1] * 128, k=5, filter="category = 'books'")
+        """
+        from memwal_query.vector import nearest
+
+        result, stats = nearest(
+            self,
+            column,
+            query,
+            k=k,
+            filter=filter,
+            nprobes=nprobes,
+            refine_factor=refine_factor,
+            distance=distance,
+            columns=columns,
+        )
+        self._last_nearest = stats
+        return result
+
+    @property
+    def last_nearest_stats(self) -> object:
+        """Sources searched by the last :meth:`nearest` and the index coverage it found."""
+        return self._last_nearest
 
     # -- lifecycle ----------------------------------------------------------
     def refresh(self) -> Table:

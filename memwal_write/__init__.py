@@ -7,6 +7,9 @@ Example:
 from __future__ import annotations
 
 from memwal_write.arrow_writer import RegionWriteStats, RoutedWriter, conform, write_arrow
+from memwal_write.merger import merge_generations, merge_generations_spark
 from memwal_write.routing import region_id_for
+from memwal_write.spark import delete, read_spark, to_datafusion, write
 
 __all__ = ["write_arrow", "RoutedWriter", "RegionWriteStats", "conform", "region_id_for"]
+__all__ += ["write", "delete", "read_spark", "to_datafusion", "merge_generations", "merge_generations_spark"]

@@ -1,0 +1,466 @@
+"""The ``memwal`` command: SQL over a merged MemWAL table, inspect it, verify its layout.
+
+Usage::
+
+    memwal sql URI "SELECT category, count(*) FROM t GROUP BY category"
+    memwal sql URI "SELECT * FROM t" --format arrow --output rows.arrows
+    memwal inspect URI [--json]
+    memwal verify URI [--json]
+
+The merged table is registered as ``t`` and under its folder name
+(``/data/events`` -> ``events``). Every subcommand takes ``--storage-option
+KEY=VALUE`` (repeatable; the keys pylance takes); ``sql`` and ``inspect`` take
+``--consistency strong|eventual``.
+
+Exit codes: 0 success; 1 error (one line ``memwal: error: ...`` on stderr, never a
+traceback); 2 ``verify`` found problems (or the command line is wrong).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from memwal_query.table import Table
+
+__all__ = ["main", "build_parser", "parse_storage_options"]
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_PROBLEMS = 2
+_PRETTY_MAX_ROWS = 1000
+
+
+def parse_storage_options(items: Sequence[str] | None) -> dict[str, str]:
+    """Turn repeated ``KEY=VALUE`` arguments into a dict.
+
+    Raises:
+        InvalidArgumentError: An item has no ``=`` or an empty key.
+
+    Example:
+        >>> parse_storage_options(["aws_region=eu-west-1", "allow_http=true"])
+        {'aws_region': 'eu-west-1', 'allow_http': 'true'}
+    """
+    from memwal_query.errors import InvalidArgumentError
+
+    out: dict[str, str] = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            msg = f"--storage-option needs KEY=VALUE, got {item!r}"
+            raise InvalidArgumentError(msg)
+        out[key.strip()] = value
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``memwal`` (subcommands ``sql``, ``inspect``, ``verify``)."""
+    p = argparse.ArgumentParser(
+        prog="memwal",
+        description="SQL over LSM-merged Lance MemWAL tables (DataFusion); inspect and verify them.",
+    )
+    p.add_argument("--version", action="version", version=f"memwal {_version()}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{sql,inspect,verify}")
+
+    def common(sp: argparse.ArgumentParser, consistency: bool) -> None:
+        sp.add_argument("uri", help="table URI: a local path or s3://bucket/path")
+        sp.add_argument(
+            "--storage-option",
+            "-s",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="object store option (repeatable), e.g. aws_region=eu-west-1",
+        )
+        if consistency:
+            sp.add_argument(
+                "--consistency",
+                choices=("strong", "eventual"),
+                default="strong",
+                help="strong (default): also replay every region's WAL tail; eventual: flushed generations only",
+            )
+
+    sql = sub.add_parser("sql", help="run SQL over the merged table (registered as t and as its folder name)")
+    common(sql, True)
+    sql.add_argument("query", help='SQL, e.g. "SELECT count(*) FROM t"')
+    sql.add_argument(
+        "--format",
+        "-f",
+        choices=("pretty", "csv", "json", "arrow"),
+        default="pretty",
+        help="pretty (default) text table; csv; json (an array of objects); arrow (Arrow IPC stream)",
+    )
+    sql.add_argument("--output", "-o", metavar="FILE", help="write the result to FILE instead of stdout")
+    sql.add_argument(
+        "--max-rows",
+        type=int,
+        default=_PRETTY_MAX_ROWS,
+        metavar="N",
+        help=f"pretty format: rows shown (default {_PRETTY_MAX_ROWS}); other formats write every row",
+    )
+
+    insp = sub.add_parser("inspect", help="regions, spec values, generations, WAL tail, index catch-up")
+    common(insp, True)
+    insp.add_argument("--json", action="store_true", help="machine-readable output")
+
+    ver = sub.add_parser("verify", help="check the layout; exit code 2 when problems are found")
+    common(ver, False)
+    ver.add_argument("--json", action="store_true", help="machine-readable output")
+    return p
+
+
+def _version() -> str:
+    from memwal_query import __version__
+
+    return __version__
+
+
+# --------------------------------------------------------------------------- #
+# Progress (only on a terminal)
+# --------------------------------------------------------------------------- #
+
+
+class _Progress:
+    """A one-line progress bar on stderr, drawn only when stderr is a terminal."""
+
+    def __init__(self, label: str, stream: IO[str] | None = None) -> None:
+        self._stream = stream if stream is not None else sys.stderr
+        self._label = label
+        self._on = bool(getattr(self._stream, "isatty", lambda: False)())
+        self._drawn = False
+
+    def __call__(self, done: int, total: int, what: str) -> None:
+        if not self._on or total <= 1:
+            return
+        width = 30
+        filled = int(width * done / total)
+        bar = "#" * filled + "-" * (width - filled)
+        self._stream.write(f"\r{self._label} [{bar}] {done}/{total} {what[:8]}")
+        self._stream.flush()
+        self._drawn = True
+
+    def close(self) -> None:
+        if self._drawn:
+            self._stream.write("\r\x1b[K")
+            self._stream.flush()
+
+
+# --------------------------------------------------------------------------- #
+# sql
+# --------------------------------------------------------------------------- #
+
+
+def _folder_name(uri: str) -> str:
+    return uri.rstrip("/").rsplit("/", 1)[-1]
+
+
+def _open(args: argparse.Namespace) -> Table:
+    import memwal_query as mq
+
+    return mq.open_table(
+        args.uri,
+        storage_options=parse_storage_options(args.storage_option),
+        consistency=args.consistency,
+    )
+
+
+def _run_query(table: Table, query: str) -> pa.RecordBatchReader:
+    import datafusion
+    import pyarrow as pa
+
+    from memwal_query.errors import MemWalError
+
+    ctx = datafusion.SessionContext()
+    table.register(ctx, "t")
+    name = _folder_name(table.uri)
+    if name and name != "t":
+        table.register(ctx, name)
+    try:
+        df = ctx.sql(query)
+        return pa.RecordBatchReader.from_stream(df)
+    except MemWalError:
+        raise
+    except Exception as err:  # DataFusion raises plain exceptions for SQL errors
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        msg = f"query failed: {first}"
+        raise MemWalError(msg) from err
+
+
+def _batches(reader: pa.RecordBatchReader) -> Iterator[pa.RecordBatch]:
+    from memwal_query.errors import MemWalError
+
+    while True:
+        try:
+            batch = reader.read_next_batch()
+        except StopIteration:
+            return
+        except MemWalError:
+            raise
+        except Exception as err:  # an execution error surfaces while streaming
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            msg = f"query failed: {first}"
+            raise MemWalError(msg) from err
+        yield batch
+
+
+def _write_pretty(reader: pa.RecordBatchReader, out: IO[str], max_rows: int) -> None:
+    import pyarrow as pa
+
+    from memwal_query.display import format_text_table
+
+    taken: list[pa.RecordBatch] = []
+    n = 0
+    more = False
+    for batch in _batches(reader):
+        if n + batch.num_rows > max_rows:
+            taken.append(batch.slice(0, max_rows - n))
+            more = True
+            break
+        taken.append(batch)
+        n += batch.num_rows
+    table = pa.Table.from_batches(taken, schema=reader.schema)
+    footer = f"more rows not shown (--max-rows {max_rows}; --format csv|json|arrow writes all)" if more else None
+    out.write(format_text_table(table, footer=footer) + "\n")
+
+
+def _write_csv(reader: pa.RecordBatchReader, sink: IO[bytes]) -> None:
+    import pyarrow.csv as pacsv
+
+    with pacsv.CSVWriter(sink, reader.schema) as w:
+        for batch in _batches(reader):
+            w.write_batch(batch)
+
+
+def _write_json(reader: pa.RecordBatchReader, out: IO[str]) -> None:
+    from memwal_query.display import json_value
+
+    out.write("[")
+    first = True
+    for batch in _batches(reader):
+        for row in batch.to_pylist():
+            out.write(("\n" if first else ",\n") + json.dumps(row, default=json_value, ensure_ascii=False))
+            first = False
+    out.write("\n]\n" if not first else "]\n")
+
+
+def _write_arrow(reader: pa.RecordBatchReader, sink: IO[bytes]) -> None:
+    import pyarrow as pa
+
+    with pa.ipc.new_stream(sink, reader.schema) as w:
+        for batch in _batches(reader):
+            w.write_batch(batch)
+
+
+def _cmd_sql(args: argparse.Namespace) -> int:
+    from memwal_query.errors import InvalidArgumentError
+
+    if args.max_rows < 0:
+        raise InvalidArgumentError(f"--max-rows must be >= 0, got {args.max_rows}")
+    if args.format == "arrow" and not args.output and sys.stdout.isatty():
+        raise InvalidArgumentError("refusing to write an Arrow IPC stream to a terminal: use --output FILE or a pipe")
+    table = _open(args)
+    reader = _run_query(table, args.query)
+    binary = args.format in ("arrow", "csv")
+    if args.output:
+        try:
+            fh: Any = open(args.output, "wb" if binary else "w", encoding=None if binary else "utf-8")  # noqa: SIM115
+        except OSError as err:
+            raise InvalidArgumentError(f"cannot write {args.output}: {err.strerror or err}") from err
+    else:
+        fh = sys.stdout.buffer if binary else sys.stdout
+    try:
+        if args.format == "pretty":
+            _write_pretty(reader, fh, args.max_rows)
+        elif args.format == "csv":
+            _write_csv(reader, fh)
+        elif args.format == "json":
+            _write_json(reader, fh)
+        else:
+            _write_arrow(reader, fh)
+        fh.flush()
+    finally:
+        if args.output:
+            fh.close()
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- #
+# inspect
+# --------------------------------------------------------------------------- #
+
+
+def _inspect_text(d: dict[str, Any]) -> str:
+    import pyarrow as pa
+
+    from memwal_query.display import format_text_table
+
+    fr = d["freshness"]["newest_region_manifest"]
+    lines = [
+        f"memwal table {d['uri']}",
+        f"  base version {d['base_version']}: {d['base_rows']:,} rows in {d['base_fragments']} fragments, "
+        f"{d['base_rows_masked']:,} masked by newer versions",
+        f"  live rows (merged): {d['live_rows']:,}; primary key: {', '.join(d['primary_key'])}; "
+        f"consistency: {d['consistency']}",
+        "  newest region manifest: " + (f"v{fr['version']} (region {fr['region_id']})" if fr is not None else "none"),
+    ]
+    for s in d["specs"]:
+        parts = []
+        for f in s["fields"]:
+            params = ", ".join(f"{k}={v}" for k, v in sorted(f["parameters"].items()))
+            how = f["transform"] or f"expr({f['expression']})"
+            cols = ", ".join(
+                str(c) if c is not None else f"field {i}"
+                for c, i in zip(f["source_columns"], f["source_ids"], strict=True)
+            )
+            parts.append(
+                f"{f['field_id']} = {how}({cols}{', ' + params if params else ''}) -> {f['result_type'] or '?'}"
+            )
+        lines.append(f"  region spec {s['spec_id']}: " + "; ".join(parts))
+    lines.append(f"  maintained indexes: {', '.join(d['maintained_indexes']) or 'none'}")
+    if d["index_catchup"]:
+        for c in d["index_catchup"]:
+            lines.append(f"  index catch-up: {c['index']} at generation {c['generation']} of region {c['region_id']}")
+    else:
+        lines.append("  index catch-up: none recorded")
+    rows: dict[str, list[Any]] = {
+        k: []
+        for k in (
+            "region",
+            "spec values",
+            "manifest",
+            "epoch",
+            "state",
+            "current gen",
+            "flushed",
+            "merged gen",
+            "unmerged (rows)",
+            "WAL tail",
+            "MemTable live",
+        )
+    }
+    for r in d["regions"]:
+        vals = r["spec_values"]
+        wal = r["wal"]
+        rows["region"].append(r["region_id"])
+        rows["spec values"].append(
+            "unknown" if vals is None else ", ".join(f"{k}={v!r}" for k, v in vals.items()) or "-"
+        )
+        rows["manifest"].append("-" if r["manifest_version"] is None else f"v{r['manifest_version']}")
+        rows["epoch"].append(r["writer_epoch"])
+        rows["state"].append(r["state"] or "-")
+        rows["current gen"].append(r["current_generation"])
+        rows["flushed"].append(_ranges(r["flushed_generations"]))
+        rows["merged gen"].append(r["merged_generation"])
+        rows["unmerged (rows)"].append(
+            " ".join(f"g{g['generation']}:{g['rows']}" for g in r["unmerged_generations"]) or "-"
+        )
+        rows["WAL tail"].append(
+            f"{wal['tail_entries']} entr{'y' if wal['tail_entries'] == 1 else 'ies'} / {wal['tail_rows']} rows"
+            if wal["tail_read"]
+            else "not read"
+        )
+        rows["MemTable live"].append(r["memtable_live_rows"])
+    table = pa.table({k: pa.array([None if v is None else v for v in vs]) for k, vs in rows.items()})
+    lines.append(format_text_table(table, max_cell=60).rsplit("\n", 1)[0])
+    lines.append(f"{len(d['regions'])} regions")
+    return "\n".join(lines)
+
+
+def _ranges(values: Sequence[int]) -> str:
+    """``[1, 2, 3, 5]`` -> ``"1-3,5"``."""
+    out: list[str] = []
+    for v in sorted(values):
+        if out and "-" in out[-1] and int(out[-1].split("-")[1]) == v - 1:
+            out[-1] = f"{out[-1].split('-')[0]}-{v}"
+        elif out and "-" not in out[-1] and int(out[-1]) == v - 1:
+            out[-1] = f"{out[-1]}-{v}"
+        else:
+            out.append(str(v))
+    return ",".join(out) or "-"
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from memwal_query.display import describe_table, json_value
+
+    d = describe_table(_open(args))
+    if args.json:
+        sys.stdout.write(json.dumps(d, indent=2, default=json_value) + "\n")
+    else:
+        sys.stdout.write(_inspect_text(d) + "\n")
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- #
+# verify
+# --------------------------------------------------------------------------- #
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from memwal_query.verify import verify_table
+
+    bar = _Progress("verifying")
+    try:
+        report = verify_table(args.uri, storage_options=parse_storage_options(args.storage_option), progress=bar)
+    finally:
+        bar.close()
+    if args.json:
+        sys.stdout.write(report.to_json() + "\n")
+    else:
+        for p in report.problems:
+            sys.stdout.write(f"problem: {p}\n")
+        for w in report.warnings:
+            sys.stdout.write(f"warning: {w}\n")
+        sys.stdout.write(report.summary() + "\n")
+    return EXIT_OK if report.ok else EXIT_PROBLEMS
+
+
+# --------------------------------------------------------------------------- #
+# main
+# --------------------------------------------------------------------------- #
+
+
+def _quiet_lance_logs() -> None:
+    # pylance logs a spurious "Index __lance_mem_wal has no fields" at ERROR level
+    # for every MemWAL table; keep the user's setting if there is one.
+    os.environ.setdefault("LANCE_LOG", "warn,lance::index=off")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``memwal`` console script.
+
+    Args:
+        argv: Arguments without the program name (default: ``sys.argv[1:]``).
+
+    Returns:
+        The exit code: 0 ok, 1 error, 2 problems found by ``verify``.
+    """
+    _quiet_lance_logs()
+    args = build_parser().parse_args(argv)
+    from memwal_query.errors import MemWalError
+
+    commands = {"sql": _cmd_sql, "inspect": _cmd_inspect, "verify": _cmd_verify}
+    try:
+        return commands[args.command](args)
+    except MemWalError as err:
+        text = " ".join(str(err).split()) or type(err).__name__
+        sys.stderr.write(f"memwal: error: {text}\n")
+        return EXIT_ERROR
+    except BrokenPipeError:
+        # The reader went away (`memwal sql ... | head`): not an error.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
+    except KeyboardInterrupt:
+        sys.stderr.write("memwal: interrupted\n")
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

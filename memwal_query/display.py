@@ -1,0 +1,453 @@
+"""Human-readable views of a table snapshot: plain text tables, a JSON-ready
+description, and the HTML that Jupyter shows for a :class:`~memwal_query.Table`.
+
+Everything here reads what the snapshot already holds (metadata and row counts
+from Lance manifests); nothing scans data columns.
+
+Example:
+    >>> import pyarrow as pa
+    >>> print(format_text_table(pa.table({"id": [1, 22], "name": ["a", None]})))
+    +----+------+
+    | id | name |
+    +----+------+
+    |  1 | a    |
+    | 22 | NULL |
+    +----+------+
+    2 rows
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import decimal
+import html
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+if TYPE_CHECKING:
+    from memwal_query.table import Table
+
+__all__ = [
+    "format_text_table",
+    "json_value",
+    "describe_table",
+    "freshness",
+    "table_html",
+    "explain_html",
+    "ExplainText",
+]
+
+_MAX_CELL = 40
+
+
+# --------------------------------------------------------------------------- #
+# Plain text
+# --------------------------------------------------------------------------- #
+
+
+def _cell_text(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, bytes):
+        return "0x" + value.hex()
+    text = str(value).replace("\n", "\\n")
+    return text
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def format_text_table(
+    table: pa.Table | Iterable[pa.RecordBatch],
+    *,
+    max_cell: int = _MAX_CELL,
+    footer: str | None = None,
+) -> str:
+    """Render Arrow rows as a boxed text table (numbers right-aligned).
+
+    Args:
+        table: An Arrow table or record batches (all rows are rendered).
+        max_cell: Longest cell text; longer values end in ``…``.
+        footer: An extra line printed under the table.
+
+    Returns:
+        The table as text, without a trailing newline.
+    """
+    if not isinstance(table, pa.Table):
+        table = pa.Table.from_batches(list(table))
+    names = list(table.column_names)
+    numeric = [
+        pa.types.is_integer(f.type) or pa.types.is_floating(f.type) or pa.types.is_decimal(f.type) for f in table.schema
+    ]
+    columns = [[_clip(_cell_text(v), max_cell) for v in table.column(i).to_pylist()] for i in range(len(names))]
+    widths = [max([len(n)] + [len(c) for c in col]) for n, col in zip(names, columns, strict=True)]
+    rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+    head = "| " + " | ".join(n.ljust(w) for n, w in zip(names, widths, strict=True)) + " |"
+    lines = [rule, head, rule]
+    for r in range(table.num_rows):
+        cells = [
+            (col[r].rjust(w) if num else col[r].ljust(w)) for col, w, num in zip(columns, widths, numeric, strict=True)
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    if table.num_rows:
+        lines.append(rule)
+    lines.append(f"{table.num_rows} row{'s' if table.num_rows != 1 else ''}" + (f"; {footer}" if footer else ""))
+    return "\n".join(lines)
+
+
+def json_value(value: Any) -> Any:
+    """A JSON-serialisable form of a Python value taken from Arrow (``json.dumps`` ``default=``).
+
+    Dates and times become ISO 8601 strings, decimals strings, bytes base64 strings.
+
+    Example:
+        >>> import datetime
+        >>> json_value(datetime.date(2024, 1, 2)), json_value(b"\\x00\\x01")
+        ('2024-01-02', 'AAE=')
+    """
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, Mapping):
+        return {str(k): json_value(v) for k, v in value.items()}
+    if isinstance(value, set | frozenset | tuple):
+        return [json_value(v) for v in value]
+    return str(value)
+
+
+# --------------------------------------------------------------------------- #
+# A JSON-ready description of a snapshot
+# --------------------------------------------------------------------------- #
+
+
+def _spec_fields(table: Table, spec_id: int) -> list[dict[str, Any]]:
+    from memwal_query.regionspec.spec import lance_field_ids
+
+    spec = table.snapshot.index.spec(spec_id)
+    if spec is None:
+        return []
+    names = lance_field_ids(table.snapshot.base)
+    return [
+        {
+            "field_id": f.field_id,
+            "transform": f.transform,
+            "expression": f.expression,
+            "source_ids": list(f.source_ids),
+            "source_columns": [names.get(i) for i in f.source_ids],
+            "result_type": f.result_type,
+            "parameters": dict(f.parameters),
+        }
+        for f in spec.fields
+    ]
+
+
+def freshness(table: Table) -> dict[str, Any]:
+    """How current a snapshot is: base version and the newest region manifest.
+
+    Returns:
+        ``{"base_version": int, "newest_region_manifest": {"region_id", "version"} | None}``.
+    """
+    newest: dict[str, Any] | None = None
+    for r in table.snapshot.regions:
+        m = r.manifest
+        if m is not None and (newest is None or m.version > newest["version"]):
+            newest = {"region_id": r.region_id, "version": m.version}
+    return {"base_version": table.version, "newest_region_manifest": newest}
+
+
+def describe_table(table: Table) -> dict[str, Any]:
+    """Everything ``memwal inspect`` shows, as plain (JSON-ready) Python values.
+
+    Args:
+        table: An opened snapshot.
+
+    Returns:
+        A dict: table facts (base version, rows, primary key, specs, index
+        catch-up, freshness) and one entry per region (spec values, manifest,
+        generations flushed/merged, WAL tail, MemTable rows).
+    """
+    snap = table.snapshot
+    merge = table.merge_state
+    index = snap.index
+    values = table.region_values()
+    catchup: dict[str, dict[str, int]] = {}
+    for c in index.index_catchup:
+        for mg in c.caught_up:
+            catchup.setdefault(mg.region_id, {})[c.index_name] = mg.generation
+    regions: list[dict[str, Any]] = []
+    for r in snap.regions:
+        m = r.manifest
+        rv = values.get(r.region_id)
+        tail = r.wal_tail
+        kept = merge.memtables.get(r.region_id)
+        regions.append(
+            {
+                "region_id": r.region_id,
+                "spec_id": r.spec_id,
+                "spec_values": dict(rv.values) if rv is not None else None,
+                "spec_values_source": rv.source if rv is not None else None,
+                "manifest_version": m.version if m is not None else None,
+                "writer_epoch": m.writer_epoch if m is not None else None,
+                "state": None if m is None else ("sealed" if m.sealed else "active"),
+                "current_generation": m.current_generation if m is not None else None,
+                "merged_generation": r.merged_generation,
+                "flushed_generations": sorted(g.generation for g in m.flushed_generations) if m is not None else [],
+                "unmerged_generations": [
+                    {
+                        "generation": g.generation,
+                        "rows": g.num_rows,
+                        "dropped": int(d.size) if (d := merge.generation_drop.get(g.uri)) is not None else 0,
+                    }
+                    for g in r.generations
+                ],
+                "skipped_generations": [{"generation": s.generation, "reason": s.reason} for s in r.skipped],
+                "wal": {
+                    "replay_after_position": m.replay_after_wal_position if m is not None else None,
+                    "position_last_seen": m.wal_position_last_seen if m is not None else None,
+                    "tail_read": tail is not None,
+                    "tail_entries": len(tail.entries) if tail is not None else None,
+                    "tail_rows": tail.num_rows if tail is not None else None,
+                    "tail_positions": [tail.first_position, tail.last_position] if tail is not None else None,
+                    "torn_position": tail.torn_position if tail is not None else None,
+                },
+                "memtable_rows": r.memtable.table.num_rows if r.memtable is not None else 0,
+                "memtable_live_rows": kept.num_rows if kept is not None else 0,
+                "index_catchup": catchup.get(r.region_id, {}),
+            }
+        )
+    return {
+        "uri": table.uri,
+        "base_version": table.version,
+        "base_rows": snap.base.count_rows(),
+        "base_fragments": len(snap.base.get_fragments()),
+        "base_rows_masked": merge.base_shadowed_rows,
+        "live_rows": table.count_rows(),
+        "primary_key": list(table.primary_key),
+        "consistency": table.consistency,
+        "specs": [{"spec_id": s.spec_id, "fields": _spec_fields(table, s.spec_id)} for s in index.specs],
+        "maintained_indexes": list(index.maintained_indexes),
+        "index_catchup": [
+            {"index": c.index_name, "region_id": mg.region_id, "generation": mg.generation}
+            for c in index.index_catchup
+            for mg in c.caught_up
+        ],
+        "freshness": freshness(table),
+        "regions": regions,
+    }
+
+
+# --------------------------------------------------------------------------- #
+# HTML (Jupyter)
+# --------------------------------------------------------------------------- #
+
+_STYLE = (
+    "<style>"
+    ".memwal table{border-collapse:collapse;margin:4px 0;font-size:12px}"
+    ".memwal th,.memwal td{border:1px solid #ccc;padding:2px 6px;text-align:left}"
+    ".memwal td.n{text-align:right;font-variant-numeric:tabular-nums}"
+    ".memwal .dim{color:#888}"
+    "</style>"
+)
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _short(region_id: str) -> str:
+    return f'<code title="{_e(region_id)}">{_e(region_id[:8])}</code>'
+
+
+def _values_text(values: Mapping[str, Any] | None) -> str:
+    if values is None:
+        return '<span class="dim">unknown</span>'
+    return _e(", ".join(f"{k}={v!r}" for k, v in values.items()) or "-")
+
+
+def _rows_table(header: Sequence[str], rows: Sequence[Sequence[tuple[str, bool]]]) -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in header)
+    body = "".join(
+        "<tr>" + "".join(f'<td class="n">{c}</td>' if num else f"<td>{c}</td>" for c, num in row) + "</tr>"
+        for row in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _freshness_text(table: Table) -> str:
+    fr = freshness(table)
+    newest = fr["newest_region_manifest"]
+    base = _e(f"base v{fr['base_version']}")
+    if newest is None:
+        return f"{base} · no region manifest"
+    return f"{base} · newest region manifest v{_e(newest['version'])} (region {_short(newest['region_id'])})"
+
+
+def table_html(table: Table) -> str:
+    """HTML for a snapshot (``Table._repr_html_``): sources per region, rows, freshness.
+
+    Args:
+        table: An opened snapshot.
+
+    Returns:
+        A self-contained HTML fragment (escaped; no scripts).
+    """
+    d = describe_table(table)
+    summary = _rows_table(
+        ["live rows", "primary key", "consistency", "freshness", "base"],
+        [
+            [
+                (f"{d['live_rows']:,}", True),
+                (_e(", ".join(d["primary_key"])), False),
+                (_e(d["consistency"]), False),
+                (_freshness_text(table), False),
+                (
+                    _e(f"{d['base_rows']:,} rows, {d['base_fragments']} fragments, {d['base_rows_masked']:,} masked"),
+                    False,
+                ),
+            ]
+        ],
+    )
+    rows = []
+    for r in d["regions"]:
+        unmerged = r["unmerged_generations"]
+        gens = ", ".join(f"g{g['generation']}: {g['rows']:,}" for g in unmerged) or "-"
+        wal = r["wal"]
+        if wal["tail_read"]:
+            tail = f"{wal['tail_entries']} entries, {wal['tail_rows']:,} rows"
+        else:
+            tail = "not read (eventual)"
+        rows.append(
+            [
+                (_short(r["region_id"]), False),
+                (_values_text(r["spec_values"]), False),
+                (_e("-" if r["manifest_version"] is None else f"v{r['manifest_version']}"), True),
+                (_e(r["merged_generation"]), True),
+                (_e(gens), False),
+                (_e(tail), False),
+                (f"{r['memtable_live_rows']:,}", True),
+            ]
+        )
+    regions = _rows_table(
+        ["region", "spec values", "manifest", "merged gen", "unmerged generations (rows)", "WAL tail", "MemTable live"],
+        rows,
+    )
+    return (
+        f'<div class="memwal">{_STYLE}<strong>memwal table</strong> <code>{_e(d["uri"])}</code>{summary}{regions}</div>'
+    )
+
+
+def explain_html(table: Table) -> str:
+    """HTML of :meth:`~memwal_query.Table.explain`: every source, kept or skipped, and why.
+
+    Args:
+        table: An opened snapshot.
+
+    Returns:
+        A self-contained HTML fragment: a source table plus the full text
+        explanation in a collapsible block.
+    """
+    from memwal_query.explain import explain_table
+
+    snap = table.snapshot
+    merge = table.merge_state
+    base_rows = snap.base.count_rows()
+    rows: list[list[tuple[str, bool]]] = [
+        [
+            (_e("base"), False),
+            (_e(f"v{snap.base_version}"), False),
+            (f"{base_rows:,}", True),
+            (f"{merge.base_shadowed_rows:,}", True),
+            (_e("read (masked by row address)"), False),
+        ]
+    ]
+    for r in snap.regions:
+        for g in r.generations:
+            drop = merge.generation_drop.get(g.uri)
+            rows.append(
+                [
+                    (_short(r.region_id), False),
+                    (_e(f"generation {g.generation}"), False),
+                    (f"{g.num_rows:,}", True),
+                    (f"{int(drop.size) if drop is not None else 0:,}", True),
+                    (_e("read"), False),
+                ]
+            )
+        for s in r.skipped:
+            rows.append(
+                [
+                    (_short(r.region_id), False),
+                    (_e(f"generation {s.generation}"), False),
+                    ('<span class="dim">-</span>', True),
+                    ('<span class="dim">-</span>', True),
+                    (_e(f"skipped: {s.reason}"), False),
+                ]
+            )
+        if r.memtable is not None:
+            mt = r.memtable
+            kept = merge.memtables.get(r.region_id)
+            live = kept.num_rows if kept is not None else 0
+            rows.append(
+                [
+                    (_short(r.region_id), False),
+                    (_e(f"memtable ({mt.origin})"), False),
+                    (f"{mt.table.num_rows:,}", True),
+                    (f"{mt.table.num_rows - live:,}", True),
+                    (_e("read"), False),
+                ]
+            )
+        elif snap.consistency == "eventual":
+            rows.append(
+                [
+                    (_short(r.region_id), False),
+                    (_e("memtable"), False),
+                    ('<span class="dim">-</span>', True),
+                    ('<span class="dim">-</span>', True),
+                    (_e("not read (eventual consistency)"), False),
+                ]
+            )
+    sources = _rows_table(["region", "source", "rows", "dropped (superseded/deleted/masked)", "status"], rows)
+    head = _e(
+        f"{len(snap.regions)} regions · consistency {snap.consistency} · merge computed in "
+        f"{merge.seconds * 1000:.1f} ms"
+    )
+    text = _e(explain_table(table))
+    return (
+        f'<div class="memwal">{_STYLE}<strong>memwal explain</strong> <code>{_e(snap.uri)}</code> '
+        f"<span>{_freshness_text(table)}</span><br><span>{head}</span>{sources}"
+        f"<details><summary>full text</summary><pre>{text}</pre></details></div>"
+    )
+
+
+class ExplainText(str):
+    """The text of ``Table.explain()`` that Jupyter shows as HTML.
+
+    A ``str`` (prints, compares and concatenates as the plain text) carrying the
+    HTML rendering for ``_repr_html_``.
+
+    Example:
+        >>> e = ExplainText("plain", "<b>rich</b>")
+        >>> e == "plain", e._repr_html_()
+        (True, '<b>rich</b>')
+    """
+
+    _html: str
+
+    def __new__(cls, text: str, html_text: str) -> ExplainText:
+        """Create the text with its HTML rendering."""
+        obj = super().__new__(cls, text)
+        obj._html = html_text
+        return obj
+
+    def _repr_html_(self) -> str:
+        return self._html

@@ -1,0 +1,256 @@
+"""Point lookups by primary key across LSM levels, newest source first.
+
+For each key: the region it routes to (region pruning), then that region's
+MemTable, then its unmerged generations newest first (each skipped when its bloom
+filter rules the key out), and finally the base table (one filtered scan for all
+keys still unresolved; Lance uses a scalar index on the key when there is one).
+The first version found decides: a live row is returned, a tombstone hides the
+key. Nothing here needs the snapshot's merge (the base mask), so a lookup on a
+freshly opened table is cheap.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from memwal_query.errors import InvalidArgumentError
+from memwal_query.format.bloom import BloomFilter, key_hash
+from memwal_query.format.wal import TOMBSTONE
+from memwal_query.merge import first_of_group
+from memwal_query.snapshot import GenerationSource
+
+if TYPE_CHECKING:
+    from memwal_query.table import Table
+
+__all__ = ["LookupStats", "normalize_keys", "lookup"]
+
+log = logging.getLogger("memwal_query")
+
+
+@dataclass
+class LookupStats:
+    """What a lookup touched."""
+
+    keys: int = 0
+    regions_searched: int = 0
+    regions_pruned: int = 0
+    memtable_hits: int = 0
+    generations_scanned: int = 0
+    generations_skipped_by_bloom: int = 0
+    generation_hits: int = 0
+    base_keys: int = 0
+    base_hits: int = 0
+    deleted: int = 0
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+def normalize_keys(keys: Any, schema: pa.Schema, pk: Sequence[str]) -> pa.Table:
+    """Keys as a table of the primary-key columns, cast to their types, deduplicated.
+
+    Accepts a scalar or list (single-column keys), a pyarrow Array / ChunkedArray,
+    a StructArray or pyarrow Table / dict of columns (composite keys).
+
+    Raises:
+        InvalidArgumentError: Wrong columns, or values that do not fit the key type.
+    """
+    types = {k: schema.field(k).type for k in pk}
+    if isinstance(keys, pa.Table):
+        table = keys
+    elif isinstance(keys, dict):
+        table = pa.table(keys)
+    elif isinstance(keys, pa.StructArray):
+        table = pa.Table.from_struct_array(keys)
+    elif isinstance(keys, (pa.Array, pa.ChunkedArray)):
+        if len(pk) != 1:
+            msg = f"the key has columns {list(pk)}: pass a struct array, table or dict of columns"
+            raise InvalidArgumentError(msg)
+        table = pa.table({pk[0]: keys})
+    else:
+        if len(pk) != 1:
+            msg = f"the key has columns {list(pk)}: pass a struct array, table or dict of columns"
+            raise InvalidArgumentError(msg)
+        values = list(keys) if isinstance(keys, (list, tuple, set, np.ndarray)) else [keys]
+        try:
+            table = pa.table({pk[0]: pa.array(values, types[pk[0]])})
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as err:
+            msg = f"lookup keys {values[:5]!r} do not fit the key column {pk[0]!r} of type {types[pk[0]]}: {err}"
+            raise InvalidArgumentError(msg) from err
+    missing = [k for k in pk if k not in table.column_names]
+    if missing:
+        msg = f"lookup keys lack key column(s) {missing} (key: {list(pk)})"
+        raise InvalidArgumentError(msg)
+    cols = {}
+    for k in pk:
+        col = table.column(k)
+        if col.type != types[k]:
+            try:
+                col = col.cast(types[k])
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+                msg = f"lookup key column {k!r} of type {col.type} cannot be compared with {types[k]}: {err}"
+                raise InvalidArgumentError(msg) from err
+        cols[k] = col
+    out = pa.table(cols)
+    if out.num_rows > 1:
+        out = out.group_by(list(pk), use_threads=False).aggregate([])
+        out = out.select(list(pk))
+    return out
+
+
+def _key_filter(keys: pa.Table, pk: Sequence[str]) -> pc.Expression:
+    # Exact for one column; a superset (each column IN its values) for composite
+    # keys, refined by a semi-join afterwards.
+    expr: pc.Expression | None = None
+    for k in pk:
+        e = pc.field(k).isin(pc.unique(keys.column(k)))
+        expr = e if expr is None else expr & e
+    assert expr is not None
+    return expr
+
+
+def _semi(rows: pa.Table, keys: pa.Table, pk: Sequence[str]) -> pa.Table:
+    if len(pk) == 1 or rows.num_rows == 0:
+        return rows
+    return rows.join(keys, keys=list(pk), join_type="left semi")
+
+
+def _anti(keys: pa.Table, found: pa.Table, pk: Sequence[str]) -> pa.Table:
+    if found.num_rows == 0 or keys.num_rows == 0:
+        return keys
+    if len(pk) == 1:
+        hit = pc.is_in(keys.column(pk[0]), value_set=found.column(pk[0]).combine_chunks())
+        return keys.filter(pc.invert(hit))
+    return keys.join(found.select(list(pk)), keys=list(pk), join_type="left anti")
+
+
+def _newest(rows: pa.Table, pk: Sequence[str], order: Sequence[str]) -> pa.Table:
+    if rows.num_rows <= 1:
+        return rows
+    idx = pc.sort_indices(rows, sort_keys=[(k, "ascending") for k in pk] + [(o, "descending") for o in order])
+    s = rows.take(idx)
+    return s.filter(pa.array(first_of_group([s.column(k) for k in pk])))
+
+
+def _split_found(rows: pa.Table) -> tuple[pa.Table, pa.Table]:
+    tomb = pc.fill_null(rows.column(TOMBSTONE), False)
+    return rows.filter(pc.invert(tomb)), rows.filter(tomb)
+
+
+def _bloom(gen: GenerationSource, table: Table) -> BloomFilter | None:
+    storage = table._storage  # noqa: SLF001 - same package
+    rel = gen.uri[len(storage.uri) + 1 :] + "/bloom_filter.bin"
+    cache = table._cache.blooms  # noqa: SLF001
+    if gen.uri in cache:
+        hit = cache[gen.uri]
+        return hit if isinstance(hit, BloomFilter) else None
+    data = storage.read_bytes(rel)
+    bloom = None
+    if data is not None:
+        try:
+            bloom = BloomFilter(data)
+        except ValueError:
+            log.warning("unreadable bloom filter %s; generation is scanned", storage.child_uri(rel))
+    cache[gen.uri] = bloom
+    return bloom
+
+
+def lookup(table: Table, keys: Any, columns: Sequence[str] | None = None) -> tuple[pa.Table, LookupStats]:
+    """Newest live row per key (absent when deleted or never written). See module docs."""
+    t0 = time.perf_counter()
+    snap = table.snapshot
+    pk = list(snap.primary_key)
+    schema = snap.schema
+    out_cols = list(columns) if columns is not None else list(schema.names)
+    unknown = [c for c in out_cols if c not in schema.names]
+    if unknown:
+        msg = f"unknown column(s) {unknown} in {snap.uri}"
+        raise InvalidArgumentError(msg)
+    read_cols = list(dict.fromkeys(pk + out_cols))
+    want = normalize_keys(keys, schema, pk)
+    stats = LookupStats(keys=want.num_rows)
+    parts: list[pa.Table] = []
+    remaining = want
+    routed = table._route_keys(want)  # noqa: SLF001 - region id -> keys (None: every region)
+    type_names = [str(schema.field(k).type) for k in pk]
+    key_hashes: dict[tuple[Any, ...], int] = {}
+    for region in snap.regions:
+        rkeys = routed.get(region.region_id) if routed is not None else remaining
+        if rkeys is None or rkeys.num_rows == 0:
+            stats.regions_pruned += 1
+            continue
+        rkeys = (
+            _semi(rkeys, remaining, pk)
+            if len(pk) > 1
+            else rkeys.filter(pc.is_in(rkeys.column(pk[0]), value_set=remaining.column(pk[0]).combine_chunks()))
+        )
+        if rkeys.num_rows == 0:
+            continue
+        stats.regions_searched += 1
+        found_any: list[pa.Table] = []
+        mem = region.memtable
+        if mem is not None and mem.table.num_rows:
+            m = mem.table.filter(_key_filter(rkeys, pk))
+            m = _semi(m, rkeys, pk)
+            if m.num_rows:
+                m = _newest(m, pk, ["_gen", "_seq"])
+                live, dead = _split_found(m)
+                stats.memtable_hits += m.num_rows
+                stats.deleted += dead.num_rows
+                parts.append(live.select(out_cols))
+                found_any.append(m.select(pk))
+                rkeys = _anti(rkeys, m, pk)
+        for gen in sorted(region.generations, key=lambda g: g.generation, reverse=True):
+            if rkeys.num_rows == 0:
+                break
+            bloom = _bloom(gen, table)
+            candidates = rkeys
+            if bloom is not None:
+                tuples = list(zip(*[rkeys.column(k).to_pylist() for k in pk], strict=True))
+                hashes = []
+                for tup in tuples:
+                    h = key_hashes.get(tup)
+                    if h is None:
+                        h = key_hash(tup, type_names)
+                        key_hashes[tup] = h
+                    hashes.append(h)
+                maybe = bloom.might_contain_hashes(hashes)
+                if not maybe.any():
+                    stats.generations_skipped_by_bloom += 1
+                    continue
+                candidates = rkeys.filter(pa.array(maybe))
+            stats.generations_scanned += 1
+            rows = gen.dataset.to_table(
+                columns=list(dict.fromkeys(read_cols + [TOMBSTONE])),
+                filter=_key_filter(candidates, pk),
+                with_row_address=True,
+            )
+            rows = _semi(rows, candidates, pk)
+            if rows.num_rows == 0:
+                continue
+            rows = _newest(rows, pk, ["_rowaddr"])
+            live, dead = _split_found(rows)
+            stats.generation_hits += rows.num_rows
+            stats.deleted += dead.num_rows
+            parts.append(live.select(out_cols))
+            found_any.append(rows.select(pk))
+            rkeys = _anti(rkeys, rows, pk)
+        for f in found_any:
+            remaining = _anti(remaining, f, pk)
+    if remaining.num_rows:
+        stats.base_keys = remaining.num_rows
+        rows = snap.base.to_table(columns=read_cols, filter=_key_filter(remaining, pk))
+        rows = _semi(rows, remaining, pk)
+        stats.base_hits = rows.num_rows
+        parts.append(rows.select(out_cols))
+    out_schema = pa.schema([schema.field(c) for c in out_cols])
+    result = pa.concat_tables([p.cast(out_schema) for p in parts]) if parts else out_schema.empty_table()
+    stats.seconds = time.perf_counter() - t0
+    return result, stats

@@ -1,0 +1,272 @@
+"""Merge flushed generations into the base table, safely under reruns and concurrency.
+
+Per region, flushed generations newer than the region's merged generation (as
+recorded in the MemWAL index) are folded into the base in ascending order. Each
+generation takes two commits:
+
+1. **Deletes** of its tombstoned keys: a ``merge_insert(...).when_matched_delete()``
+   transaction computed at base version ``V`` (where the index says the
+   generation is not merged yet) and committed with ``read_version=V``. It only
+   removes rows that existed at ``V`` (rows a concurrent merger inserts later are
+   never touched), so a stale merger cannot delete a newer value.
+2. **Upserts** plus ``mark_sstables_as_compacted([CompactedSsTable(region, gen)])``
+   in one commit. Lance refuses to record a generation that is not greater than
+   the recorded one ("Stale SSTable compaction"), which makes a rerun or a
+   concurrent merger of the same generation a no-op: it is reported as
+   ``skipped``.
+
+A reader between the two commits still sees the generation (not marked merged),
+whose tombstones hide the deleted keys, so every intermediate state reads the
+same rows.
+
+Example:
+    >>> import lance, tempfile, pyarrow as pa, memwal_query as mq
+    >>> from memwal_write import write_arrow
+    >>> pk = {"lance-schema:unenforced-primary-key": "true"}
+    >>> schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=pk), pa.field("v", pa.string())])
+    >>> uri = tempfile.mkdtemp() + "/t"
+    >>> lance.write_dataset(pa.table({"id": [1, 2], "v": ["a", "b"]}, schema=schema), uri).initialize_mem_wal(
+    ...     bucket_column="id", num_buckets=2)
+    >>> _ = write_arrow(uri, pa.table({"id": [3], "v": ["c"]}), deletes=pa.table({"id": [1]}))
+    >>> stats = merge_generations(uri)
+    >>> sorted(stats.column("status").to_pylist())
+    ['merged', 'merged']
+    >>> sorted(lance.dataset(uri).to_table().column("v").to_pylist())
+    ['b', 'c']
+    >>> merge_generations(uri).num_rows  # nothing left to merge
+    0
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import lance
+import pyarrow as pa
+import pyarrow.compute as pc
+from lance.mem_wal import CompactedSsTable
+
+from memwal_query.errors import MemWalError
+from memwal_query.format.decode import FlushedGeneration, MemWalIndex
+from memwal_query.format.storage import Storage
+from memwal_query.snapshot import latest_region_manifest, primary_key_of
+from memwal_write.arrow_writer import _read_index
+
+__all__ = ["merge_generations", "merge_generations_spark", "MERGE_STATS_SCHEMA", "GenerationMergeStats"]
+
+log = logging.getLogger("memwal_write")
+
+MERGE_STATS_SCHEMA = pa.schema(
+    [
+        ("region_id", pa.string()),
+        ("generation", pa.int64()),
+        ("status", pa.string()),
+        ("rows_upserted", pa.int64()),
+        ("rows_deleted", pa.int64()),
+        ("base_version", pa.int64()),
+        ("seconds", pa.float64()),
+    ]
+)
+_MAX_ATTEMPTS = 5
+
+
+@dataclass
+class GenerationMergeStats:
+    """What merging one generation did (``status``: ``merged`` or ``skipped``)."""
+
+    region_id: str
+    generation: int
+    status: str
+    rows_upserted: int = 0
+    rows_deleted: int = 0
+    base_version: int = 0
+    seconds: float = 0.0
+
+
+def _open_latest(storage: Storage) -> tuple[lance.LanceDataset, MemWalIndex]:
+    opts = dict(storage.storage_options) or None
+    try:
+        ds = lance.dataset(storage.uri, storage_options=opts)
+    except (ValueError, OSError) as err:
+        msg = f"cannot open table {storage.uri} to merge generations: {err}"
+        raise MemWalError(msg) from err
+    return ds, _read_index(storage, ds)
+
+
+def _list_regions(storage: Storage) -> list[str]:
+    return sorted(name for name, is_dir in storage.list_dir("_mem_wal") if is_dir)
+
+
+def _is_stale(err: BaseException) -> bool:
+    return "Stale SSTable compaction" in str(err) or "not greater than the recorded generation" in str(err)
+
+
+def _is_conflict(err: BaseException) -> bool:
+    text = str(err).lower()
+    return "conflict" in text or "retryable" in text or "concurrent" in text
+
+
+def _generation_rows(storage: Storage, region_id: str, gen: FlushedGeneration) -> pa.Table:
+    path = f"{storage.uri.rstrip('/')}/_mem_wal/{region_id}/{gen.path}"
+    try:
+        # deletion vectors hide rows superseded inside the generation: one row per key
+        return lance.dataset(path, storage_options=dict(storage.storage_options) or None).to_table()
+    except (ValueError, OSError) as err:
+        msg = f"cannot read generation {gen.generation} of region {region_id} ({path}): {err}"
+        raise MemWalError(msg) from err
+
+
+def _merge_one(storage: Storage, region_id: str, gen: FlushedGeneration, pk: tuple[str, ...]) -> GenerationMergeStats:
+    t0 = time.perf_counter()
+    data = _generation_rows(storage, region_id, gen)
+    tomb = data.column("_tombstone")
+    upserts = data.filter(pc.invert(tomb)).drop_columns(["_tombstone"])
+    deletes = data.filter(tomb).select(list(pk))
+    on: str | list[str] = pk[0] if len(pk) == 1 else list(pk)
+    opts = dict(storage.storage_options) or None
+    for attempt in range(_MAX_ATTEMPTS):
+        ds, index = _open_latest(storage)
+        if index.merged_generation(region_id) >= gen.generation:
+            return GenerationMergeStats(region_id, gen.generation, "skipped", base_version=ds.version)
+        try:
+            if deletes.num_rows:
+                # computed at ds.version and committed against it: touches only rows that existed there
+                txn, _ = ds.merge_insert(on).when_matched_delete().execute_uncommitted(deletes)
+                ds = lance.LanceDataset.commit(ds.uri, txn, read_version=ds.version, storage_options=opts)
+            schema = ds.schema
+            (
+                ds.merge_insert(on)
+                .when_matched_update_all()
+                .when_not_matched_insert_all()
+                .mark_sstables_as_compacted([CompactedSsTable(region_id, gen.generation)])
+                .execute(upserts.select(schema.names).cast(schema))
+            )
+        except OSError as err:
+            if _is_stale(err):
+                ds, _ = _open_latest(storage)
+                log.info("generation %s of region %s was merged concurrently", gen.generation, region_id)
+                return GenerationMergeStats(region_id, gen.generation, "skipped", base_version=ds.version)
+            if _is_conflict(err) and attempt + 1 < _MAX_ATTEMPTS:
+                log.info("commit conflict merging %s/gen%s, retrying: %s", region_id, gen.generation, err)
+                continue
+            msg = f"merging generation {gen.generation} of region {region_id} into {storage.uri} failed: {err}"
+            raise MemWalError(msg) from err
+        ds, _ = _open_latest(storage)
+        return GenerationMergeStats(
+            region_id,
+            gen.generation,
+            "merged",
+            rows_upserted=upserts.num_rows,
+            rows_deleted=deletes.num_rows,
+            base_version=ds.version,
+            seconds=time.perf_counter() - t0,
+        )
+    msg = f"merging generation {gen.generation} of region {region_id} into {storage.uri}: too many commit conflicts"
+    raise MemWalError(msg)
+
+
+def _stats_table(stats: Sequence[GenerationMergeStats]) -> pa.Table:
+    return pa.Table.from_pylist([s.__dict__ for s in stats], schema=MERGE_STATS_SCHEMA)
+
+
+def merge_generations(
+    uri: str,
+    regions: Sequence[str] | None = None,
+    max_generations: int | None = None,
+    *,
+    storage_options: Mapping[str, str] | None = None,
+) -> pa.Table:
+    """Merge flushed generations into the base table, oldest first per region.
+
+    Safe to run twice or concurrently (with itself or :func:`merge_generations_spark`):
+    generations at or below the merged generation recorded in the MemWAL index are
+    skipped, and a generation merged concurrently is reported as ``skipped``.
+
+    Args:
+        uri: Table URI.
+        regions: Region UUID strings to merge (default: every region under ``_mem_wal/``).
+        max_generations: Merge at most this many generations per region (default: all).
+        storage_options: Object store options, as pylance takes them.
+
+    Returns:
+        One row per generation considered (:data:`MERGE_STATS_SCHEMA`): ``region_id``,
+        ``generation``, ``status`` (``merged``/``skipped``), ``rows_upserted``,
+        ``rows_deleted``, ``base_version`` (after the merge), ``seconds``.
+
+    Raises:
+        NotAMemWalTableError: The table has no MemWAL index.
+        MemWalError: A generation cannot be read or committed.
+
+    Example:
+        >>> # merge_generations("s3://bucket/events", max_generations=1)
+    """
+    storage = Storage.open(uri, storage_options)
+    ds, index = _open_latest(storage)
+    pk = primary_key_of(ds.schema)
+    stats: list[GenerationMergeStats] = []
+    for region_id in regions if regions is not None else _list_regions(storage):
+        manifest = latest_region_manifest(storage, region_id)
+        if manifest is None:
+            continue
+        merged = index.merged_generation(region_id)
+        pending = sorted((g for g in manifest.flushed_generations if g.generation > merged), key=lambda g: g.generation)
+        if max_generations is not None:
+            pending = pending[:max_generations]
+        for gen in pending:
+            stats.append(_merge_one(storage, region_id, gen, pk))
+    return _stats_table(stats)
+
+
+def _merge_task(uri: str, storage_options: Mapping[str, str] | None, max_generations: int | None) -> Any:
+    def run(batches: Any) -> Any:
+        for batch in batches:
+            regions = [str(r) for r in batch.column("region_id").to_pylist()]
+            if regions:
+                yield from merge_generations(
+                    uri, regions, max_generations, storage_options=storage_options
+                ).to_batches()
+
+    return run
+
+
+def merge_generations_spark(
+    spark: Any,
+    uri: str,
+    *,
+    regions: Sequence[str] | None = None,
+    max_generations: int | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> Any:
+    """Run :func:`merge_generations` with one region per Spark task.
+
+    Regions commit to the same base table concurrently; Lance resolves (or
+    retries) the commit conflicts, and a rerun task skips what it merged before.
+
+    Args:
+        spark: A ``pyspark.sql.SparkSession``.
+        uri: Table URI (reachable from the executors).
+        regions: Regions to merge (default: all).
+        max_generations: Per-region limit.
+        storage_options: Object store options.
+
+    Returns:
+        A Spark DataFrame of the per-generation stats (already computed).
+
+    Example:
+        >>> # merge_generations_spark(spark, "s3://bucket/events").show()
+    """
+    storage = Storage.open(uri, storage_options)
+    todo = list(regions) if regions is not None else _list_regions(storage)
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    out_schema = from_arrow_schema(MERGE_STATS_SCHEMA)
+    if not todo:
+        return spark.createDataFrame([], out_schema)
+    rdd = spark.sparkContext.parallelize([(r,) for r in todo], len(todo))
+    units = spark.createDataFrame(rdd, "region_id string")
+    result = units.mapInArrow(_merge_task(storage.uri, storage_options, max_generations), out_schema)
+    return spark.createDataFrame(result.toArrow())

@@ -1,0 +1,247 @@
+"""The ``memwal`` command: sql / inspect / verify, output formats, exit codes, errors."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pytest
+
+import memwal_query as mq
+from memwal_query.cli import _Progress, main, parse_storage_options
+from memwal_query.demo import write_demo_table
+from memwal_query.errors import InvalidArgumentError
+from memwal_query.format.decode import bitrev64_name
+from memwal_query.format.wal import wal_entry_path
+
+from lsm_model import sort_table
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> str:
+    root = tmp_path_factory.mktemp("cli")
+    return write_demo_table(str(root / "events"), base_rows=600, update_rows=120, memtable_rows=60, seed=5)
+
+
+@pytest.fixture
+def copy(demo: str, tmp_path: Path) -> str:
+    dst = tmp_path / "events"
+    shutil.copytree(demo, dst)
+    return str(dst)
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# -- sql ---------------------------------------------------------------------------------
+
+
+def test_sql_pretty_registers_t_and_folder_name(demo: str, capsys: pytest.CaptureFixture[str]) -> None:
+    n = mq.open_table(demo).count_rows()
+    code, out, err = run(capsys, "sql", demo, "SELECT count(*) AS n FROM t")
+    assert code == 0 and err == ""
+    assert out.splitlines()[0].startswith("+") and f"| {n} |" in out and "1 row" in out
+    code, out, _ = run(capsys, "sql", demo, "SELECT count(*) AS n FROM events")
+    assert code == 0 and f"| {n} |" in out
+
+
+def test_sql_csv_json_arrow_agree(demo: str, tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]) -> None:
+    q = "SELECT id, category, amount FROM t WHERE id < 200"
+    expected = sort_table(mq.open_table(demo).sql(q).to_arrow_table(), ["id"])
+
+    assert main(["sql", demo, q, "--format", "csv"]) == 0
+    got_csv = pacsv.read_csv(io.BytesIO(capsysbinary.readouterr().out))
+    assert sort_table(got_csv, ["id"]).to_pylist() == expected.to_pylist()
+
+    assert main(["sql", demo, q, "-f", "json"]) == 0
+    rows = json.loads(capsysbinary.readouterr().out)
+    assert sorted(rows, key=lambda r: r["id"]) == expected.to_pylist()
+
+    out = tmp_path / "rows.arrows"
+    assert main(["sql", demo, q, "-f", "arrow", "--output", str(out)]) == 0
+    with pa.ipc.open_stream(out.read_bytes()) as r:
+        assert sort_table(r.read_all(), ["id"]).equals(expected)
+
+
+def test_sql_arrow_to_stdout_pipe(demo: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "memwal_query.cli", "sql", demo, "SELECT * FROM t", "--format", "arrow"],
+        capture_output=True,
+        cwd=REPO,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    got = pa.ipc.open_stream(proc.stdout).read_all()
+    assert got.num_rows == mq.open_table(demo).count_rows()
+
+
+def test_sql_consistency_and_json_types(demo: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "sql", demo, "SELECT * FROM t ORDER BY id LIMIT 1", "-f", "json", "--consistency", "eventual")
+    assert code == 0
+    (row,) = json.loads(out)
+    assert set(row) == {"id", "category", "amount", "ts"} and isinstance(row["ts"], str)
+
+
+def test_sql_max_rows(demo: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "sql", demo, "SELECT id FROM t ORDER BY id", "--max-rows", "3")
+    assert code == 0 and "3 rows; more rows not shown" in out
+
+
+def test_sql_errors_are_one_line(demo: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "sql", demo, "SELECT no_such_column FROM t")
+    assert code == 1 and out == ""
+    assert err.startswith("memwal: error: query failed") and err.count("\n") == 1
+    code, _, err = run(capsys, "sql", str(tmp_path / "missing"), "SELECT 1")
+    assert code == 1 and err.startswith("memwal: error: no Lance table") and "Traceback" not in err
+    code, _, err = run(capsys, "sql", demo, "SELECT 1", "--storage-option", "novalue")
+    assert code == 1 and "KEY=VALUE" in err
+
+
+def test_error_without_traceback_in_a_real_process(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "memwal_query.cli", "inspect", str(tmp_path / "nothing")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("memwal: error: ") and proc.stderr.count("\n") == 1
+    assert "Traceback" not in proc.stderr
+
+
+def test_storage_options_parsing() -> None:
+    assert parse_storage_options(["a=1", "b=x=y"]) == {"a": "1", "b": "x=y"}
+    with pytest.raises(InvalidArgumentError):
+        parse_storage_options(["=1"])
+
+
+def test_console_script_declared() -> None:
+    text = (REPO / "pyproject.toml").read_text()
+    assert 'memwal = "memwal_query.cli:main"' in text
+
+
+# -- inspect -------------------------------------------------------------------------------
+
+
+def test_inspect_text_and_json(demo: str, capsys: pytest.CaptureFixture[str]) -> None:
+    table = mq.open_table(demo)
+    code, out, _ = run(capsys, "inspect", demo)
+    assert code == 0
+    assert f"base version {table.version}" in out and "bucket(id, num_buckets=4)" in out
+    for rid in table.region_ids:
+        assert rid in out
+    code, out, _ = run(capsys, "inspect", demo, "--json")
+    d: dict[str, Any] = json.loads(out)
+    assert d["base_version"] == table.version and d["live_rows"] == table.count_rows()
+    assert {r["region_id"] for r in d["regions"]} == set(table.region_ids)
+    values = table.region_values()
+    for r in d["regions"]:
+        rv = values[r["region_id"]]
+        assert r["spec_values"] == (dict(rv.values) if rv is not None else None)
+        assert r["merged_generation"] == 1 and 1 in r["flushed_generations"]
+        assert all(g["generation"] > 1 for g in r["unmerged_generations"])
+        assert r["wal"]["tail_read"] is True
+    code, out, _ = run(capsys, "inspect", demo, "--json", "--consistency", "eventual")
+    assert all(r["wal"]["tail_read"] is False for r in json.loads(out)["regions"])
+
+
+# -- verify --------------------------------------------------------------------------------
+
+
+def test_verify_ok(demo: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "verify", demo)
+    assert code == 0 and out.startswith("ok: ") and "4 regions" in out
+    code, out, _ = run(capsys, "verify", demo, "--json")
+    assert code == 0 and json.loads(out)["ok"] is True
+
+
+def _region(uri: str) -> str:
+    return mq.open_table(uri).region_ids[0]
+
+
+def test_verify_missing_region_manifest_version(copy: str, capsys: pytest.CaptureFixture[str]) -> None:
+    rid = _region(copy)
+    victim = Path(copy) / f"_mem_wal/{rid}/manifest/{bitrev64_name(2)}.binpb"
+    victim.unlink()
+    code, out, _ = run(capsys, "verify", copy)
+    assert code == 2
+    problems = [line for line in out.splitlines() if line.startswith("problem: ")]
+    assert len(problems) == 1 and str(victim) in problems[0] and "version 2 is missing" in problems[0]
+    assert out.splitlines()[-1].startswith("1 problem")
+
+
+def test_verify_undecodable_region_manifest(copy: str, capsys: pytest.CaptureFixture[str]) -> None:
+    rid = _region(copy)
+    victim = Path(copy) / f"_mem_wal/{rid}/manifest/{bitrev64_name(3)}.binpb"
+    victim.write_bytes(b"\xff\xff garbage")
+    code, out, _ = run(capsys, "verify", copy)
+    assert code == 2 and f"problem: {victim}: region manifest does not decode" in out
+
+
+def test_verify_wal_gap_and_damaged_entry(copy: str, capsys: pytest.CaptureFixture[str]) -> None:
+    table = mq.open_table(copy)
+    region = table.snapshot.regions[0]
+    assert region.manifest is not None
+    after = region.manifest.replay_after_wal_position
+    root = Path(copy)
+    # a valid entry two positions past the tail leaves a hole ...
+    any_entry = next((root / f"_mem_wal/{region.region_id}/wal").iterdir())
+    shutil.copy(any_entry, root / wal_entry_path(region.region_id, after + 3))
+    code, out, _ = run(capsys, "verify", copy)
+    assert code == 2
+    assert f"problem: {root / wal_entry_path(region.region_id, after + 2)}: WAL position {after + 2} is missing" in out
+    # ... and a damaged entry followed by a valid one is corruption
+    (root / wal_entry_path(region.region_id, after + 2)).write_bytes(b"not arrow")
+    code, out, _ = run(capsys, "verify", copy)
+    assert code == 2 and f"{root / wal_entry_path(region.region_id, after + 2)}: WAL entry does not decode" in out
+
+
+def test_verify_torn_last_wal_entry_is_a_warning(copy: str, capsys: pytest.CaptureFixture[str]) -> None:
+    table = mq.open_table(copy)
+    region = table.snapshot.regions[0]
+    assert region.manifest is not None
+    last = max(region.manifest.replay_after_wal_position, region.wal_tail.last_position if region.wal_tail else 0)
+    (Path(copy) / wal_entry_path(region.region_id, last + 1)).write_bytes(b"torn")
+    code, out, _ = run(capsys, "verify", copy)
+    assert code == 0 and "warning: " in out and "torn" in out and out.splitlines()[-1].startswith("ok: ")
+
+
+def test_verify_missing_unmerged_generation(copy: str, capsys: pytest.CaptureFixture[str]) -> None:
+    region = mq.open_table(copy).snapshot.regions[0]
+    gen = region.generations[-1]
+    shutil.rmtree(gen.uri)
+    code, out, _ = run(capsys, "verify", copy)
+    assert code == 2 and f"problem: {gen.uri}: unmerged generation {gen.generation} is missing" in out
+
+
+def test_verify_not_a_table_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "verify", str(tmp_path))
+    assert code == 1 and out == "" and err.startswith("memwal: error: ")
+
+
+def test_progress_only_on_a_terminal() -> None:
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    plain, tty = io.StringIO(), Tty()
+    for stream in (plain, tty):
+        bar = _Progress("verifying", stream)
+        for i in range(1, 5):
+            bar(i, 4, "region")
+        bar.close()
+    assert plain.getvalue() == ""
+    assert "4/4" in tty.getvalue()

@@ -1,0 +1,252 @@
+"""Point lookups and vector search across LSM levels vs the dict model and pylance."""
+
+from __future__ import annotations
+
+import glob
+from pathlib import Path
+from typing import Any
+
+import datafusion
+import lance
+import numpy as np
+import pyarrow as pa
+import pytest
+from lance.mem_wal import LsmPointLookupPlanner
+
+import memwal_query as mq
+from memwal_query.format.bloom import BloomFilter
+from memwal_query.sql_functions import register_functions
+
+from conftest import build_events
+from lsm_model import PK, ModelTable
+
+DIM = 16
+
+
+def test_bloom_filters_written_by_lance_have_no_false_negatives(tmp_path: Path) -> None:
+    t = build_events(str(tmp_path / "e"), seed=11, keep_open=False)
+    gens = glob.glob(f"{t.uri}/_mem_wal/*/*_gen_*")
+    assert gens
+    absent_hits = 0
+    for g in gens:
+        bf = BloomFilter(Path(g, "bloom_filter.bin").read_bytes())
+        keys = lance.dataset(g).to_table(columns=["id"], with_row_address=False).column("id").to_pylist()
+        assert all(bf.might_contain_keys([(k,) for k in keys], ["int64"]))
+        absent_hits += sum(bf.might_contain_keys([(k,) for k in range(10**6, 10**6 + 500)], ["int64"]))
+    assert absent_hits < 0.05 * 500 * len(gens)  # a wrong hash would look random: half the bits set fail
+
+
+def test_bloom_filter_string_composite_keys(tmp_path: Path) -> None:
+    schema = pa.schema(
+        [
+            pa.field("k", pa.string(), nullable=False, metadata=PK),
+            pa.field("n", pa.int32(), nullable=False, metadata=PK),
+        ]
+    )
+    base = pa.table({"k": ["x"], "n": pa.array([0], pa.int32())}, schema=schema)
+    t = ModelTable(str(tmp_path / "c"), schema, base, unsharded=True, max_memtable_rows=500)
+    rows = [{"k": s, "n": i} for i, s in enumerate(["", "ä", "hello world", "ß" * 9, "a\x00b"] * 40)]
+    t.put(rows)
+    t.flush()
+    (g,) = glob.glob(f"{t.uri}/_mem_wal/*/*_gen_*")
+    bf = BloomFilter(Path(g, "bloom_filter.bin").read_bytes())
+    assert all(bf.might_contain_keys([(r["k"], r["n"]) for r in rows], ["string", "int32"]))
+    assert sum(bf.might_contain_keys([("nope", i) for i in range(300)], ["string", "int32"])) < 15
+
+
+def test_lookup_equals_model_and_pylance(events) -> None:  # type: ignore[no-untyped-def]
+    table = mq.open_table(events.uri)
+    rng = np.random.default_rng(0)
+    keys = [int(k) for k in rng.choice(2700, 400, replace=False)] + [5, 6, 7, 11, 2100, 10**9]
+    got = {r["id"]: r for r in table.lookup(keys).to_pylist()}
+    want = {k: events.model[(k,)] for k in keys if (k,) in events.model}
+    assert got == want
+    stats = table.last_lookup_stats
+    assert stats.keys == len(set(keys)) and stats.base_keys > 0  # type: ignore[attr-defined]
+    # single keys, columns, and the same rows as pylance's planner on flushed data
+    assert table.lookup(7, columns=["id", "amount"]).to_pylist() == [{"id": 7, "amount": events.model[(7,)]["amount"]}]
+    assert table.lookup(pa.array([10**9], pa.int64())).num_rows == 0
+
+
+def test_lookup_matches_lsm_point_lookup_planner(tmp_path: Path) -> None:
+    t = build_events(str(tmp_path / "e"), seed=12, keep_open=False)
+    table = mq.open_table(t.uri, consistency="eventual")
+    scanner_snaps = t.lsm_scanner  # noqa: F841 - same snapshots as LsmScanner
+    from lance.mem_wal import ShardSnapshot
+
+    shards = []
+    for r in table.snapshot.regions:
+        s = ShardSnapshot(r.region_id).with_spec_id(r.spec_id)
+        if r.manifest is not None:
+            s = s.with_current_generation(r.manifest.current_generation)
+            for g in r.generations:
+                s = s.with_sstable(g.generation, Path(g.uri).name)
+        shards.append(s)
+    planner = LsmPointLookupPlanner(lance.dataset(t.uri), shards)
+    for k in [1, 5, 6, 7, 11, 100, 2100, 2500, 10**9]:
+        theirs = planner.plan_lookup(pa.array([k], pa.int64())).to_table()
+        ours = table.lookup(k)
+        assert ours.to_pylist() == theirs.select(ours.column_names).to_pylist(), k
+
+
+def test_lookup_composite_keys_and_errors(tmp_path: Path) -> None:
+    schema = pa.schema(
+        [
+            pa.field("tenant", pa.string(), nullable=False, metadata=PK),
+            pa.field("seq", pa.int32(), nullable=False, metadata=PK),
+            pa.field("v", pa.float64()),
+        ]
+    )
+    base = pa.Table.from_pylist([{"tenant": t, "seq": i, "v": 0.0} for t in "ab" for i in range(20)], schema=schema)
+    t = ModelTable(str(tmp_path / "c"), schema, base, unsharded=True, max_memtable_rows=30)
+    t.put([{"tenant": "a", "seq": 3, "v": 1.0}, {"tenant": "b", "seq": 3, "v": 2.0}])
+    t.flush()
+    t.delete([("a", 4)])
+    t.put([{"tenant": "a", "seq": 3, "v": 9.0}])  # WAL tail, newest
+    table = mq.open_table(t.uri)
+    keys = pa.table({"tenant": ["a", "a", "b", "a", "z"], "seq": pa.array([3, 4, 3, 5, 3], pa.int32())})
+    got = sorted(table.lookup(keys).to_pylist(), key=lambda r: (r["tenant"], r["seq"]))
+    want = sorted(
+        (t.model[k] for k in [("a", 3), ("b", 3), ("a", 5)] if k in t.model), key=lambda r: (r["tenant"], r["seq"])
+    )
+    assert got == want
+    # a b/3 lookup must not return a/3 (columns matched together, not separately)
+    assert table.lookup({"tenant": ["b"], "seq": [3]}).to_pylist() == [t.model[("b", 3)]]
+    with pytest.raises(mq.InvalidArgumentError, match="struct array, table or dict"):
+        table.lookup([1, 2])
+    with pytest.raises(mq.InvalidArgumentError, match="lack key column"):
+        table.lookup({"tenant": ["a"]})
+    t.flush()
+
+
+def test_lookup_wrong_key_type(events) -> None:  # type: ignore[no-untyped-def]
+    table = mq.open_table(events.uri)
+    with pytest.raises(mq.InvalidArgumentError, match="key column 'id'"):
+        table.lookup(["not-a-number"])
+    with pytest.raises(mq.InvalidArgumentError, match="unknown column"):
+        table.lookup(1, columns=["nope"])
+
+
+# -- vector search ---------------------------------------------------------------
+
+
+def _vec_schema() -> pa.Schema:
+    return pa.schema(
+        [
+            pa.field("id", pa.int64(), nullable=False, metadata=PK),
+            pa.field("cat", pa.string()),
+            pa.field("vec", pa.list_(pa.float32(), DIM)),
+        ]
+    )
+
+
+def _vec_rows(ids: Any, rng: np.random.Generator) -> pa.Table:
+    ids = np.asarray(ids, dtype=np.int64)
+    v = rng.standard_normal((len(ids), DIM)).astype(np.float32)
+    cats = np.array(["x", "y", "z"])[ids % 3]
+    return pa.table(
+        {"id": ids, "cat": cats, "vec": pa.FixedSizeListArray.from_arrays(pa.array(v.reshape(-1)), DIM)},
+        schema=_vec_schema(),
+    )
+
+
+@pytest.fixture(scope="module")
+def vectors(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    rng = np.random.default_rng(5)
+    uri = str(tmp_path_factory.mktemp("v") / "vec")
+    base = _vec_rows(np.arange(6000), rng)
+    lance.write_dataset(base, uri, max_rows_per_file=2000).create_index(
+        "vec", index_type="IVF_PQ", num_partitions=16, num_sub_vectors=4
+    )
+    t = ModelTable.__new__(ModelTable)  # reuse the model's helpers on an existing dataset
+    t.uri, t.schema, t.pk, t.max_rows, t.bucketed, t.writers = uri, _vec_schema(), ["id"], 500, True, {}
+    lance.dataset(uri).initialize_mem_wal(bucket_column="id", num_buckets=2, max_memtable_rows=500)
+    t.ds = lance.dataset(uri)
+    t.model = {(r["id"],): r for r in base.to_pylist()}
+    # generation 1 (updates that move vectors + new rows + deletes), merged into the base
+    t.put(_vec_rows(rng.choice(7000, 800, replace=False), rng))
+    t.delete([(int(k),) for k in rng.choice(6000, 100, replace=False)])
+    t.flush()
+    for r in t.regions():
+        t.merge(r, t.flushed(r)[0][0])  # merged but not re-indexed: new base fragments unindexed
+    # generation 2: unmerged
+    t.put(_vec_rows(rng.choice(7000, 600, replace=False), rng))
+    t.delete([(int(k),) for k in rng.choice(7000, 50, replace=False)])
+    t.flush()
+    # WAL tail
+    t.put(_vec_rows(rng.choice(7000, 100, replace=False), rng))
+    yield t
+    t.flush()
+
+
+def _exact(model: dict[Any, Any], q: np.ndarray, k: int, cat: str | None = None) -> list[int]:
+    rows = [r for r in model.values() if cat is None or r["cat"] == cat]
+    ids = np.array([r["id"] for r in rows])
+    m = np.array([r["vec"] for r in rows], dtype=np.float32)
+    d = ((m - q) ** 2).sum(axis=1)
+    return [int(i) for i in ids[np.argsort(d, kind="stable")[:k]]]
+
+
+def test_nearest_recall_and_no_stale_rows(vectors) -> None:  # type: ignore[no-untyped-def]
+    table = mq.open_table(vectors.uri)
+    cov = table.last_nearest_stats
+    rng = np.random.default_rng(1)
+    recalls = []
+    for _ in range(20):
+        q = rng.standard_normal(DIM).astype(np.float32)
+        got = table.nearest("vec", q, k=10, nprobes=16, refine_factor=10)
+        assert got.num_rows == 10
+        for r in got.to_pylist():  # every returned row is the live version
+            assert vectors.model.get((r["id"],)) == {k: r[k] for k in ("id", "cat", "vec")}
+        recalls.append(len(set(got.column("id").to_pylist()) & set(_exact(vectors.model, q, 10))) / 10)
+    assert np.mean(recalls) >= 0.95, recalls
+    stats = table.last_nearest_stats
+    assert cov is None and stats.coverage is not None  # type: ignore[attr-defined]
+    assert stats.coverage.unindexed_fragments, "merged generation should sit in unindexed fragments"  # type: ignore[attr-defined]
+    assert any("memtable" in s for s in stats.sources)  # type: ignore[attr-defined]
+
+
+def test_nearest_filter_applies_to_live_rows(vectors) -> None:  # type: ignore[no-untyped-def]
+    table = mq.open_table(vectors.uri)
+    q = np.full(DIM, 0.3, dtype=np.float32)
+    got = table.nearest("vec", q, k=15, filter="cat = 'y'", nprobes=16, refine_factor=20)
+    assert set(got.column("cat").to_pylist()) == {"y"}
+    exact = _exact(vectors.model, q, 15, "y")
+    assert len(set(got.column("id").to_pylist()) & set(exact)) >= 14
+
+
+def test_nearest_errors(vectors) -> None:  # type: ignore[no-untyped-def]
+    table = mq.open_table(vectors.uri)
+    with pytest.raises(mq.InvalidArgumentError, match="dimension 3"):
+        table.nearest("vec", [1.0, 2.0, 3.0])
+    with pytest.raises(mq.InvalidArgumentError, match="not a fixed-size list"):
+        table.nearest("cat", [1.0] * DIM)
+    with pytest.raises(mq.InvalidArgumentError, match="distance"):
+        table.nearest("vec", [1.0] * DIM, distance="manhattan")
+    with pytest.raises(mq.InvalidArgumentError, match="positive"):
+        table.nearest("vec", [1.0] * DIM, k=0)
+
+
+def test_sql_table_functions(vectors) -> None:  # type: ignore[no-untyped-def]
+    table = mq.open_table(vectors.uri)
+    ctx = datafusion.SessionContext()
+    register_functions(ctx, {"vec": table})
+    q = np.full(DIM, -0.2, dtype=np.float32)
+    qsql = "[" + ", ".join(f"{x:.1f}" for x in q) + "]"
+    sql = f"SELECT k.id, k._distance FROM memwal_knn('vec', 'vec', {qsql}, 5) k ORDER BY k._distance"
+    got = ctx.sql(sql).to_arrow_table()
+    want = table.nearest("vec", q, k=5)
+    assert got.column("id").to_pylist() == want.column("id").to_pylist()
+    ctx.register_record_batches(
+        "labels", [[pa.record_batch({"id": pa.array([1, 2, 3], pa.int64()), "l": ["a", "b", "c"]})]]
+    )
+    joined = ctx.sql(
+        "SELECT l.l, m.cat FROM memwal_lookup('vec', [1, 2, 3, 99999]) m JOIN labels l ON l.id = m.id ORDER BY l.l"
+    ).to_pylist()
+    assert joined == [
+        {"l": {1: "a", 2: "b", 3: "c"}[k], "cat": vectors.model[(k,)]["cat"]}
+        for k in (1, 2, 3)
+        if (k,) in vectors.model
+    ]
+    with pytest.raises(Exception, match="no memwal table named"):
+        ctx.sql("SELECT * FROM memwal_lookup('nope', [1])").collect()
