@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+
 if TYPE_CHECKING:
     from memwal_query.table import Table
 
@@ -42,6 +44,16 @@ def explain_table(table: Table) -> str:
         lines.append(f"  WARNING: {merge.cross_region_keys} keys have rows in more than one region")
     if snap.index.maintained_indexes:
         lines.append(f"  maintained indexes: {', '.join(snap.index.maintained_indexes)}")
+    for c in snap.index.index_catchup:
+        caught = ", ".join(f"{m.region_id[:8]}:{m.generation}" for m in c.caught_up) or "none"
+        lines.append(f"  index catch-up {c.index_name}: caught up with generations {caught}")
+    from memwal_query.vector import index_coverage
+
+    for f in snap.schema:
+        if pa.types.is_fixed_size_list(f.type):
+            cov = index_coverage(table, f.name)
+            if cov is not None:
+                lines.append(f"  {cov.describe()}")
     for r in snap.regions:
         m = r.manifest
         head = f"  region {r.region_id}"

@@ -420,11 +420,19 @@ class Table:
         )
 
     # -- explain ------------------------------------------------------------
-    def explain(self) -> str:
-        """A readable account of the snapshot: sources per region, rows, what was skipped and why."""
+    def explain(self, predicate: str | None = None) -> str:
+        """A readable account of the snapshot: sources per region, rows, what was skipped and why.
+
+        Args:
+            predicate: Also show which regions this SQL predicate reads and which it
+                prunes (and why), as :meth:`plan` decides.
+        """
         from memwal_query.explain import explain_table
 
-        return explain_table(self)
+        text = explain_table(self)
+        if predicate is not None:
+            text += "\n" + "\n".join("  " + line for line in self.plan(predicate).explain().splitlines())
+        return text
 
     def __repr__(self) -> str:
         return (

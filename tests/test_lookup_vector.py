@@ -250,3 +250,10 @@ def test_sql_table_functions(vectors) -> None:  # type: ignore[no-untyped-def]
     ]
     with pytest.raises(Exception, match="no memwal table named"):
         ctx.sql("SELECT * FROM memwal_lookup('nope', [1])").collect()
+
+
+def test_explain_shows_index_coverage_and_pruning(vectors) -> None:  # type: ignore[no-untyped-def]
+    table = mq.open_table(vectors.uri)
+    text = table.explain("id = 42")
+    assert "index vec_idx (IVF_PQ on vec)" in text and "searched flat" in text
+    assert "regions read: 1, pruned: 1" in text
