@@ -81,6 +81,8 @@ def explain_table(table: Table) -> str:
             )
         elif snap.consistency == "eventual":
             lines.append("    memtable: not read (eventual consistency)")
+        if r.wal_tail is not None and r.wal_tail.fenced_positions:
+            lines.append(f"    WAL positions {list(r.wal_tail.fenced_positions)} ignored: written by a fenced writer")
         if r.wal_tail is not None and r.wal_tail.torn_position is not None:
             lines.append(f"    WAL position {r.wal_tail.torn_position} torn: treated as not committed")
         st = merge.region_stats.get(r.region_id)

@@ -345,6 +345,8 @@ def _open_generation(
         try:
             ds = lance.dataset(uri, storage_options=dict(storage.storage_options) or None)
         except (ValueError, OSError, RuntimeError) as err:
+            if not storage.exists(f"{rel}/_versions"):
+                return SkippedGeneration(region_id, gen, "directory missing (garbage-collected)")
             msg = f"region {region_id}: cannot open flushed generation {gen} at {uri}: {err}"
             raise ManifestError(msg) from err
         with cache.lock:
@@ -455,6 +457,33 @@ def load_snapshot(
     if storage.read_bytes("_versions/latest_version_hint.json") is None and not storage.exists("_versions"):
         msg = f"no Lance table at {storage.uri} (no _versions directory)"
         raise TableNotFoundError(msg)
+    attempts = 3 if version is None else 1
+    for attempt in range(attempts):
+        snap = _load_once(storage, version, consistency, live, cache, max_workers)
+        gone = [s for r in snap.regions for s in r.skipped if s.reason.startswith("directory missing")]
+        if not gone or attempt == attempts - 1:
+            for s in gone:
+                log.warning(
+                    "region %s: flushed generation %d is missing and newer base versions do not merge it; "
+                    "its rows are not visible",
+                    s.region_id,
+                    s.generation,
+                )
+            return snap
+        # A generation disappears when a merger merged it and GC removed it after this
+        # snapshot's base version was read: the newest base version holds its rows.
+        log.info("generation(s) %s vanished while opening %s; retrying with the newest base version", gone, storage.uri)
+    raise AssertionError("unreachable")
+
+
+def _load_once(
+    storage: Storage,
+    version: int | None,
+    consistency: Consistency,
+    live: Sequence[LiveMemTable],
+    cache: SnapshotCache,
+    max_workers: int,
+) -> Snapshot:
     base = _open_base(storage.uri, version, storage.storage_options, cache)
     schema = base.schema
     pk = primary_key_of(schema)

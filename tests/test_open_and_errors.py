@@ -235,3 +235,31 @@ def test_key_in_two_regions_is_reported(tmp_path: Path, caplog: pytest.LogCaptur
     assert table.merge_state.cross_region_keys == 1
     assert any("more than one region" in m for m in caplog.messages)
     assert "1 keys have rows in more than one region" in table.explain()
+
+
+def test_generation_merged_and_collected_during_open_is_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A merger merges generation g and GC removes it after the reader read base version V:
+    the reader must retry with the newest base (which holds g's rows), not lose them."""
+    import memwal_query.snapshot as snapshot_mod
+
+    t = build_events(str(tmp_path / "e"), seed=13, keep_open=False)
+    old_version = lance.dataset(t.uri).version
+    region = next(r for r in t.regions() if t.flushed(r))
+    gens = [g for g, _ in t.flushed(region)]
+    table = mq.open_table(t.uri)
+    rs = next(r for r in table.snapshot.regions if r.region_id == region)
+    g = rs.generations[0]
+    t.merge(region, g.generation)
+    shutil.rmtree(g.uri)  # GC after the merge
+    real = snapshot_mod._open_base
+    calls = []
+
+    def stale_first(uri, version, options, cache):  # type: ignore[no-untyped-def]
+        calls.append(version)
+        return real(uri, old_version if len(calls) == 1 else version, options, cache)
+
+    monkeypatch.setattr(snapshot_mod, "_open_base", stale_first)
+    again = mq.open_table(t.uri)
+    assert len(calls) == 2 and again.version > old_version
+    assert sort_table(again.to_arrow(), ["id"]).equals(sort_table(t.expected(), ["id"]))
+    assert gens

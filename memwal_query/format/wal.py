@@ -6,6 +6,11 @@ Rule (FORMAT.md, reproduces the writer's own recovery): read positions
 ``fence_sentinel=true``); skip entries whose ``generation`` is below the region
 manifest's ``current_generation`` (``replay_after`` can lag behind a flush).
 
+Fencing (the spec's Appendix 1): a writer claiming a region bumps the epoch and
+writes a fence entry; an entry of a *lower* epoch than one already seen in the log
+was written by a fenced (zombie) writer after it lost the region: it is skipped,
+with a warning, and never wins over the new writer's rows.
+
 A torn *last* entry (undecodable, nothing after it) was never acknowledged to the
 writer: it is treated as not committed, with a warning. An undecodable entry that
 is followed by a valid one is corruption and raises :class:`MemWalCorruptionError`.
@@ -55,6 +60,7 @@ class WalTail:
     last_position: int
     skipped_positions: tuple[int, ...]
     torn_position: int | None
+    fenced_positions: tuple[int, ...] = ()
 
     @property
     def num_rows(self) -> int:
@@ -114,6 +120,8 @@ def replay_wal_tail(
     entries: list[WalEntry] = []
     skipped: list[int] = []
     torn: int | None = None
+    fenced: list[int] = []
+    max_epoch = 0
     pos = replay_after + 1
     while True:
         cached = cache.get((region_id, pos)) if cache is not None else None
@@ -140,9 +148,20 @@ def replay_wal_tail(
             break
         if cache is not None:
             cache[(region_id, pos)] = result
-        if result.fence or result.generation < current_generation:
+        if result.writer_epoch < max_epoch and not result.fence:
+            log.warning(
+                "region %s: WAL entry at position %d has writer epoch %d after epoch %d was claimed: "
+                "written by a fenced writer, ignored",
+                region_id,
+                pos,
+                result.writer_epoch,
+                max_epoch,
+            )
+            fenced.append(pos)
+        elif result.fence or result.generation < current_generation:
             skipped.append(pos)
         else:
             entries.append(result)
+        max_epoch = max(max_epoch, result.writer_epoch)
         pos += 1
-    return WalTail(tuple(entries), replay_after + 1, pos - 1, tuple(skipped), torn)
+    return WalTail(tuple(entries), replay_after + 1, pos - 1, tuple(skipped), torn, tuple(fenced))

@@ -1,0 +1,160 @@
+"""Damaged and unusual storage states: the reader stays correct or says exactly what is wrong."""
+
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing as mp
+import shutil
+import uuid
+from pathlib import Path
+
+import lance
+import pyarrow as pa
+import pytest
+
+import memwal_query as mq
+from lsm_model import PK
+from memwal_query.format.decode import bitrev64_name
+
+SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("v", pa.int64())])
+
+
+def _table(path: Path) -> tuple[str, str]:
+    uri = str(path / "t")
+    lance.write_dataset(pa.table({"id": [0, 1, 2], "v": [0, 0, 0]}, schema=SCHEMA), uri).initialize_mem_wal(
+        unsharded=True
+    )
+    return uri, str(uuid.uuid4())
+
+
+def _crashed_writer(uri: str, region: str, ids: list[int], value: int) -> None:
+    """A writer that puts and dies without closing (its WAL tail stays)."""
+    import os
+
+    w = lance.dataset(uri).mem_wal_writer(region)
+    for i in ids:
+        w.put(pa.table({"id": [i], "v": [value]}, schema=SCHEMA))
+    os._exit(0)
+
+
+def _crash(uri: str, region: str, ids: list[int], value: int) -> None:
+    p = mp.get_context("spawn").Process(target=_crashed_writer, args=(uri, region, ids, value))
+    p.start()
+    p.join(60)
+    assert p.exitcode == 0
+
+
+def _wal(uri: str, region: str, pos: int) -> Path:
+    return Path(uri, "_mem_wal", region, "wal", f"{bitrev64_name(pos)}.arrow")
+
+
+def test_wal_tail_of_crashed_writers_and_fence_entries(tmp_path: Path) -> None:
+    uri, region = _table(tmp_path)
+    _crash(uri, region, [1, 10], 1)  # positions 1, 2 (epoch 1)
+    _crash(uri, region, [2, 11], 2)  # fence at 3 (epoch 2), then 4, 5
+    table = mq.open_table(uri)
+    got = dict(zip(*table.to_arrow().to_pydict().values(), strict=True))
+    assert got == {0: 0, 1: 1, 2: 2, 10: 1, 11: 2}
+    assert table.snapshot.regions[0].wal_tail.skipped_positions == (3,)  # type: ignore[union-attr]
+
+
+def test_entry_of_a_fenced_writer_is_ignored(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    uri, region = _table(tmp_path)
+    _crash(uri, region, [1], 1)  # position 1, epoch 1
+    _crash(uri, region, [2], 2)  # fence 2 (epoch 2), position 3
+    # a zombie writer of epoch 1 managed to append at position 4 (overwrites id 2 with an old value)
+    zombie = pa.table({"id": [2], "v": [-1], "_tombstone": [False]})
+    zombie = zombie.replace_schema_metadata({"generation": "1", "writer_epoch": "1"})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, zombie.schema) as w:
+        w.write_table(zombie)
+    _wal(uri, region, 4).write_bytes(sink.getvalue().to_pybytes())
+    with caplog.at_level(logging.WARNING, logger="memwal_query"):
+        table = mq.open_table(uri)
+    got = dict(zip(*table.to_arrow().to_pydict().values(), strict=True))
+    assert got[2] == 2
+    assert any("fenced writer" in m for m in caplog.messages)
+    assert "written by a fenced writer" in table.explain()
+
+
+def test_torn_last_entry_is_not_committed(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    uri, region = _table(tmp_path)
+    _crash(uri, region, [1, 2, 3], 7)  # positions 1..3
+    last = _wal(uri, region, 3)
+    last.write_bytes(last.read_bytes()[:-20])  # torn write
+    with caplog.at_level(logging.WARNING, logger="memwal_query"):
+        table = mq.open_table(uri)
+    got = dict(zip(*table.to_arrow().to_pydict().values(), strict=True))
+    assert got == {0: 0, 1: 7, 2: 7}  # id 3's put was never committed
+    assert any("torn" in m for m in caplog.messages)
+    assert "torn" in table.explain()
+
+
+def test_damaged_entry_followed_by_valid_ones_is_an_error(tmp_path: Path) -> None:
+    uri, region = _table(tmp_path)
+    _crash(uri, region, [1, 2, 3], 7)
+    bad = _wal(uri, region, 2)
+    bad.write_bytes(b"\x00garbage" + bad.read_bytes()[8:])
+    with pytest.raises(mq.MemWalCorruptionError) as e:
+        mq.open_table(uri)
+    text = str(e.value)
+    assert region in text and "position 2" in text and bad.name in text
+
+
+def test_stale_or_missing_version_hint(tmp_path: Path) -> None:
+    uri, region = _table(tmp_path)
+    for i in range(3):
+        with lance.dataset(uri).mem_wal_writer(region) as w:
+            w.put(pa.table({"id": [100 + i], "v": [i]}, schema=SCHEMA))
+    hint = Path(uri, "_mem_wal", region, "manifest", "version_hint.json")
+    want = mq.open_table(uri).to_arrow().sort_by("id")
+    hint.write_text(json.dumps({"version": 1}))  # stale
+    assert mq.open_table(uri).to_arrow().sort_by("id").equals(want)
+    hint.unlink()  # missing
+    assert mq.open_table(uri).to_arrow().sort_by("id").equals(want)
+    hint.write_text("{not json")  # unreadable: probe from 1
+    assert mq.open_table(uri).to_arrow().sort_by("id").equals(want)
+    hint.write_text(json.dumps({"version": 999}))  # points past the end
+    assert mq.open_table(uri).to_arrow().sort_by("id").equals(want)
+
+
+def test_damaged_latest_region_manifest_names_the_file(tmp_path: Path) -> None:
+    uri, region = _table(tmp_path)
+    with lance.dataset(uri).mem_wal_writer(region) as w:
+        w.put(pa.table({"id": [5], "v": [5]}, schema=SCHEMA))
+    mdir = Path(uri, "_mem_wal", region, "manifest")
+    latest = json.loads((mdir / "version_hint.json").read_text())["version"]
+    victim = mdir / f"{bitrev64_name(latest)}.binpb"
+    victim.write_bytes(b"\x08\xff\xff\xff")  # truncated varint
+    with pytest.raises(mq.ManifestError) as e:
+        mq.open_table(uri)
+    assert region in str(e.value) and victim.name in str(e.value)
+
+
+def test_memwal_index_older_than_region_manifests(tmp_path: Path) -> None:
+    """Opening an older base version (its MemWAL index predates later flushes and merges)
+    still gives that version's base plus every generation it has not merged."""
+    uri, region = _table(tmp_path)
+    with lance.dataset(uri).mem_wal_writer(region) as w:
+        w.put(pa.table({"id": [1], "v": [11]}, schema=SCHEMA))
+    old = lance.dataset(uri).version
+    from lsm_model import ModelTable
+
+    m = ModelTable.__new__(ModelTable)
+    m.uri, m.schema, m.pk = uri, SCHEMA, ["id"]
+    m.merge(region, 1)
+    assert mq.open_table(uri, version=old).to_arrow().sort_by("id").to_pydict() == {"id": [0, 1, 2], "v": [0, 11, 0]}
+    assert mq.open_table(uri).to_arrow().sort_by("id").to_pydict() == {"id": [0, 1, 2], "v": [0, 11, 0]}
+
+
+def test_missing_generation_directory_without_merge(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    uri, region = _table(tmp_path)
+    with lance.dataset(uri).mem_wal_writer(region) as w:
+        w.put(pa.table({"id": [1], "v": [11]}, schema=SCHEMA))
+    (gen,) = [p for p in Path(uri, "_mem_wal", region).iterdir() if "_gen_" in p.name]
+    shutil.rmtree(gen)
+    with caplog.at_level(logging.WARNING, logger="memwal_query"):
+        table = mq.open_table(uri)
+    assert table.to_arrow().sort_by("id").to_pydict() == {"id": [0, 1, 2], "v": [0, 0, 0]}
+    assert any("not visible" in m for m in caplog.messages)

@@ -1,0 +1,198 @@
+"""Stateful property test: random put / delete / flush / merge / refresh sequences on a
+small pylance-written, bucket-sharded MemWAL table; after every step the merged SQL
+answer equals the dict model (fresh open, refreshed table, count(*), filters, lookup).
+
+Each hypothesis example writes its own table in a fresh temporary directory.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from typing import Any
+
+import datafusion
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+import memwal_query as mq
+
+from lsm_model import PK, ModelTable
+
+SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False, metadata=PK),
+        pa.field("v", pa.int64()),
+        pa.field("c", pa.string()),
+    ]
+)
+KEYS = st.integers(min_value=0, max_value=60)
+CATS = ["a", "b", "c"]
+MAX_MEMTABLE_ROWS = 50
+
+
+def _sql(table: mq.Table, query: str) -> list[dict[str, Any]]:
+    ctx = datafusion.SessionContext()
+    table.register(ctx, "t")
+    return ctx.sql(query).to_arrow_table().to_pylist()
+
+
+class MemWalMachine(RuleBasedStateMachine):
+    """The system under test is a real table; the oracle is ``ModelTable.model``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = tempfile.mkdtemp(prefix="memwal-prop-")
+        self.t: ModelTable | None = None
+        self.seq = 0  # op counter: every written row gets a fresh ``v``
+        self.merged: dict[str, int] = {}  # region -> highest generation merged by us
+        self.refreshed: mq.Table | None = None
+        # a snapshot kept across steps with the model rows it showed: it must not change
+        self.pinned: tuple[mq.Table, list[dict[str, Any]]] | None = None
+
+    def teardown(self) -> None:
+        if self.t is not None:
+            try:
+                self.t.flush()
+            finally:
+                shutil.rmtree(self.dir, ignore_errors=True)
+        else:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    # -- helpers --------------------------------------------------------------
+    def expected(self) -> list[dict[str, Any]]:
+        assert self.t is not None
+        return sorted(self.t.model.values(), key=lambda r: r["id"])
+
+    def row(self, key: int, cat: str, i: int) -> dict[str, Any]:
+        return {"id": key, "v": self.seq * 1000 + i, "c": cat}
+
+    def unmerged(self) -> dict[str, int]:
+        """Region -> oldest flushed generation not merged yet."""
+        assert self.t is not None
+        out = {}
+        for r in self.t.regions():
+            gens = [g for g, _ in self.t.flushed(r) if g > self.merged.get(r, 0)]
+            if gens:
+                out[r] = min(gens)
+        return out
+
+    # -- set-up ---------------------------------------------------------------
+    @initialize(
+        buckets=st.integers(min_value=2, max_value=4),
+        base=st.lists(st.tuples(KEYS, st.sampled_from(CATS)), max_size=30),
+    )
+    def init_table(self, buckets: int, base: list[tuple[int, str]]) -> None:
+        rows = {k: {"id": k, "v": -1 - i, "c": c} for i, (k, c) in enumerate(base)}  # base keys are unique
+        self.t = ModelTable(
+            self.dir + "/t",
+            SCHEMA,
+            pa.Table.from_pylist(list(rows.values()), schema=SCHEMA),
+            bucket=("id", buckets),
+            max_memtable_rows=MAX_MEMTABLE_ROWS,
+        )
+        self.refreshed = mq.open_table(self.t.uri)
+
+    # -- operations -------------------------------------------------------------
+    @rule(items=st.lists(st.tuples(KEYS, st.sampled_from(CATS)), min_size=1, max_size=70))
+    def put(self, items: list[tuple[int, str]]) -> None:
+        """Updates, new keys, re-inserts and duplicates inside one batch (last wins)."""
+        assert self.t is not None
+        self.seq += 1
+        self.t.put([self.row(k, c, i) for i, (k, c) in enumerate(items)])
+
+    @rule(keys=st.lists(KEYS, min_size=1, max_size=20))
+    def delete(self, keys: list[int]) -> None:
+        """Deletes of present and absent keys (and the same key twice)."""
+        assert self.t is not None
+        self.seq += 1
+        self.t.delete([(k,) for k in keys])
+
+    @rule()
+    def flush(self) -> None:
+        """Close every writer: MemTables become flushed generations."""
+        assert self.t is not None
+        self.t.flush()
+        # nothing is left in a WAL tail: the flushed-only view is complete too
+        eventual = mq.open_table(self.t.uri, consistency="eventual")
+        assert eventual.to_arrow().sort_by("id").to_pylist() == self.expected()
+
+    @precondition(lambda self: self.t is not None and bool(self.unmerged()))
+    @rule(data=st.data())
+    def merge(self, data: st.DataObject) -> None:
+        """Merge the oldest unmerged flushed generation of a random region."""
+        assert self.t is not None
+        todo = self.unmerged()
+        region = data.draw(st.sampled_from(sorted(todo)), label="region")
+        self.t.merge(region, todo[region])
+        self.merged[region] = todo[region]
+
+    @rule()
+    def pin(self) -> None:
+        """Keep the current snapshot: later steps must not change what it shows."""
+        assert self.t is not None
+        table = mq.open_table(self.t.uri)
+        self.pinned = (table, self.expected())
+
+    @rule()
+    def refresh_pinned(self) -> None:
+        """Refresh the pinned snapshot: it catches up with the model."""
+        assert self.t is not None
+        if self.pinned is not None:
+            self.pinned = (self.pinned[0].refresh(), self.expected())
+
+    # -- checks after every step --------------------------------------------------
+    @invariant()
+    def merged_sql_equals_model(self) -> None:
+        if self.t is None:
+            return
+        exp = self.expected()
+        fresh = mq.open_table(self.t.uri)
+        assert self.refreshed is not None
+        self.refreshed = self.refreshed.refresh()
+        for name, table in (("fresh", fresh), ("refreshed", self.refreshed)):
+            got = _sql(table, "SELECT * FROM t ORDER BY id")
+            assert got == exp, f"{name} table differs from the model"
+        assert _sql(self.refreshed, "SELECT count(*) AS n FROM t") == [{"n": len(exp)}]
+        assert fresh.count_rows() == len(exp)
+        # filters on the updated column never match a superseded or deleted version
+        lo = self.seq * 1000 - 1500  # rows written by the last two operations, give or take
+        got_v = _sql(self.refreshed, f"SELECT id, v FROM t WHERE v >= {lo} ORDER BY id")
+        assert got_v == [{"id": r["id"], "v": r["v"]} for r in exp if r["v"] >= lo]
+        got_c = _sql(fresh, "SELECT id FROM t WHERE c = 'a' AND v < 0 ORDER BY id")
+        assert got_c == [{"id": r["id"]} for r in exp if r["c"] == "a" and r["v"] < 0]
+        # point lookups of a few present and absent keys
+        keys = [0, 7, 13, 29, 42, 60]
+        got_l = sorted(fresh.lookup(keys).to_pylist(), key=lambda r: r["id"])
+        assert got_l == [r for r in exp if r["id"] in keys]
+
+    @invariant()
+    def pinned_snapshot_is_stable(self) -> None:
+        if self.pinned is not None:
+            table, rows = self.pinned
+            assert table.to_arrow().sort_by("id").to_pylist() == rows
+
+
+TestMemWalModel = MemWalMachine.TestCase
+TestMemWalModel.settings = settings(
+    max_examples=25,
+    stateful_step_count=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+
+
+class _Slow(MemWalMachine):
+    pass
+
+
+TestMemWalModelSlow = pytest.mark.slow(_Slow.TestCase)
+TestMemWalModelSlow.settings = settings(
+    max_examples=500,
+    stateful_step_count=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)

@@ -1,0 +1,277 @@
+"""Spark writes / merges / region-parallel reads against a dict model (local Spark)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+import datafusion
+import lance
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from lance.mem_wal import evaluate_sharding_spec
+
+import memwal_query as mq
+import memwal_write
+from memwal_query.errors import InvalidArgumentError, MemWalError
+from memwal_query.format.decode import RegionSpec, ShardingFieldSpec
+from memwal_query.planner.plan import REGION_NAMESPACE
+from memwal_query.regionspec.spec import evaluate_spec
+from memwal_write.spark import _hashable, _write_partition, _WriteJob, bucket_column
+
+from lsm_model import PK, sort_table
+
+pytestmark = pytest.mark.spark
+
+SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False, metadata=PK),
+        pa.field("cat", pa.string()),
+        pa.field("amount", pa.float64()),
+    ]
+)
+
+
+class Model:
+    def __init__(self) -> None:
+        self.rows: dict[int, dict[str, Any]] = {}
+
+    def put(self, t: pa.Table) -> None:
+        for r in t.select(SCHEMA.names).to_pylist():
+            self.rows[r["id"]] = r
+
+    def delete(self, ids: list[int]) -> None:
+        for i in ids:
+            self.rows.pop(i, None)
+
+    def table(self) -> pa.Table:
+        return sort_table(pa.Table.from_pylist(list(self.rows.values()), schema=SCHEMA), ["id"])
+
+
+def _rows(ids: Any, tag: float) -> pa.Table:
+    ids = np.asarray(ids, dtype=np.int64)
+    return pa.table(
+        {"id": ids, "cat": [f"c{i % 5}" for i in ids], "amount": ids.astype(np.float64) + tag}, schema=SCHEMA
+    )
+
+
+def _table(path: Path, *, buckets: int = 4, base_rows: int = 1200) -> tuple[str, Model]:
+    uri = str(path / "t")
+    base = _rows(range(base_rows), 0.0)
+    lance.write_dataset(base, uri, max_rows_per_file=300).initialize_mem_wal(
+        bucket_column="id", num_buckets=buckets, max_memtable_rows=400
+    )
+    m = Model()
+    m.put(base)
+    return uri, m
+
+
+def _read(uri: str) -> pa.Table:
+    return sort_table(mq.open_table(uri).to_arrow(), ["id"])
+
+
+def _spark_df(spark: Any, t: pa.Table) -> Any:
+    return spark.createDataFrame(t)
+
+
+# -- routing ---------------------------------------------------------------------------------------
+HASH_CASES = {
+    "int32": pa.array([0, 1, -1, 7, 2**31 - 1, -(2**31), None], pa.int32()),
+    "int64": pa.array([0, 1, -1, 2**40 + 5, -(2**62), None], pa.int64()),
+    "utf8": pa.array(["", "a", "ab", "abc", "abcd", "abcde", "zürich", "日本語テキスト", None], pa.string()),
+    "float64": pa.array([0.0, -0.0, 1.5, -2.25, float("nan"), 1e300, None], pa.float64()),
+    "date32": pa.array([dt.date(1970, 1, 1), dt.date(2024, 2, 29), dt.date(1900, 5, 1), None], pa.date32()),
+    "ts_us": pa.array([0, 1_700_000_000_123_456, -5, None], pa.timestamp("us", tz="UTC")),
+    "ts_ms": pa.array([0, 1_700_000_000_123, -5000, None], pa.timestamp("ms", tz="UTC")),
+    "bool": pa.array([True, False, None], pa.bool_()),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HASH_CASES))
+def test_spark_bucket_equals_lance_bucket(spark: Any, tmp_path: Path, name: str) -> None:
+    arr = HASH_CASES[name]
+    n = 7
+    schema = pa.schema([pa.field("i", pa.int32(), nullable=False, metadata=PK), pa.field("k", arr.type)])
+    data = pa.table({"i": pa.array(range(len(arr)), pa.int32()), "k": arr}, schema=schema)
+    ds = lance.write_dataset(data, str(tmp_path / name))
+    ds.initialize_mem_wal(bucket_column="k", num_buckets=n)
+    ds = lance.dataset(str(tmp_path / name))
+    batch = data.to_batches()[0]
+    lance_spec = ds.mem_wal_index_details()["sharding_specs"][0]
+    oracle = evaluate_sharding_spec(batch, lance_spec, ds.lance_schema).column(0).to_pylist()
+    f = ShardingFieldSpec("bucket", (1,), "bucket", None, "int32", {"num_buckets": str(n)})
+    shared = evaluate_spec(RegionSpec(1, (f,)), batch, {1: "k"}).column(0).to_pylist()
+    assert shared == oracle
+    from pyspark.sql import functions as F
+
+    df = spark.createDataFrame(data)
+    value = _hashable(F.col("k"), df.schema["k"].dataType, arr.type)
+    assert value is not None, f"{name} should be routed natively"
+    got = df.select("i", bucket_column(value, n).alias("b")).orderBy("i").toArrow().column("b").to_pylist()
+    assert got == oracle
+
+
+def test_write_upsert_delete_matches_model(spark: Any, tmp_path: Path) -> None:
+    uri, model = _table(tmp_path)
+    rng = np.random.default_rng(3)
+    ups = _rows(rng.choice(2000, 700, replace=False), 1.0)
+    stats = memwal_write.write(_spark_df(spark, ups), uri, max_rows_per_put=120).toArrow()
+    model.put(ups)
+    assert sum(stats.column("rows_put").to_pylist()) == ups.num_rows
+    # one task per bucket region, regions named by the shared convention
+    expected_ids = {str(uuid.uuid5(REGION_NAMESPACE, f"bucket-{b}")) for b in range(4)}
+    assert set(stats.column("region_id").to_pylist()) == expected_ids
+    assert len(set(stats.column("task_partition").to_pylist())) == 4
+    assert max(stats.column("puts").to_pylist()) >= 2  # batches were combined, row limit respected
+    dels = [int(i) for i in rng.choice(2000, 150, replace=False)]
+    dstats = memwal_write.delete(spark.createDataFrame([(i,) for i in dels + dels[:10]], "id long"), uri).toArrow()
+    model.delete(dels)
+    assert sum(dstats.column("rows_deleted").to_pylist()) == len(dels)
+    assert _read(uri).equals(model.table())
+
+
+def test_order_by_and_ambiguous_duplicates(spark: Any, tmp_path: Path) -> None:
+    uri, model = _table(tmp_path, base_rows=100)
+    rows = [(5, "old", 1.0, 1), (5, "new", 2.0, 3), (5, "mid", 3.0, 2), (6, "x", 1.0, 1), (6, "x", 1.0, 1)]
+    df = spark.createDataFrame(rows, "id long, cat string, amount double, ts int")
+    stats = memwal_write.write(df, uri, order_by="ts").toArrow()
+    assert sum(stats.column("duplicates_dropped").to_pylist()) == 3
+    model.put(pa.table({"id": [5, 6], "cat": ["new", "x"], "amount": [2.0, 1.0]}, schema=SCHEMA))
+    assert _read(uri).equals(model.table())
+    # identical duplicates are fine without order_by; differing ones name the key
+    same = spark.createDataFrame([(7, "a", 1.0), (7, "a", 1.0)], "id long, cat string, amount double")
+    memwal_write.write(same, uri)
+    bad = spark.createDataFrame([(8, "a", 1.0), (8, "b", 1.0)], "id long, cat string, amount double")
+    with pytest.raises(InvalidArgumentError, match=r"key \{'id': 8\}"):
+        memwal_write.write(bad, uri)
+    tie = spark.createDataFrame([(9, "a", 1.0, 1), (9, "b", 1.0, 1)], "id long, cat string, amount double, ts int")
+    with pytest.raises(InvalidArgumentError, match="same 'ts' value"):
+        memwal_write.write(tie, uri, order_by="ts")
+    with pytest.raises(InvalidArgumentError, match="not in the table schema"):
+        memwal_write.write(spark.createDataFrame([(1, 2)], "id long, nope int"), uri)
+    with pytest.raises(InvalidArgumentError, match="cannot be stored|not nullable|required"):
+        memwal_write.write(spark.createDataFrame([(None, "a")], "id long, cat string"), uri)
+
+
+def test_retried_tasks_give_model_rows(spark: Any, tmp_path: Path) -> None:
+    uri, model = _table(tmp_path)
+    ups = _rows(range(500, 1700), 2.0)
+    # every write task fails after its first put (its WAL holds rows), the retry re-writes
+    stats = memwal_write.write(_spark_df(spark, ups), uri, max_rows_per_put=100, _fail_first_attempt_after_puts=1)
+    model.put(ups)
+    arrow = stats.toArrow()
+    assert set(arrow.column("task_attempt").to_pylist()) == {1}
+    assert _read(uri).equals(model.table())
+
+    # an upstream stage failing on its first attempt
+    def flaky(batches: Any) -> Any:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        for b in batches:
+            if ctx is not None and ctx.attemptNumber() == 0 and ctx.partitionId() == 0:
+                raise RuntimeError("injected upstream failure")
+            yield b
+
+    ups2 = _rows(range(0, 300), 3.0)
+    df = _spark_df(spark, ups2).repartition(3).mapInArrow(flaky, "id long, cat string, amount double")
+    memwal_write.write(df, uri)
+    model.put(ups2)
+    assert _read(uri).equals(model.table())
+
+
+def test_fenced_writer_raises_clearly(tmp_path: Path) -> None:
+    uri, _ = _table(tmp_path, buckets=1, base_rows=10)
+    region = str(uuid.uuid5(REGION_NAMESPACE, "bucket-0"))
+    job = _WriteJob(uri, "put", tuple(SCHEMA.names), ("id",), None, None, None, 20, {}, False)
+    claimed: list[Any] = []
+
+    def batches() -> Any:
+        yield _rows(range(100, 130), 1.0).to_batches()[0]
+        claimed.append(lance.dataset(uri).mem_wal_writer(region))  # a concurrent writer claims the region
+        yield _rows(range(200, 230), 1.0).to_batches()[0]
+
+    with pytest.raises(MemWalError, match="fenced"):
+        list(_write_partition(job, batches(), 0, 0))
+    claimed[0].close()
+
+
+def test_speculation_refused() -> None:
+    from memwal_write.spark import _check_speculation
+
+    class Conf:
+        def get(self, key: str, default: str) -> str:
+            return "true"
+
+    class Ctx:
+        def getConf(self) -> Conf:  # noqa: N802
+            return Conf()
+
+    class Spark:
+        sparkContext = Ctx()
+
+    with pytest.raises(InvalidArgumentError, match="speculation"):
+        _check_speculation(Spark(), False)
+    _check_speculation(Spark(), True)  # warns only
+
+
+def test_merge_generations_rerun_and_concurrent(spark: Any, tmp_path: Path) -> None:
+    uri, model = _table(tmp_path)
+    for tag in (1.0, 2.0, 3.0):
+        ups = _rows(range(int(tag) * 200, int(tag) * 200 + 700), tag)
+        memwal_write.write(_spark_df(spark, ups), uri)
+        model.put(ups)
+    dels = list(range(0, 1500, 7))
+    memwal_write.delete(spark.createDataFrame([(i,) for i in dels], "id long"), uri)
+    model.delete(dels)
+    expected = model.table()
+    # two mergers at once, each merging one generation per region
+    results: list[pa.Table] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(memwal_write.merge_generations(uri, max_generations=1)))
+        for _ in range(2)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 2
+    assert _read(uri).equals(expected)
+    first = memwal_write.merge_generations_spark(spark, uri).toArrow()
+    assert set(first.column("status").to_pylist()) <= {"merged", "skipped"}
+    assert memwal_write.merge_generations(uri).num_rows == 0  # nothing left: a rerun is a no-op
+    assert sort_table(lance.dataset(uri).to_table(), ["id"]).equals(expected)
+    assert _read(uri).equals(expected)
+
+
+def test_read_spark_equals_single_process(spark: Any, tmp_path: Path) -> None:
+    uri, model = _table(tmp_path)
+    ups = _rows(range(900, 1600), 5.0)
+    memwal_write.write(_spark_df(spark, ups), uri)
+    model.put(ups)
+    memwal_write.delete(spark.createDataFrame([(i,) for i in range(0, 400, 3)], "id long"), uri)
+    model.delete(list(range(0, 400, 3)))
+    single = _read(uri)
+    assert single.equals(model.table())
+    got = sort_table(memwal_write.read_spark(spark, uri).toArrow(), ["id"])
+    assert got.cast(SCHEMA).equals(single)
+    df = memwal_write.read_spark(spark, uri, columns=["id", "amount"], predicate="amount > 1000")
+    want = single.filter(pc.greater(single.column("amount"), 1000.0)).select(["id", "amount"])
+    assert sort_table(df.toArrow(), ["id"]).cast(want.schema).equals(want)
+    expr = pc.field("id") == 1000
+    one = memwal_write.read_spark(spark, uri, columns=["id", "amount"], predicate=expr).toArrow()
+    assert one.to_pylist() == [{"id": 1000, "amount": 1005.0}]
+
+
+def test_to_datafusion_joins_merged_table(spark: Any, tmp_path: Path) -> None:
+    uri, model = _table(tmp_path, base_rows=300)
+    ctx = datafusion.SessionContext()
+    mq.open_table(uri).register(ctx, "events")
+    memwal_write.to_datafusion(spark.createDataFrame([(5, "x"), (7, "y"), (9999, "z")], "id long, tag string"), ctx, "s")
+    out = ctx.sql("SELECT s.id, s.tag, e.amount FROM s JOIN events e USING (id) ORDER BY s.id").to_pydict()
+    assert out == {"id": [5, 7], "tag": ["x", "y"], "amount": [5.0, 7.0]}
