@@ -347,15 +347,32 @@ def table_html(table: Table) -> str:
     )
 
 
-def explain_html(table: Table) -> str:
+def _plan_html(table: Table, predicate: str) -> tuple[str, str]:
+    plan = table.plan(predicate)
+    rows: list[list[tuple[str, bool]]] = []
+    for rid in plan.regions:
+        note = " (spec values unknown: never pruned)" if rid in plan.unknown_values else ""
+        rows.append([(_short(rid), False), (_e("read" + note), False)])
+    for p in plan.pruned:
+        rows.append([(_short(p.region_id), False), (_e(f"pruned: {p.reason}"), False)])
+    head = _e(f"predicate {predicate}: {len(plan.regions)} regions read, {len(plan.pruned)} pruned")
+    return f"<br><span>{head}</span>" + _rows_table(["region", "decision"], rows), plan.explain()
+
+
+def explain_html(table: Table, predicate: str | None = None) -> str:
     """HTML of :meth:`~memwal_query.Table.explain`: every source, kept or skipped, and why.
 
     Args:
         table: An opened snapshot.
+        predicate: As ``Table.explain(predicate)``: also show which regions this
+            SQL predicate reads and which it prunes.
 
     Returns:
-        A self-contained HTML fragment: a source table plus the full text
-        explanation in a collapsible block.
+        A self-contained HTML fragment: a source table (and the pruning decision)
+        plus the full text explanation in a collapsible block.
+
+    Raises:
+        InvalidArgumentError: ``predicate`` is not valid SQL over the table.
     """
     from memwal_query.explain import explain_table
 
@@ -421,10 +438,15 @@ def explain_html(table: Table) -> str:
         f"{len(snap.regions)} regions · consistency {snap.consistency} · merge computed in "
         f"{merge.seconds * 1000:.1f} ms"
     )
-    text = _e(explain_table(table))
+    text = explain_table(table)
+    pruning = ""
+    if predicate is not None:
+        pruning, plan_text = _plan_html(table, predicate)
+        text += "\n" + "\n".join("  " + line for line in plan_text.splitlines())
+    text = _e(text)
     return (
         f'<div class="memwal">{_STYLE}<strong>memwal explain</strong> <code>{_e(snap.uri)}</code> '
-        f"<span>{_freshness_text(table)}</span><br><span>{head}</span>{sources}"
+        f"<span>{_freshness_text(table)}</span><br><span>{head}</span>{sources}{pruning}"
         f"<details><summary>full text</summary><pre>{text}</pre></details></div>"
     )
 

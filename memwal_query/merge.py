@@ -104,6 +104,56 @@ def _base_keys(snapshot: Snapshot, cache: SnapshotCache) -> pa.Table:
     return t
 
 
+def _numeric_key(snapshot: Snapshot, pk: list[str]) -> bool:
+    if len(pk) != 1:
+        return False
+    t = snapshot.schema.field(pk[0]).type
+    return bool(pa.types.is_integer(t))
+
+
+def _base_mask(snapshot: Snapshot, cache: SnapshotCache, keys: pa.Table, pk: list[str]) -> np.ndarray:
+    """Sorted row addresses of base rows whose key appears in ``keys``.
+
+    The first open uses one vectorised ``is_in`` over the base key column (cheapest
+    once). A refresh of the same base version searches a sorted copy of the key
+    column instead (built once per base version), so its cost grows with the newer
+    keys, not with the base table.
+    """
+    base = _base_keys(snapshot, cache)
+    version = snapshot.base_version
+    if _numeric_key(snapshot, pk):
+        with cache.lock:
+            index = cache.base_sorted.get(version)
+            refresh = cache.merges > 0
+        if index is None and refresh:
+            col = base.column(pk[0]).combine_chunks().to_numpy(zero_copy_only=False)
+            order = np.argsort(col, kind="stable")
+            index = (col[order], base.column("_rowaddr").to_numpy()[order])
+            with cache.lock:
+                cache.base_sorted.clear()
+                cache.base_sorted[version] = index
+        if index is not None:
+            sk, sa = index
+            want = (
+                keys.column(pk[0]).combine_chunks().cast(pa.from_numpy_dtype(sk.dtype)).to_numpy(zero_copy_only=False)
+            )
+            lo = np.searchsorted(sk, want, "left")
+            hi = np.searchsorted(sk, want, "right")
+            counts = hi - lo
+            total = int(counts.sum())
+            if total == 0:
+                return _EMPTY
+            starts = np.repeat(lo, counts)
+            offsets = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+            return _sorted_u64(sa[starts + offsets])
+    if len(pk) == 1:
+        hit = pc.is_in(base.column(pk[0]), value_set=keys.column(pk[0]).combine_chunks())
+        rows = base.column("_rowaddr").filter(hit)
+    else:
+        rows = base.join(keys.group_by(pk).aggregate([]), keys=pk, join_type="left semi").column("_rowaddr")
+    return _sorted_u64(rows)
+
+
 def _sorted_u64(arr: pa.Array | pa.ChunkedArray | np.ndarray) -> np.ndarray:
     if isinstance(arr, (pa.Array, pa.ChunkedArray)):
         arr = np.asarray(arr.to_numpy() if isinstance(arr, pa.Array) else arr.to_numpy(), dtype=np.uint64)
@@ -195,13 +245,9 @@ def compute_merge(snapshot: Snapshot, cache: SnapshotCache) -> MergeState:
         keys = pa.concat_tables(newer_keys)
         if len(newer_keys) > 1:
             cross = _cross_region_keys(keys, pk, snapshot.uri)
-        base = _base_keys(snapshot, cache)
-        if len(pk) == 1:
-            hit = pc.is_in(base.column(pk[0]), value_set=keys.column(pk[0]).combine_chunks())
-            rows = base.column("_rowaddr").filter(hit)
-        else:
-            rows = base.join(keys.group_by(pk).aggregate([]), keys=pk, join_type="left semi").column("_rowaddr")
-        base_drop = _sorted_u64(rows)
+        base_drop = _base_mask(snapshot, cache, keys, pk)
+    with cache.lock:
+        cache.merges += 1
     return MergeState(
         base_drop=base_drop,
         generation_drop=gen_drop,

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
 import lance
+import numpy as np
 import pyarrow as pa
 
 from memwal_query.errors import (
@@ -165,6 +166,8 @@ class SnapshotCache:
     generation_keys: dict[str, pa.Table] = field(default_factory=dict)
     blooms: dict[str, object] = field(default_factory=dict)
     base_keys: dict[int, pa.Table] = field(default_factory=dict)
+    base_sorted: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    merges: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
