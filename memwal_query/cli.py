@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from collections.abc import Iterator, Sequence
@@ -245,7 +246,9 @@ def _write_json(reader: pa.RecordBatchReader, out: IO[str]) -> None:
     first = True
     for batch in _batches(reader):
         for row in batch.to_pylist():
-            out.write(("\n" if first else ",\n") + json.dumps(row, default=json_value, ensure_ascii=False))
+            # NaN and infinities are not JSON: write null
+            clean = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()}
+            out.write(("\n" if first else ",\n") + json.dumps(clean, default=json_value, ensure_ascii=False))
             first = False
     out.write("\n]\n" if not first else "]\n")
 

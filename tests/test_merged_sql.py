@@ -154,3 +154,17 @@ def test_to_reader_streams_same_rows(events) -> None:  # type: ignore[no-untyped
     assert isinstance(reader, pa.RecordBatchReader)
     got = reader.read_all()
     assert sort_table(got, ["id"]).equals(sort_table(events.expected().select(["id", "cat"]), ["id"]))
+
+
+def test_drop_mask_on_ordered_and_unordered_batches() -> None:
+    import numpy as np
+
+    from memwal_query.sources import _drop_mask
+
+    rng = np.random.default_rng(3)
+    addrs = np.unique(rng.integers(0, 10_000, 3000).astype(np.uint64))
+    drop = np.unique(rng.choice(addrs, 500)).astype(np.uint64)
+    want = ~np.isin(addrs, drop)
+    assert np.array_equal(_drop_mask(pa.array(addrs), drop).to_numpy(zero_copy_only=False), want)
+    shuffled = rng.permutation(addrs)
+    assert np.array_equal(_drop_mask(pa.array(shuffled), drop).to_numpy(zero_copy_only=False), ~np.isin(shuffled, drop))
