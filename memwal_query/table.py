@@ -427,12 +427,19 @@ class Table:
             predicate: Also show which regions this SQL predicate reads and which it
                 prunes (and why), as :meth:`plan` decides.
         """
+        from memwal_query.display import ExplainText, explain_html
         from memwal_query.explain import explain_table
 
         text = explain_table(self)
         if predicate is not None:
             text += "\n" + "\n".join("  " + line for line in self.plan(predicate).explain().splitlines())
-        return text
+        return ExplainText(text, explain_html(self, predicate))
+
+    def _repr_html_(self) -> str:
+        """Jupyter: sources per region, live rows, freshness."""
+        from memwal_query.display import table_html
+
+        return table_html(self)
 
     def __repr__(self) -> str:
         return (

@@ -88,7 +88,9 @@ def test_sql_arrow_to_stdout_pipe(demo: str) -> None:
 
 
 def test_sql_consistency_and_json_types(demo: str, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "sql", demo, "SELECT * FROM t ORDER BY id LIMIT 1", "-f", "json", "--consistency", "eventual")
+    code, out, _ = run(
+        capsys, "sql", demo, "SELECT * FROM t ORDER BY id LIMIT 1", "-f", "json", "--consistency", "eventual"
+    )
     assert code == 0
     (row,) = json.loads(out)
     assert set(row) == {"id", "category", "amount", "ts"} and isinstance(row["ts"], str)

@@ -50,6 +50,18 @@ def test_explain_html_lists_every_source(table: mq.Table) -> None:
     assert html.escape(table.explain().splitlines()[1].strip()) in out
 
 
+def test_explain_html_with_predicate(table: mq.Table) -> None:
+    out = explain_html(table, "id = 42")
+    plan = table.plan("id = 42")
+    assert len(plan.regions) == 1 and "1 regions read, 3 pruned" in out
+    for p in plan.pruned:
+        assert html.escape(f"pruned: {p.reason}") in out
+    # same text as Table.explain(predicate)
+    assert html.escape(table.explain("id = 42").splitlines()[-1]) in out
+    with pytest.raises(mq.InvalidArgumentError):
+        explain_html(table, "no_such_column = 1")
+
+
 def test_explain_html_eventual(table: mq.Table) -> None:
     eventual = mq.open_table(table.uri, consistency="eventual")
     assert "not read (eventual consistency)" in explain_html(eventual)
@@ -68,9 +80,12 @@ def test_describe_table_is_json_ready(table: mq.Table) -> None:
     assert d["live_rows"] == table.count_rows()
     assert d["freshness"] == freshness(table)
     assert len(d["regions"]) == len(table.region_ids)
-    total = d["base_rows"] - d["base_rows_masked"] + sum(
-        g["rows"] - g["dropped"] for r in d["regions"] for g in r["unmerged_generations"]
-    ) + sum(r["memtable_live_rows"] for r in d["regions"])
+    total = (
+        d["base_rows"]
+        - d["base_rows_masked"]
+        + sum(g["rows"] - g["dropped"] for r in d["regions"] for g in r["unmerged_generations"])
+        + sum(r["memtable_live_rows"] for r in d["regions"])
+    )
     assert total == d["live_rows"]
 
 
@@ -82,4 +97,3 @@ def test_format_text_table() -> None:
     assert lines[4] == "| 100 | NULL       |"
     assert lines[-1] == "2 rows"
     assert format_text_table(pa.table({"a": pa.array([], pa.int64())})).splitlines()[-1] == "0 rows"
-
