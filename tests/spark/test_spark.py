@@ -139,23 +139,23 @@ def test_order_by_and_ambiguous_duplicates(spark: Any, tmp_path: Path) -> None:
     uri, model = _table(tmp_path, base_rows=100)
     rows = [(5, "old", 1.0, 1), (5, "new", 2.0, 3), (5, "mid", 3.0, 2), (6, "x", 1.0, 1), (6, "x", 1.0, 1)]
     df = spark.createDataFrame(rows, "id long, cat string, amount double, ts int")
-    stats = memwal_write.write(df, uri, order_by="ts").toArrow()
+    stats = memwal_write.write(df, uri, order_by="ts", num_partitions=2).toArrow()
     assert sum(stats.column("duplicates_dropped").to_pylist()) == 3
     model.put(pa.table({"id": [5, 6], "cat": ["new", "x"], "amount": [2.0, 1.0]}, schema=SCHEMA))
     assert _read(uri).equals(model.table())
     # identical duplicates are fine without order_by; differing ones name the key
     same = spark.createDataFrame([(7, "a", 1.0), (7, "a", 1.0)], "id long, cat string, amount double")
-    memwal_write.write(same, uri)
+    memwal_write.write(same, uri, num_partitions=1)
     bad = spark.createDataFrame([(8, "a", 1.0), (8, "b", 1.0)], "id long, cat string, amount double")
     with pytest.raises(InvalidArgumentError, match=r"key \{'id': 8\}"):
-        memwal_write.write(bad, uri)
+        memwal_write.write(bad, uri, num_partitions=1)
     tie = spark.createDataFrame([(9, "a", 1.0, 1), (9, "b", 1.0, 1)], "id long, cat string, amount double, ts int")
     with pytest.raises(InvalidArgumentError, match="same 'ts' value"):
-        memwal_write.write(tie, uri, order_by="ts")
+        memwal_write.write(tie, uri, order_by="ts", num_partitions=1)
     with pytest.raises(InvalidArgumentError, match="not in the table schema"):
         memwal_write.write(spark.createDataFrame([(1, 2)], "id long, nope int"), uri)
     with pytest.raises(InvalidArgumentError, match="cannot be stored|not nullable|required"):
-        memwal_write.write(spark.createDataFrame([(None, "a")], "id long, cat string"), uri)
+        memwal_write.write(spark.createDataFrame([(None, "a")], "id long, cat string"), uri, num_partitions=1)
 
 
 def test_retried_tasks_give_model_rows(spark: Any, tmp_path: Path) -> None:
@@ -272,6 +272,8 @@ def test_to_datafusion_joins_merged_table(spark: Any, tmp_path: Path) -> None:
     uri, model = _table(tmp_path, base_rows=300)
     ctx = datafusion.SessionContext()
     mq.open_table(uri).register(ctx, "events")
-    memwal_write.to_datafusion(spark.createDataFrame([(5, "x"), (7, "y"), (9999, "z")], "id long, tag string"), ctx, "s")
+    memwal_write.to_datafusion(
+        spark.createDataFrame([(5, "x"), (7, "y"), (9999, "z")], "id long, tag string"), ctx, "s"
+    )
     out = ctx.sql("SELECT s.id, s.tag, e.amount FROM s JOIN events e USING (id) ORDER BY s.id").to_pydict()
     assert out == {"id": [5, 7], "tag": ["x", "y"], "amount": [5.0, 7.0]}
