@@ -21,6 +21,7 @@ import lance
 import numpy as np
 import pyarrow as pa
 
+from memwal_query.conform import conform
 from memwal_query.errors import (
     InvalidArgumentError,
     ManifestError,
@@ -277,21 +278,7 @@ def _list_regions(storage: Storage) -> list[str]:
 
 
 def _conform(table: pa.Table, schema: pa.Schema, what: str) -> pa.Table:
-    """Select ``schema``'s columns from ``table`` in order, casting; missing -> nulls."""
-    cols = []
-    for f in schema:
-        if f.name in table.column_names:
-            col = table.column(f.name)
-            if col.type != f.type:
-                try:
-                    col = col.cast(f.type)
-                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
-                    msg = f"{what}: column {f.name!r} has type {col.type}, table has {f.type}"
-                    raise ManifestError(msg) from err
-            cols.append(col)
-        else:
-            cols.append(pa.nulls(table.num_rows, f.type))
-    return pa.Table.from_arrays(cols, schema=schema)
+    return conform(table, schema, what=what, strict=False, error=ManifestError)
 
 
 def _memtable_from_wal(region_id: str, tail: WalTail, data_schema: pa.Schema) -> pa.Table | None:

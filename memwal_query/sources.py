@@ -117,7 +117,23 @@ class _Fragment:
         batch_size: int | None = None,
         **_: object,
     ) -> _Scan:
-        """Scan this fragment: DataFusion's per-partition call."""
+        """Scan this fragment: DataFusion's per-partition call.
+
+        ``columns=[]`` without a filter is a ``count(*)``: answered from metadata.
+        """
+        out = self._out_schema(columns)
+        cols = list(out.names)
+        if not cols and filter is None:
+            return _Scan(out, _zero_column_batches(self.live_rows()))
+        return _Scan(out, self._batches(cols, filter, out, batch_size))
+
+    def live_rows(self) -> int:
+        """Rows this fragment contributes to the merged table."""
+        raise NotImplementedError
+
+    def _batches(
+        self, cols: list[str], filt: pc.Expression | None, out: pa.Schema, batch_size: int | None
+    ) -> Iterator[pa.RecordBatch]:
         raise NotImplementedError
 
     def _out_schema(self, columns: Sequence[str] | None) -> pa.Schema:
@@ -182,20 +198,8 @@ class _LanceFragment(_Fragment):
     def __repr__(self) -> str:
         return f"<memwal fragment {self.label} dropped={self.drop.size}>"
 
-    def scanner(
-        self,
-        schema: pa.Schema | None = None,
-        columns: Sequence[str] | None = None,
-        filter: pc.Expression | None = None,
-        batch_size: int | None = None,
-        **_: object,
-    ) -> _Scan:
-        out = self._out_schema(columns)
-        cols = list(out.names)
-        if not cols and filter is None:
-            n = self.fragment.count_rows() - int(self.drop.size)
-            return _Scan(out, _zero_column_batches(n))
-        return _Scan(out, self._batches(cols, filter, out, batch_size))
+    def live_rows(self) -> int:
+        return int(self.fragment.count_rows()) - int(self.drop.size)
 
     def _batches(
         self, cols: list[str], filt: pc.Expression | None, out: pa.Schema, batch_size: int | None
@@ -264,19 +268,13 @@ class _MemoryFragment(_Fragment):
     def __repr__(self) -> str:
         return f"<memwal memtable region={self.region} rows={self.table.num_rows}>"
 
-    def scanner(
-        self,
-        schema: pa.Schema | None = None,
-        columns: Sequence[str] | None = None,
-        filter: pc.Expression | None = None,
-        batch_size: int | None = None,
-        **_: object,
-    ) -> _Scan:
-        out = self._out_schema(columns)
-        cols = list(out.names)
+    def live_rows(self) -> int:
+        return int(self.table.num_rows)
+
+    def _batches(
+        self, cols: list[str], filt: pc.Expression | None, out: pa.Schema, batch_size: int | None
+    ) -> Iterator[pa.RecordBatch]:
         t = self.table
-        if not cols and filter is None:
-            return _Scan(out, _zero_column_batches(t.num_rows))
         data = {name: t.column(name) for name in self._owner.data_schema.names}
         n = t.num_rows
         if self._owner.with_hidden:
@@ -284,11 +282,11 @@ class _MemoryFragment(_Fragment):
             data["_rowaddr"] = t.column("_seq")
             data["_region"] = pa.chunked_array([pa.array([self.region] * n, pa.string())])
         full = pa.table(data)
-        if filter is not None:
-            full = full.filter(filter)
+        if filt is not None:
+            full = full.filter(filt)
         sel = full.select(cols) if cols else full.select([])
-        batches = sel.to_batches(max_chunksize=batch_size or SCAN_BATCH_ROWS)
-        return _Scan(out, (pa.RecordBatch.from_arrays(b.columns, schema=out) if cols else b for b in batches))
+        for b in sel.to_batches(max_chunksize=batch_size or SCAN_BATCH_ROWS):
+            yield pa.RecordBatch.from_arrays(b.columns, schema=out) if cols else b
 
 
 class MergedDataset(pds.Dataset):  # type: ignore[misc]

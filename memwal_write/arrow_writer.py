@@ -21,6 +21,7 @@ import pyarrow as pa
 from lance.mem_wal import ShardWriter
 
 from memwal_proto import mem_wal_pb2
+from memwal_query.conform import conform
 from memwal_query.errors import InvalidArgumentError, MemWalError, NotAMemWalTableError
 from memwal_query.format.decode import (
     MemWalIndex,
@@ -51,46 +52,6 @@ class RegionWriteStats:
     rows_deleted: int = 0
     puts: int = 0
     created: bool = False
-
-
-def conform(data: pa.Table, schema: pa.Schema, *, what: str, keys: tuple[str, ...] | None = None) -> pa.Table:
-    """Arrange ``data`` as ``schema`` (column order, types, nullability), with clear errors.
-
-    Args:
-        data: Incoming rows.
-        schema: The table schema (or the key columns for deletes).
-        what: Names the target in error messages.
-        keys: When given, only these columns are required and returned (deletes).
-
-    Raises:
-        InvalidArgumentError: Unknown or missing columns, uncastable types, NULLs in a
-            non-nullable column.
-    """
-    target = pa.schema([schema.field(k) for k in keys]) if keys else schema
-    extra = [c for c in data.column_names if c not in schema.names]
-    if extra and not keys:
-        msg = f"{what}: column(s) {extra} are not in the table schema {schema.names}"
-        raise InvalidArgumentError(msg)
-    arrays = []
-    for f in target:
-        if f.name not in data.column_names:
-            if not f.nullable:
-                msg = f"{what}: required column {f.name!r} is missing"
-                raise InvalidArgumentError(msg)
-            arrays.append(pa.nulls(data.num_rows, f.type))
-            continue
-        col = data.column(f.name)
-        if col.type != f.type:
-            try:
-                col = col.cast(f.type)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
-                msg = f"{what}: column {f.name!r} of type {col.type} cannot be stored as {f.type}: {err}"
-                raise InvalidArgumentError(msg) from err
-        if not f.nullable and col.null_count:
-            msg = f"{what}: column {f.name!r} is not nullable but has {col.null_count} NULL value(s)"
-            raise InvalidArgumentError(msg)
-        arrays.append(col)
-    return pa.Table.from_arrays(arrays, schema=target)
 
 
 def _to_table(data: Any) -> pa.Table:
