@@ -111,46 +111,61 @@ def _numeric_key(snapshot: Snapshot, pk: list[str]) -> bool:
     return bool(pa.types.is_integer(t))
 
 
-def _base_mask(snapshot: Snapshot, cache: SnapshotCache, keys: pa.Table, pk: list[str]) -> np.ndarray:
-    """Sorted row addresses of base rows whose key appears in ``keys``.
+def _fragment_index(base: pa.Table, key: str) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per base fragment, its keys sorted (with their row addresses).
 
-    The first open uses one vectorised ``is_in`` over the base key column (cheapest
-    once). A refresh of the same base version searches a sorted copy of the key
-    column instead (built once per base version), so its cost grows with the newer
-    keys, not with the base table.
+    Fragments written by bulk loads and merges are usually sorted by key already:
+    those cost one comparison pass; only unsorted fragments are sorted.
+    """
+    keys = base.column(key).combine_chunks().to_numpy(zero_copy_only=False)
+    addrs = base.column("_rowaddr").combine_chunks().to_numpy(zero_copy_only=False)
+    frag = addrs >> np.uint64(32)
+    cuts = np.flatnonzero(frag[1:] != frag[:-1]) + 1
+    out = []
+    for k, a in zip(np.split(keys, cuts), np.split(addrs, cuts), strict=True):
+        if k.size > 1 and not bool(np.all(k[1:] >= k[:-1])):
+            order = np.argsort(k, kind="stable")
+            k, a = k[order], a[order]
+        out.append((k, a))
+    return out
+
+
+def _base_mask(snapshot: Snapshot, cache: SnapshotCache, keys: pa.Table, pk: list[str]) -> np.ndarray:
+    """Sorted row addresses of base rows whose key appears in ``keys`` (the newer levels).
+
+    Integer keys: a per-base-version index of sorted key runs (one per fragment,
+    built once and reused by refreshes) is searched for the newer keys, so the cost
+    grows with the newer keys, not with the base. Other keys: a hash semi-join.
     """
     base = _base_keys(snapshot, cache)
     version = snapshot.base_version
     if _numeric_key(snapshot, pk):
         with cache.lock:
             index = cache.base_sorted.get(version)
-            refresh = cache.merges > 0
-        if index is None and refresh:
-            col = base.column(pk[0]).combine_chunks().to_numpy(zero_copy_only=False)
-            order = np.argsort(col, kind="stable")
-            index = (col[order], base.column("_rowaddr").to_numpy()[order])
+        if index is None:
+            index = _fragment_index(base, pk[0])
             with cache.lock:
                 cache.base_sorted.clear()
                 cache.base_sorted[version] = index
-        if index is not None:
-            sk, sa = index
-            want = (
-                keys.column(pk[0]).combine_chunks().cast(pa.from_numpy_dtype(sk.dtype)).to_numpy(zero_copy_only=False)
-            )
-            lo = np.searchsorted(sk, want, "left")
-            hi = np.searchsorted(sk, want, "right")
+        want = np.unique(keys.column(pk[0]).combine_chunks().to_numpy(zero_copy_only=False))
+        hits = []
+        for sk, sa in index:
+            if sk.size == 0:
+                continue
+            w = want[np.searchsorted(want, sk[0]) : np.searchsorted(want, sk[-1], "right")]
+            if w.size == 0:
+                continue
+            lo = np.searchsorted(sk, w, "left")
+            hi = np.searchsorted(sk, w, "right")
             counts = hi - lo
             total = int(counts.sum())
-            if total == 0:
-                return _EMPTY
-            starts = np.repeat(lo, counts)
-            offsets = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
-            return _sorted_u64(sa[starts + offsets])
-    if len(pk) == 1:
-        hit = pc.is_in(base.column(pk[0]), value_set=keys.column(pk[0]).combine_chunks())
-        rows = base.column("_rowaddr").filter(hit)
-    else:
-        rows = base.join(keys.group_by(pk).aggregate([]), keys=pk, join_type="left semi").column("_rowaddr")
+            if total:
+                starts = np.repeat(lo, counts)
+                offsets = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+                hits.append(sa[starts + offsets])
+        return _sorted_u64(np.concatenate(hits)) if hits else _EMPTY
+    unique = keys.group_by(pk, use_threads=False).aggregate([])
+    rows = base.join(unique, keys=pk, join_type="left semi").column("_rowaddr")
     return _sorted_u64(rows)
 
 

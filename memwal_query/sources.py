@@ -131,6 +131,10 @@ class _Fragment:
         """Rows this fragment contributes to the merged table."""
         raise NotImplementedError
 
+    def rows_hint(self) -> int:
+        """Rows before masking (cheap; used to pack small sources together)."""
+        return self.live_rows()
+
     def _batches(
         self, cols: list[str], filt: pc.Expression | None, out: pa.Schema, batch_size: int | None
     ) -> Iterator[pa.RecordBatch]:
@@ -191,6 +195,7 @@ class _LanceFragment(_Fragment):
         self.fragment = fragment
         self.drop = drop
         self._blocklist: bytes | None = None
+        self._rows: int | None = None
         self.gen = gen
         self.region = region
         self.label = label
@@ -200,6 +205,11 @@ class _LanceFragment(_Fragment):
 
     def live_rows(self) -> int:
         return int(self.fragment.count_rows()) - int(self.drop.size)
+
+    def rows_hint(self) -> int:
+        if self._rows is None:
+            self._rows = int(self.fragment.count_rows())
+        return self._rows
 
     def _batches(
         self, cols: list[str], filt: pc.Expression | None, out: pa.Schema, batch_size: int | None
@@ -289,6 +299,54 @@ class _MemoryFragment(_Fragment):
             yield pa.RecordBatch.from_arrays(b.columns, schema=out) if cols else b
 
 
+class _GroupFragment(_Fragment):
+    """Several small sources (generations, MemTables) scanned as one partition.
+
+    Each partition costs DataFusion a Python round trip; dozens of small
+    generations would cost more in partitions than in rows.
+    """
+
+    def __init__(self, owner: MergedDataset, parts: list[_Fragment]) -> None:
+        super().__init__(owner)
+        self.parts = parts
+
+    def __repr__(self) -> str:
+        return f"<memwal group of {len(self.parts)} small sources>"
+
+    def live_rows(self) -> int:
+        return sum(p.live_rows() for p in self.parts)
+
+    def _batches(
+        self, cols: list[str], filt: pc.Expression | None, out: pa.Schema, batch_size: int | None
+    ) -> Iterator[pa.RecordBatch]:
+        for p in self.parts:
+            yield from p._batches(cols, filt, out, batch_size)
+
+
+SMALL_SOURCE_ROWS = 200_000
+GROUP_ROWS = 1_000_000
+
+
+def _pack_small(frags: list[_Fragment]) -> list[_Fragment]:
+    """Base fragments stay one partition each; small sources share partitions."""
+    out: list[_Fragment] = []
+    group: list[_Fragment] = []
+    rows = 0
+    for f in frags:
+        n = f.rows_hint()
+        if f.region is None or n > SMALL_SOURCE_ROWS:
+            out.append(f)
+            continue
+        if group and rows + n > GROUP_ROWS:
+            out.append(group[0] if len(group) == 1 else _GroupFragment(group[0]._owner, group))
+            group, rows = [], 0
+        group.append(f)
+        rows += n
+    if group:
+        out.append(group[0] if len(group) == 1 else _GroupFragment(group[0]._owner, group))
+    return out
+
+
 class MergedDataset(pds.Dataset):  # type: ignore[misc]
     """The merged (deduplicated) table of one snapshot, as DataFusion reads it.
 
@@ -361,14 +419,22 @@ class MergedDataset(pds.Dataset):  # type: ignore[misc]
         :mod:`memwal_query.planner.pruning`) contribute no fragment; the decision is
         kept in :attr:`last_plan`.
         """
-        if filter is None or self._region_filter is None:
-            return list(self._fragments)
-        plan = self._region_filter(filter)
-        self.last_plan = plan
-        if not plan.pruned_regions:
-            return list(self._fragments)
-        pruned = set(plan.pruned_regions)
-        return [f for f in self._fragments if f.region is None or f.region not in pruned]
+        return _pack_small(self.source_fragments(filter))
+
+    def source_fragments(self, filter: pc.Expression | None = None) -> list[_Fragment]:
+        """Every source fragment the filter may need, one per Lance fragment / MemTable.
+
+        Each has ``.region`` (``None`` for the base) and ``.label``; ``get_fragments``
+        packs the small ones into shared partitions. Region pruning applies.
+        """
+        frags = self._fragments
+        if filter is not None and self._region_filter is not None:
+            plan = self._region_filter(filter)
+            self.last_plan = plan
+            if plan.pruned_regions:
+                pruned = set(plan.pruned_regions)
+                frags = [f for f in frags if f.region is None or f.region not in pruned]
+        return list(frags)
 
     def scanner(self, columns: Sequence[str] | None = None, filter: pc.Expression | None = None, **_: object) -> _Scan:
         """A scan of the whole merged table (used by DataFusion for the schema)."""

@@ -698,7 +698,7 @@ def _read_task(
         ds = table.dataset()
         for unit in mine:
             labels = set(unit.base_labels)
-            for frag in ds.get_fragments():
+            for frag in ds.source_fragments():
                 if (unit.region is not None and frag.region == unit.region) or (
                     frag.region is None and getattr(frag, "label", None) in labels
                 ):
@@ -756,7 +756,7 @@ def read_spark(
         columns = None  # the filter runs in Spark and may read any column
     out_schema = ds.projected(columns)
     filt = predicate if isinstance(predicate, pc.Expression) else None
-    frags = ds.get_fragments(filter=filt)
+    frags = ds.source_fragments(filter=filt)
     pruned: set[str] = set()
     if isinstance(predicate, str):
         pruned = set(table.plan(predicate).pruned_regions)
