@@ -53,7 +53,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -275,7 +275,7 @@ def measure(fn: Callable[[], Any], repeat: int) -> Timing:
     return measure_interleaved({"": fn}, repeat)[""]
 
 
-def measure_interleaved(fns: dict[str, Callable[[], Any]], repeat: int) -> dict[str, Timing]:
+def measure_interleaved(fns: Mapping[str, Callable[[], Any]], repeat: int) -> dict[str, Timing]:
     """Time several calls in turn (a, b, a, b, ...) so that load from other work hits them alike.
 
     One warm-up each; then ``repeat`` rounds, at least ``FAST_MIN_RUNS`` when every
@@ -590,7 +590,8 @@ def print_results(results: dict[str, dict[str, Timing]]) -> None:
         print(f"{label:<26}" + "".join(f"{fmt_ms(results[c].get(q)):>{width}}" for c in cols))
 
 
-def evaluate(results: dict[str, dict[str, Timing]], open_t: Timing, memory_mb: float) -> tuple[dict, list]:
+def evaluate(results: dict[str, dict[str, Timing]], open_t: Timing, memory_mb: float
+             ) -> tuple[dict[str, dict[str, float | None]], list[dict[str, Any]]]:
     merged, raw = results["merged"], results["raw_df"]
     ratios: dict[str, dict[str, float | None]] = {
         "merged_over_raw_base_df": {q: ratio(merged[q], raw[q]) for q in SQL},
@@ -620,7 +621,7 @@ def evaluate(results: dict[str, dict[str, Timing]], open_t: Timing, memory_mb: f
     return ratios, targets
 
 
-def print_evaluation(ratios: dict, targets: list) -> None:
+def print_evaluation(ratios: dict[str, dict[str, float | None]], targets: list[dict[str, Any]]) -> None:
     print("\nratios (time / time)")
     for name, per_q in ratios.items():
         vals = ", ".join(f"{QUERY_LABELS[q]} {v:.2f}" for q, v in per_q.items() if v is not None)
@@ -628,7 +629,8 @@ def print_evaluation(ratios: dict, targets: list) -> None:
     print("\ntargets")
     for t in targets:
         verdict = {True: "PASS", False: "MISS", None: "n/a "}[t["pass"]]
-        val = "-" if t["value"] is None else f"{t['value']:.3g} {t['unit']}"
+        v = t["value"]
+        val = "-" if v is None else f"{v:,.0f} {t['unit']}" if v >= 100 else f"{v:.3g} {t['unit']}"
         print(f"  {verdict}  {t['target']}: {val}")
 
 

@@ -135,7 +135,12 @@ def _search(
     filt: str | pc.Expression | None,
     block: np.ndarray | None,
 ) -> pa.Table:
-    kwargs: dict[str, Any] = {"columns": cols, "nearest": nearest_args, "prefilter": True}
+    kwargs: dict[str, Any] = {
+        "columns": [*cols, "_distance"],
+        "nearest": nearest_args,
+        "prefilter": True,
+        "disable_scoring_autoprojection": True,
+    }
     if filt is not None:
         kwargs["filter"] = filt
     if block is not None and block.size:

@@ -1,0 +1,220 @@
+"""Point-lookup and vector-search benchmark against pylance's LSM planners.
+
+Builds (or reuses, with ``--dir``) a table written with pylance's writer: a base of
+``--base-rows`` rows with an IVF_PQ index on a ``--dim``-dimensional vector column,
+``--regions`` bucket regions, two rounds of upserts (updates that move vectors, new
+keys, deletes): the first merged into the base without re-indexing, the second left
+as unmerged generations. No WAL tail, so pylance's planners (which cannot see other
+writers' MemTables) and we read the same rows.
+
+Measures, in one run:
+
+* single-key lookups, p50/p95 over ``--lookups`` random keys: ``Table.lookup`` vs
+  ``LsmPointLookupPlanner``;
+* a 1,000-key batch: one ``Table.lookup`` call vs 1,000 single calls (ours and pylance's);
+* KNN (k=10, same nprobes), p50/p95 over ``--queries`` queries: ``Table.nearest``
+  vs ``LsmVectorSearchPlanner`` vs DataFusion brute force (``array_distance`` over
+  the merged table), with recall@10 against exact search over the merged rows.
+
+Prints PASS/MISS for the targets: single lookup p50 <= pylance's; a 1,000-key batch
+>= 10x faster than 1,000 single lookups; KNN p50 <= 1.5x pylance with recall >=
+pylance's. Results go to ``--out`` (JSON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import datafusion
+import lance
+import numpy as np
+import pyarrow as pa
+from lance.mem_wal import LsmPointLookupPlanner, LsmVectorSearchPlanner, ShardSnapshot
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_read import machine_info  # noqa: E402
+
+import memwal_query as mq  # noqa: E402
+from memwal_write import write_arrow  # noqa: E402
+from memwal_write.merger import merge_generations  # noqa: E402
+
+PK = {"lance-schema:unenforced-primary-key": "true"}
+
+
+def schema(dim: int) -> pa.Schema:
+    return pa.schema(
+        [
+            pa.field("id", pa.int64(), nullable=False, metadata=PK),
+            pa.field("cat", pa.string()),
+            pa.field("vec", pa.list_(pa.float32(), dim)),
+        ]
+    )
+
+
+def rows(rng: np.random.Generator, ids: np.ndarray, dim: int) -> pa.Table:
+    v = rng.standard_normal((len(ids), dim)).astype(np.float32)
+    return pa.table(
+        {
+            "id": ids.astype(np.int64),
+            "cat": np.array(["a", "b", "c", "d"])[ids % 4],
+            "vec": pa.FixedSizeListArray.from_arrays(pa.array(v.reshape(-1)), dim),
+        },
+        schema=schema(dim),
+    )
+
+
+def build(uri: str, a: argparse.Namespace) -> None:
+    rng = np.random.default_rng(0)
+    ds = lance.write_dataset(rows(rng, np.arange(a.base_rows), a.dim), uri)
+    ds.create_index("vec", index_type="IVF_PQ", num_partitions=a.partitions, num_sub_vectors=a.dim // 8)
+    ds.create_scalar_index("id", "BTREE")
+    lance.dataset(uri).initialize_mem_wal(bucket_column="id", num_buckets=a.regions, max_memtable_rows=100_000)
+    for r in range(2):
+        ids = np.sort(rng.choice(int(a.base_rows * 1.1), a.newer_rows, replace=False))
+        dels = rng.choice(a.base_rows, a.newer_rows // 20, replace=False)
+        write_arrow(uri, rows(rng, ids, a.dim), deletes=pa.table({"id": dels.astype(np.int64)}))
+        if r == 0:
+            merge_generations(uri)  # merged, the vector index not rebuilt
+
+
+def percentiles(fn: Callable[[Any], Any], args: list[Any]) -> dict[str, float]:
+    fn(args[0])  # warm-up
+    ts = []
+    for x in args:
+        t0 = time.perf_counter()
+        fn(x)
+        ts.append((time.perf_counter() - t0) * 1000)
+    ts.sort()
+    return {"p50_ms": statistics.median(ts), "p95_ms": ts[int(0.95 * (len(ts) - 1))], "n": len(ts)}
+
+
+def shard_snapshots(table: mq.Table) -> list[ShardSnapshot]:
+    out = []
+    for r in table.snapshot.regions:
+        s = ShardSnapshot(r.region_id).with_spec_id(r.spec_id)
+        if r.manifest is not None:
+            s = s.with_current_generation(r.manifest.current_generation)
+            for g in r.generations:
+                s = s.with_sstable(g.generation, Path(g.uri).name)
+        out.append(s)
+    return out
+
+
+def run(a: argparse.Namespace) -> dict[str, Any]:
+    root = Path(a.dir or tempfile.mkdtemp(prefix="memwal-bench-knn-"))
+    uri = str(root / f"t_{a.base_rows}_{a.dim}_{a.regions}_{a.newer_rows}")
+    if not Path(uri).exists():
+        t0 = time.perf_counter()
+        build(uri, a)
+        print(f"built {uri} in {time.perf_counter() - t0:.1f} s")
+    table = mq.open_table(uri)
+    ds = lance.dataset(uri)
+    snaps = shard_snapshots(table)
+    point = LsmPointLookupPlanner(ds, snaps)
+    rng = np.random.default_rng(1)
+    keys = [int(k) for k in rng.choice(int(a.base_rows * 1.1), a.lookups, replace=False)]
+    for k in keys[:50]:  # same answers before timing
+        ours = table.lookup(k).to_pylist()
+        theirs = point.plan_lookup(pa.array([k], pa.int64())).to_table().select(table.schema.names).to_pylist()
+        if ours != theirs:
+            raise AssertionError(f"lookup {k}: ours {ours} != pylance {theirs}")
+    res: dict[str, Any] = {"machine": machine_info(), "params": vars(a)}
+    res["lookup_single"] = {
+        "ours": percentiles(lambda k: table.lookup(k), keys),
+        "pylance": percentiles(lambda k: point.plan_lookup(pa.array([k], pa.int64())).to_table(), keys),
+    }
+    batch = keys[:1000] if len(keys) >= 1000 else [int(k) for k in rng.choice(a.base_rows, 1000, replace=False)]
+    t0 = time.perf_counter()
+    got = table.lookup(batch)
+    one_call = (time.perf_counter() - t0) * 1000
+    t0 = time.perf_counter()
+    singles = sum(table.lookup(k).num_rows for k in batch)
+    many_ours = (time.perf_counter() - t0) * 1000
+    t0 = time.perf_counter()
+    for k in batch:
+        point.plan_lookup(pa.array([k], pa.int64())).to_table()
+    many_theirs = (time.perf_counter() - t0) * 1000
+    if got.num_rows != singles:
+        raise AssertionError("batch lookup and single lookups disagree")
+    res["lookup_batch_1000"] = {"one_call_ms": one_call, "singles_ours_ms": many_ours, "singles_pylance_ms": many_theirs}
+
+    merged = table.to_arrow(columns=["id", "vec"])
+    ids = merged.column("id").to_numpy()
+    mat = merged.column("vec").combine_chunks().flatten().to_numpy().reshape(-1, a.dim)
+    queries = [rng.standard_normal(a.dim).astype(np.float32) for _ in range(a.queries)]
+    exact = {i: set(ids[np.argsort(((mat - q) ** 2).sum(axis=1))[:10]].tolist()) for i, q in enumerate(queries)}
+    vec = LsmVectorSearchPlanner(ds, snaps, "vec")
+    ctx = datafusion.SessionContext()
+    table.register(ctx, "t")
+
+    def ours_knn(i: int) -> set[int]:
+        return set(table.nearest("vec", queries[i], k=10, nprobes=a.nprobes, columns=["id"]).column("id").to_pylist())
+
+    def theirs_knn(i: int) -> set[int]:
+        plan = vec.plan_search(pa.array(queries[i]), k=10, nprobes=a.nprobes, columns=["id"])
+        return set(plan.to_table().column("id").to_pylist())
+
+    def brute(i: int) -> set[int]:
+        lit = "make_array(" + ", ".join(f"{x:.7f}" for x in queries[i]) + ")"
+        sql = f"SELECT id FROM t ORDER BY array_distance(vec, {lit}) LIMIT 10"
+        return set(ctx.sql(sql).to_arrow_table().column("id").to_pylist())
+
+    idx = list(range(a.queries))
+    knn: dict[str, Any] = {}
+    for name, fn in [("ours", ours_knn), ("pylance", theirs_knn), ("datafusion_brute_force", brute)]:
+        knn[name] = percentiles(fn, idx)
+        knn[name]["recall@10"] = statistics.mean(len(fn(i) & exact[i]) / 10 for i in idx)
+    res["knn"] = knn
+    return res
+
+
+def report(res: dict[str, Any]) -> list[tuple[str, bool]]:
+    ls, lb, knn = res["lookup_single"], res["lookup_batch_1000"], res["knn"]
+    print(f"single lookup  ours p50 {ls['ours']['p50_ms']:.2f} p95 {ls['ours']['p95_ms']:.2f} ms | "
+          f"pylance p50 {ls['pylance']['p50_ms']:.2f} p95 {ls['pylance']['p95_ms']:.2f} ms")
+    print(f"1000-key batch one call {lb['one_call_ms']:.1f} ms | 1000 single ours {lb['singles_ours_ms']:.0f} ms | "
+          f"1000 single pylance {lb['singles_pylance_ms']:.0f} ms")
+    for name, v in knn.items():
+        print(f"knn {name:24s} p50 {v['p50_ms']:8.2f} p95 {v['p95_ms']:8.2f} ms recall@10 {v['recall@10']:.3f}")
+    targets = [
+        ("single lookup p50 <= pylance's", ls["ours"]["p50_ms"] <= ls["pylance"]["p50_ms"]),
+        ("1000-key batch >= 10x faster than 1000 single lookups", lb["singles_ours_ms"] >= 10 * lb["one_call_ms"]),
+        ("KNN p50 <= 1.5x pylance", knn["ours"]["p50_ms"] <= 1.5 * knn["pylance"]["p50_ms"]),
+        ("KNN recall >= pylance's", knn["ours"]["recall@10"] >= knn["pylance"]["recall@10"]),
+    ]
+    for name, ok in targets:
+        print(f"  {'PASS' if ok else 'MISS'}  {name}")
+    return targets
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--base-rows", type=int, default=200_000)
+    p.add_argument("--dim", type=int, default=64)
+    p.add_argument("--partitions", type=int, default=64)
+    p.add_argument("--regions", type=int, default=8)
+    p.add_argument("--newer-rows", type=int, default=20_000)
+    p.add_argument("--lookups", type=int, default=1000)
+    p.add_argument("--queries", type=int, default=50)
+    p.add_argument("--nprobes", type=int, default=20)
+    p.add_argument("--dir", help="keep (and reuse) the table here")
+    p.add_argument("--out", default=str(Path(__file__).parent / "results" / "lookup_knn.json"))
+    a = p.parse_args(argv)
+    res = run(a)
+    res["targets"] = [{"name": n, "pass": ok} for n, ok in report(res)]
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(res, indent=1))
+    print(f"wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

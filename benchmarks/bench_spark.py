@@ -1,0 +1,165 @@
+"""Spark <-> MemWAL throughput on local Spark.
+
+Measures, for ``--rows`` rows routed to ``--regions`` bucket regions:
+
+* ``memwal_write.write``: Spark -> pylance MemWAL writers (repartition by region,
+  sort + dedupe, combined puts);
+* ``applyInArrow``: Spark ``groupBy(bucket).applyInArrow`` handing each region's
+  rows to ``memwal_write.write_arrow`` (no dedupe, one Arrow table per region);
+* ``lance.write_dataset`` of the same rows already in memory (the limit: no Spark,
+  no WAL);
+* reads: ``memwal_write.read_spark`` (one region per task) vs the single-process
+  ``memwal_query.open_table(uri).to_arrow()``.
+
+Usage: ``python benchmarks/bench_spark.py --rows 2000000`` (writes
+``benchmarks/results/spark.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import lance
+import pyarrow as pa
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import memwal_query as mq  # noqa: E402
+import memwal_write  # noqa: E402
+
+PK = {"lance-schema:unenforced-primary-key": "true"}
+SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False, metadata=PK),
+        pa.field("cat", pa.string()),
+        pa.field("amount", pa.float64()),
+        pa.field("qty", pa.int32()),
+    ]
+)
+
+
+def _spark(cores: int, regions: int) -> Any:
+    from pyspark.sql import SparkSession
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return (
+        SparkSession.builder.master(f"local[{cores}]")
+        .appName("memwal-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", str(regions))
+        .config("spark.driver.memory", "4g")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+
+
+def _source(spark: Any, rows: int) -> Any:
+    from pyspark.sql import functions as F
+
+    return spark.range(rows).select(
+        F.col("id"),
+        F.concat(F.lit("c"), (F.col("id") % 13).cast("string")).alias("cat"),
+        (F.col("id") * 0.5).alias("amount"),
+        (F.col("id") % 50).cast("int").alias("qty"),
+    )
+
+
+def _new_table(root: str, name: str, regions: int) -> str:
+    uri = f"{root}/{name}"
+    lance.write_dataset(SCHEMA.empty_table(), uri).initialize_mem_wal(bucket_column="id", num_buckets=regions)
+    return uri
+
+
+def _apply_in_arrow_write(spark: Any, df: Any, uri: str, regions: int) -> None:
+    from pyspark.sql import functions as F
+
+    from memwal_write.spark import bucket_column
+
+    def write_group(table: pa.Table) -> pa.Table:
+        stats = memwal_write.write_arrow(uri, table.drop_columns(["__b"]))
+        return pa.table({"rows": [sum(stats.column("rows_put").to_pylist())]})
+
+    out = (
+        df.withColumn("__b", bucket_column(F.col("id"), regions)).groupBy("__b").applyInArrow(write_group, "rows long")
+    )
+    out.toArrow()
+
+
+def _warm_up(spark: Any, cores: int) -> None:
+    """Start the Python workers and import lance/memwal in them (the first Python job pays seconds)."""
+
+    def load(batches: Any) -> Any:
+        import memwal_write.spark  # noqa: F401
+
+        yield pa.record_batch({"n": [sum(b.num_rows for b in batches)]})
+
+    for _ in range(2):
+        spark.range(0, 1000, numPartitions=cores * 4).mapInArrow(load, "n long").toArrow()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--rows", type=int, default=2_000_000)
+    p.add_argument("--regions", type=int, default=8)
+    p.add_argument("--cores", type=int, default=2)
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "spark.json"))
+    args = p.parse_args(argv)
+    spark = _spark(args.cores, args.regions)
+    spark.sparkContext.setLogLevel("ERROR")
+    root = tempfile.mkdtemp(prefix="memwal-bench-spark-")
+    rows, results = args.rows, {}
+
+    def timed(name: str, fn: Any) -> Any:
+        t0 = time.perf_counter()
+        out = fn()
+        s = time.perf_counter() - t0
+        results[name] = {"seconds": round(s, 3), "rows_per_s": round(rows / s)}
+        print(f"  {name:<34} {s:8.2f} s  {rows / s:>12,.0f} rows/s", flush=True)
+        return out
+
+    _warm_up(spark, args.cores)
+    print(f"{rows:,} rows, {args.regions} bucket regions, local[{args.cores}]")
+    uri = _new_table(root, "memwal", args.regions)
+    timed("spark -> memwal_write.write", lambda: memwal_write.write(_source(spark, rows), uri))
+    uri2 = _new_table(root, "apply", args.regions)
+    timed(
+        "spark -> applyInArrow(write_arrow)",
+        lambda: _apply_in_arrow_write(spark, _source(spark, rows), uri2, args.regions),
+    )
+    data = timed("spark -> toArrow (collect only)", lambda: _source(spark, rows).toArrow())
+    data = data.cast(SCHEMA)
+    timed("lance.write_dataset (in memory)", lambda: lance.write_dataset(data, f"{root}/plain"))
+    single = timed("read: single process to_arrow", lambda: mq.open_table(uri).to_arrow())
+    got = timed("read: read_spark (region tasks)", lambda: memwal_write.read_spark(spark, uri).toArrow())
+    assert got.num_rows == single.num_rows == rows, (got.num_rows, single.num_rows)
+    timed("merge_generations_spark", lambda: memwal_write.merge_generations_spark(spark, uri).toArrow())
+    timed("read merged: single process", lambda: mq.open_table(uri).to_arrow())
+    timed("read merged: read_spark", lambda: memwal_write.read_spark(spark, uri).toArrow())
+    spark.stop()
+    report = {
+        "rows": rows,
+        "regions": args.regions,
+        "master": f"local[{args.cores}]",
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "pylance": lance.__version__,
+        "results": results,
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
