@@ -144,7 +144,11 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     many_theirs = (time.perf_counter() - t0) * 1000
     if got.num_rows != singles:
         raise AssertionError("batch lookup and single lookups disagree")
-    res["lookup_batch_1000"] = {"one_call_ms": one_call, "singles_ours_ms": many_ours, "singles_pylance_ms": many_theirs}
+    res["lookup_batch_1000"] = {
+        "one_call_ms": one_call,
+        "singles_ours_ms": many_ours,
+        "singles_pylance_ms": many_theirs,
+    }
 
     merged = table.to_arrow(columns=["id", "vec"])
     ids = merged.column("id").to_numpy()
@@ -178,10 +182,14 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
 
 def report(res: dict[str, Any]) -> list[tuple[str, bool]]:
     ls, lb, knn = res["lookup_single"], res["lookup_batch_1000"], res["knn"]
-    print(f"single lookup  ours p50 {ls['ours']['p50_ms']:.2f} p95 {ls['ours']['p95_ms']:.2f} ms | "
-          f"pylance p50 {ls['pylance']['p50_ms']:.2f} p95 {ls['pylance']['p95_ms']:.2f} ms")
-    print(f"1000-key batch one call {lb['one_call_ms']:.1f} ms | 1000 single ours {lb['singles_ours_ms']:.0f} ms | "
-          f"1000 single pylance {lb['singles_pylance_ms']:.0f} ms")
+    print(
+        f"single lookup  ours p50 {ls['ours']['p50_ms']:.2f} p95 {ls['ours']['p95_ms']:.2f} ms | "
+        f"pylance p50 {ls['pylance']['p50_ms']:.2f} p95 {ls['pylance']['p95_ms']:.2f} ms"
+    )
+    print(
+        f"1000-key batch one call {lb['one_call_ms']:.1f} ms | 1000 single ours {lb['singles_ours_ms']:.0f} ms | "
+        f"1000 single pylance {lb['singles_pylance_ms']:.0f} ms"
+    )
     for name, v in knn.items():
         print(f"knn {name:24s} p50 {v['p50_ms']:8.2f} p95 {v['p95_ms']:8.2f} ms recall@10 {v['recall@10']:.3f}")
     targets = [

@@ -126,7 +126,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "machine": machine_info(),
         "params": vars(args),
-        "table": {"regions": len(table.region_ids), "flushed_generations": flushed, "generation_fragments": gen_fragments},
+        "table": {
+            "regions": len(table.region_ids),
+            "flushed_generations": flushed,
+            "generation_fragments": gen_fragments,
+        },
         "plan_id_eq": {"regions": len(plan.regions), "pruned": len(plan.pruned_regions)},
         "results": results,
     }
@@ -134,7 +138,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def report(res: dict[str, Any]) -> list[tuple[str, bool]]:
     t = res["table"]
-    print(f"\n{t['regions']} regions, {t['flushed_generations']} flushed generations ({t['generation_fragments']} fragments)")
+    print(
+        f"\n{t['regions']} regions, {t['flushed_generations']} flushed generations "
+        f"({t['generation_fragments']} fragments)"
+    )
     print(f"{'query':18} {'variant':8} {'median ms':>10} {'gen fragments scanned':>22}")
     targets = []
     for label, e in res["results"].items():
@@ -146,7 +153,10 @@ def report(res: dict[str, Any]) -> list[tuple[str, bool]]:
         opened = e["pruned"]["scanned"].get("generation", 0) / max(1, t["generation_fragments"])
         print(f"{label:18} pruning speed-up {speedup:.1f}x, opened {opened:.3f} of generation fragments")
         if label == "id = X":
-            targets += [("point query opens <= 1/32 of generations", opened <= 1 / 32), ("point query >= 5x faster", speedup >= 5)]
+            targets += [
+                ("point query opens <= 1/32 of generations", opened <= 1 / 32),
+                ("point query >= 5x faster", speedup >= 5),
+            ]
     for name, ok in targets:
         print(f"  {'PASS' if ok else 'MISS'}  {name}")
     return targets

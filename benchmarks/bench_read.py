@@ -164,8 +164,9 @@ def write_round(
     close: bool,
 ) -> None:
     """Put ``upserts`` and delete ``deletes`` through one writer per region."""
-    writers = {b: ds.mem_wal_writer(bucket_region_id(b), max_memtable_rows=p.max_memtable_rows)
-               for b in range(p.regions)}
+    writers = {
+        b: ds.mem_wal_writer(bucket_region_id(b), max_memtable_rows=p.max_memtable_rows) for b in range(p.regions)
+    }
     chunk = min(p.max_memtable_rows, 10_000)
     for b, part in route(ds, upserts).items():
         for off in range(0, part.num_rows, chunk):
@@ -227,10 +228,14 @@ def build_table(uri: str, p: BuildParams) -> dict[str, Any]:
         print(f"{msg} ({time.perf_counter() - t1:.1f} s)", flush=True)
     if p.tail_rows:
         n_new = p.tail_rows // 5
-        ids = np.sort(np.concatenate([
-            rng.choice(p.base_rows, size=p.tail_rows - n_new, replace=False),
-            np.arange(next_new_id, next_new_id + n_new),
-        ]))
+        ids = np.sort(
+            np.concatenate(
+                [
+                    rng.choice(p.base_rows, size=p.tail_rows - n_new, replace=False),
+                    np.arange(next_new_id, next_new_id + n_new),
+                ]
+            )
+        )
         ids = np.unique(ids)
         deletes = np.setdiff1d(rng.choice(p.base_rows, size=max(1, p.tail_rows // 100), replace=False), ids)
         write_round(ds, p, make_rows(rng, ids, p.generations + 1), deletes, close=False)
@@ -345,18 +350,24 @@ COLUMNS = {  # result group -> (short name for the table, description)
 
 
 def dimension_table() -> pa.Table:
-    return pa.table({
-        "category": CATEGORIES,
-        "dept": [DEPARTMENTS[i % len(DEPARTMENTS)] for i in range(len(CATEGORIES))],
-    })
+    return pa.table(
+        {
+            "category": CATEGORIES,
+            "dept": [DEPARTMENTS[i % len(DEPARTMENTS)] for i in range(len(CATEGORIES))],
+        }
+    )
 
 
 def raw_base_dataset(table: mq.Table) -> MergedDataset:
     """Our provider over the snapshot's base with no newer levels (no merge work at all)."""
     snap = dataclasses.replace(table.snapshot, regions=())
     empty = MergeState(
-        base_drop=np.empty(0, np.uint64), generation_drop={}, memtables={}, region_stats={},
-        base_shadowed_rows=0, seconds=0.0,
+        base_drop=np.empty(0, np.uint64),
+        generation_drop={},
+        memtables={},
+        region_stats={},
+        base_shadowed_rows=0,
+        seconds=0.0,
     )
     return MergedDataset(snap, empty)
 
@@ -376,8 +387,9 @@ def run_sql(ctx: datafusion.SessionContext, name: str, lookup_id: int) -> Any:
     return out.num_rows
 
 
-def bench_datafusion(ctxs: dict[str, datafusion.SessionContext], lookup_id: int, repeat: int
-                     ) -> dict[str, dict[str, Timing]]:
+def bench_datafusion(
+    ctxs: dict[str, datafusion.SessionContext], lookup_id: int, repeat: int
+) -> dict[str, dict[str, Timing]]:
     """Every benchmark query on every session, the sessions interleaved per query."""
     out: dict[str, dict[str, Timing]] = {name: {} for name in ctxs}
     for q in SQL:
@@ -442,9 +454,14 @@ def union_of_levels(table: mq.Table) -> pa.Table:
     """Base (``_gen`` 0), unmerged generations and MemTable rows with ``_gen``, ``_rowaddr``, ``_tombstone``."""
     snap = table.snapshot
     data_cols = list(snap.schema.names)
-    schema = pa.schema(list(snap.schema) + [
-        pa.field("_gen", pa.int64()), pa.field("_rowaddr", pa.uint64()), pa.field("_tombstone", pa.bool_()),
-    ])
+    schema = pa.schema(
+        list(snap.schema)
+        + [
+            pa.field("_gen", pa.int64()),
+            pa.field("_rowaddr", pa.uint64()),
+            pa.field("_tombstone", pa.bool_()),
+        ]
+    )
 
     def level(t: pa.Table, gen: pa.Array, addr: pa.ChunkedArray, tomb: Any) -> pa.Table:
         cols = [t.column(c) for c in data_cols] + [gen, addr, tomb]
@@ -481,8 +498,11 @@ def bench_window(union: pa.Table, ctx: datafusion.SessionContext, repeat: int) -
     for q, sql in WINDOW_SQL.items():
         out["datafusion"][q] = measure(lambda sql=sql: scalar(ctx.sql(sql).to_arrow_table()), repeat)
         out["duckdb"][q] = measure(lambda sql=sql: con.execute(sql).fetchone()[0], repeat)
-        print(f"  window dedup {q}: DataFusion {out['datafusion'][q].median_ms:,.0f} ms, "
-              f"DuckDB {out['duckdb'][q].median_ms:,.0f} ms", flush=True)
+        print(
+            f"  window dedup {q}: DataFusion {out['datafusion'][q].median_ms:,.0f} ms, "
+            f"DuckDB {out['duckdb'][q].median_ms:,.0f} ms",
+            flush=True,
+        )
     con.close()
     return out
 
@@ -590,8 +610,9 @@ def print_results(results: dict[str, dict[str, Timing]]) -> None:
         print(f"{label:<26}" + "".join(f"{fmt_ms(results[c].get(q)):>{width}}" for c in cols))
 
 
-def evaluate(results: dict[str, dict[str, Timing]], open_t: Timing, memory_mb: float
-             ) -> tuple[dict[str, dict[str, float | None]], list[dict[str, Any]]]:
+def evaluate(
+    results: dict[str, dict[str, Timing]], open_t: Timing, memory_mb: float
+) -> tuple[dict[str, dict[str, float | None]], list[dict[str, Any]]]:
     merged, raw = results["merged"], results["raw_df"]
     ratios: dict[str, dict[str, float | None]] = {
         "merged_over_raw_base_df": {q: ratio(merged[q], raw[q]) for q in SQL},
@@ -607,15 +628,30 @@ def evaluate(results: dict[str, dict[str, Timing]], open_t: Timing, memory_mb: f
         targets.append({"target": name, "value": value, "limit": limit, "unit": unit, "pass": ok})
 
     for q in SQL:
-        target(f"merged {QUERY_LABELS[q]} <= 1.25x raw base (DataFusion)",
-               ratios["merged_over_raw_base_df"][q], 1.25, False, "x")
+        target(
+            f"merged {QUERY_LABELS[q]} <= 1.25x raw base (DataFusion)",
+            ratios["merged_over_raw_base_df"][q],
+            1.25,
+            False,
+            "x",
+        )
     for q in ("count", "full_scan"):
-        target(f"merged {QUERY_LABELS[q]} >= 20x faster than LsmScanner",
-               ratios["lsm_scanner_over_merged"][q], 20, True, "x")
+        target(
+            f"merged {QUERY_LABELS[q]} >= 20x faster than LsmScanner",
+            ratios["lsm_scanner_over_merged"][q],
+            20,
+            True,
+            "x",
+        )
     for engine in ("df", "duckdb"):
         for q in WINDOW_SQL:
-            target(f"merged {QUERY_LABELS[q]} >= 10x faster than window dedup ({engine})",
-                   ratios[f"window_{engine}_over_merged"][q], 10, True, "x")
+            target(
+                f"merged {QUERY_LABELS[q]} >= 10x faster than window dedup ({engine})",
+                ratios[f"window_{engine}_over_merged"][q],
+                10,
+                True,
+                "x",
+            )
     target("snapshot open <= 1.5 s", open_t.median_ms / 1000, 1.5, False, "s")
     target("peak memory (fresh process, open + merged queries) <= 2 GB", memory_mb / 1024, 2.0, False, "GiB")
     return ratios, targets
@@ -662,9 +698,12 @@ def run(args: argparse.Namespace, root: str) -> dict[str, Any]:
     t0 = time.perf_counter()
     uri, info, reused = ensure_table(root, params)
     lookup_id = int(info["lookup_id"])
-    print(f"table {uri}: {'reused' if reused else 'built'} "
-          f"({'built earlier in' if reused else 'in'} {info['build_seconds']:.1f} s; "
-          f"this step {time.perf_counter() - t0:.1f} s)", flush=True)
+    print(
+        f"table {uri}: {'reused' if reused else 'built'} "
+        f"({'built earlier in' if reused else 'in'} {info['build_seconds']:.1f} s; "
+        f"this step {time.perf_counter() - t0:.1f} s)",
+        flush=True,
+    )
 
     # Snapshot open, cold: a new Table (and SnapshotCache) each time.
     open_t = measure(lambda: mq.open_table(uri), args.repeat)
@@ -685,8 +724,11 @@ def run(args: argparse.Namespace, root: str) -> dict[str, Any]:
         "open_merge_s_median": statistics.median(m for _, m in split),
         "lookup_id": lookup_id,
     }
-    print(f"snapshot open: {open_t.median_ms:,.0f} ms (snapshot {stats['open_snapshot_s_median'] * 1000:,.0f} ms"
-          f" + merge {stats['open_merge_s_median'] * 1000:,.0f} ms); {stats}", flush=True)
+    print(
+        f"snapshot open: {open_t.median_ms:,.0f} ms (snapshot {stats['open_snapshot_s_median'] * 1000:,.0f} ms"
+        f" + merge {stats['open_merge_s_median'] * 1000:,.0f} ms); {stats}",
+        flush=True,
+    )
 
     merged_ctx = session(table.dataset())
     raw_ctx = session(raw_base_dataset(table))
@@ -699,16 +741,22 @@ def run(args: argparse.Namespace, root: str) -> dict[str, Any]:
         check_same(f"merged {q}", got, "window dedup", want)
     merged_rows = run_sql(merged_ctx, "count", lookup_id)
     check_same("Table.count_rows()", table.count_rows(), "merged count(*)", merged_rows)
-    print(f"correctness guard passed: {merged_rows:,} live rows (count and filtered sum equal the window "
-          f"dedup over {union.num_rows:,} rows of all levels)", flush=True)
+    print(
+        f"correctness guard passed: {merged_rows:,} live rows (count and filtered sum equal the window "
+        f"dedup over {union.num_rows:,} rows of all levels)",
+        flush=True,
+    )
 
     results = bench_datafusion({"merged": merged_ctx, "raw_df": raw_ctx}, lookup_id, args.repeat)
     print_results({COLUMNS[k][0]: v for k, v in results.items()})
     results["raw_lance"] = bench_lance_scanner(snap.base, lookup_id, args.repeat)
     memory = measure_memory_in_fresh_process(uri, lookup_id)
-    print(f"peak RSS, fresh process: {memory['after_imports_mb']:,.0f} MB after imports, "
-          f"{memory['after_open_mb']:,.0f} MB after open, {memory['after_queries_mb']:,.0f} MB after the "
-          "merged queries", flush=True)
+    print(
+        f"peak RSS, fresh process: {memory['after_imports_mb']:,.0f} MB after imports, "
+        f"{memory['after_open_mb']:,.0f} MB after open, {memory['after_queries_mb']:,.0f} MB after the "
+        "merged queries",
+        flush=True,
+    )
     results["lsm"], results["window_df"], results["window_duckdb"] = {}, {}, {}
     lsm_rows = None
     if not args.skip_slow:
@@ -717,8 +765,12 @@ def run(args: argparse.Namespace, root: str) -> dict[str, Any]:
         w = bench_window(union, window_ctx, args.repeat)
         results["window_df"], results["window_duckdb"] = w["datafusion"], w["duckdb"]
         for q in WINDOW_SQL:
-            check_same(f"DuckDB window {q}", results["window_duckdb"][q].value,
-                       f"DataFusion window {q}", results["window_df"][q].value)
+            check_same(
+                f"DuckDB window {q}",
+                results["window_duckdb"][q].value,
+                f"DataFusion window {q}",
+                results["window_df"][q].value,
+            )
     del union
 
     eventual_rows = mq.open_table(uri, consistency="eventual").count_rows()
@@ -726,11 +778,15 @@ def run(args: argparse.Namespace, root: str) -> dict[str, Any]:
     print_results({COLUMNS[k][0]: v for k, v in results.items()})
     print("\n".join(f"  {short}: {long}" for short, long in COLUMNS.values()))
     print(f"\nsnapshot open (cold open_table): {open_t.median_ms:,.0f} ms")
-    print(f"peak RSS: fresh process open + merged queries {memory['after_queries_mb']:,.0f} MB; "
-          f"this whole benchmark process {process_rss:,.0f} MB")
+    print(
+        f"peak RSS: fresh process open + merged queries {memory['after_queries_mb']:,.0f} MB; "
+        f"this whole benchmark process {process_rss:,.0f} MB"
+    )
     if lsm_rows is not None:
-        print(f"LsmScanner rows {lsm_rows:,} vs merged without the WAL tail (eventual) {eventual_rows:,}: "
-              f"{'same' if lsm_rows == eventual_rows else 'DIFFERENT'}")
+        print(
+            f"LsmScanner rows {lsm_rows:,} vs merged without the WAL tail (eventual) {eventual_rows:,}: "
+            f"{'same' if lsm_rows == eventual_rows else 'DIFFERENT'}"
+        )
     ratios, targets = evaluate(results, open_t, memory["after_queries_mb"])
     print_evaluation(ratios, targets)
     ffi = ffi_provider_status(snap.base)

@@ -17,7 +17,7 @@ import memwal_query as mq
 from memwal_query.format.bloom import BloomFilter
 from memwal_query.sql_functions import register_functions
 
-from conftest import build_events
+from builders import build_events
 from lsm_model import PK, ModelTable
 
 DIM = 16

@@ -16,7 +16,7 @@ import pytest
 
 import memwal_query as mq
 
-from conftest import build_events, events_schema, rows
+from builders import build_events, events_schema, rows
 from lsm_model import PK, ModelTable, sort_table
 
 
@@ -237,7 +237,9 @@ def test_key_in_two_regions_is_reported(tmp_path: Path, caplog: pytest.LogCaptur
     assert "1 keys have rows in more than one region" in table.explain()
 
 
-def test_generation_merged_and_collected_during_open_is_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_generation_merged_and_collected_during_open_is_retried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A merger merges generation g and GC removes it after the reader read base version V:
     the reader must retry with the newest base (which holds g's rows), not lose them."""
     import memwal_query.snapshot as snapshot_mod

@@ -1,0 +1,65 @@
+"""Builders of pylance-written test tables shared by several test modules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from lsm_model import PK, ModelTable
+
+
+def events_schema() -> pa.Schema:
+    return pa.schema(
+        [
+            pa.field("id", pa.int64(), nullable=False, metadata=PK),
+            pa.field("cat", pa.string()),
+            pa.field("amount", pa.float64()),
+            pa.field("qty", pa.int32()),
+        ]
+    )
+
+
+def rows(ids: Any, tag: int, rng: np.random.Generator) -> list[dict[str, Any]]:
+    cats = ["a", "b", "c", "d"]
+    return [
+        {
+            "id": int(i),
+            "cat": cats[int(rng.integers(0, 4))],
+            "amount": float(tag * 1000 + int(i) % 97),
+            "qty": int(rng.integers(0, 50)),
+        }
+        for i in ids
+    ]
+
+
+def build_events(path: str, *, seed: int = 0, keep_open: bool = True) -> ModelTable:
+    """4 bucket regions; several generations; deletes; re-inserts; duplicates in
+    one batch; one merged generation per region; an open writer (WAL tail)."""
+    rng = np.random.default_rng(seed)
+    schema = events_schema()
+    base = pa.Table.from_pylist(rows(range(2000), 0, rng), schema=schema)
+    t = ModelTable(path, schema, base, bucket=("id", 4), max_memtable_rows=150)
+    # round 1: updates + new keys, then flush
+    t.put(rows(rng.choice(2600, 400, replace=False), 1, rng))
+    t.delete([(int(k),) for k in rng.choice(2000, 40, replace=False)])
+    t.flush()
+    # merge generation 1 of every region
+    for r in t.regions():
+        gens = t.flushed(r)
+        if gens:
+            t.merge(r, gens[0][0])
+    # round 2: duplicates inside one batch (last wins), deletes then re-inserts
+    dup = rows([7, 7, 7, 11, 11], 2, rng)
+    t.put(dup)
+    t.delete([(5,), (6,), (2100,)])
+    t.put(rows([5, 2100], 3, rng))
+    t.put(rows(rng.choice(2600, 300, replace=False), 4, rng))
+    t.flush()
+    # round 3: left open -> WAL tail (live MemTable of another writer)
+    t.put(rows(rng.choice(2600, 60, replace=False), 5, rng))
+    t.delete([(int(k),) for k in rng.choice(2600, 10, replace=False)])
+    if not keep_open:
+        t.flush()
+    return t
