@@ -37,6 +37,7 @@ from memwal_query.format.decode import (
     decode_region_manifest,
     lance_manifest_file_name,
 )
+from memwal_query.format.inline_snapshots import InlineRegion, decode_inline_snapshots
 from memwal_query.format.storage import Storage
 from memwal_query.format.wal import TOMBSTONE, WalEntry, WalTail, replay_wal_tail
 
@@ -155,6 +156,7 @@ class Snapshot:
     regions: tuple[RegionSnapshot, ...]
     consistency: Consistency
     consistency_source: str
+    inline_regions: tuple[InlineRegion, ...] = ()
 
 
 @dataclass
@@ -485,7 +487,13 @@ def _load_once(
         raise NoPrimaryKeyError(msg)
     index = _read_index(storage, base.version)
     data_schema = pa.schema(list(schema) + [pa.field(TOMBSTONE, pa.bool_())])
-    region_ids = _list_regions(storage)
+    inline = _inline_regions(index, storage)
+    if consistency == "eventual" and inline is not None:
+        # Eventual reads discover regions from the index's point-in-time snapshot
+        # (no listing); strong reads list storage, which also finds newer regions.
+        region_ids = [r.region_id for r in inline]
+    else:
+        region_ids = _list_regions(storage)
     known = {str(m.region_id) for m in live}
     region_ids = sorted(set(region_ids) | known)
     workers = max(1, min(max_workers, len(region_ids)))
@@ -497,8 +505,8 @@ def _load_once(
             )
         )
     source = "region manifests + WAL tails" if consistency == "strong" else "region manifests (no WAL tail)"
-    if consistency == "eventual" and index.inline_snapshots:
-        source = "region manifests (MemWAL index inline snapshots present but not decoded)"
+    if consistency == "eventual" and inline is not None:
+        source = "MemWAL index inline region snapshots + region manifests (no WAL tail)"
     return Snapshot(
         uri=storage.uri,
         base_version=base.version,
@@ -509,4 +517,15 @@ def _load_once(
         regions=tuple(regions),
         consistency=consistency,
         consistency_source=source,
+        inline_regions=tuple(inline or ()),
     )
+
+
+def _inline_regions(index: MemWalIndex, storage: Storage) -> list[InlineRegion] | None:
+    if not index.inline_snapshots:
+        return None
+    try:
+        return decode_inline_snapshots(index.inline_snapshots)
+    except ValueError as err:
+        log.warning("%s: MemWAL index inline region snapshots unreadable (%s); listing regions", storage.uri, err)
+        return None

@@ -96,6 +96,10 @@ def region_values_of(snapshot: Snapshot, decode: object) -> dict[str, RegionValu
             except Exception:  # noqa: BLE001 - undecodable entries: unknown, never pruned
                 out[r.region_id] = None
                 continue
+        inline = next((i for i in snapshot.inline_regions if i.region_id == r.region_id and i.values), None)
+        if inline is not None:
+            out[r.region_id] = RegionValues(dict(inline.values), "MemWAL index inline region snapshot")
+            continue
         out[r.region_id] = _bucket_convention(r.region_id, spec)
     return out
 
