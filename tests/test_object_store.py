@@ -93,3 +93,25 @@ def test_s3_table_written_by_pylance(s3_options: dict[str, str]) -> None:
 def test_s3_missing_table_is_clear(s3_options: dict[str, str]) -> None:
     with pytest.raises(mq.TableNotFoundError, match=f"s3://{BUCKET}/nothing-here"):
         mq.open_table(f"s3://{BUCKET}/nothing-here", storage_options=s3_options)
+
+
+def test_s3_refresh_lookup_and_routed_writes(s3_options: dict[str, str]) -> None:
+    from memwal_write import write_arrow
+
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("v", pa.int64())])
+    uri = f"s3://{BUCKET}/r-{uuid.uuid4().hex[:8]}"
+    lance.write_dataset(
+        pa.table({"id": list(range(50)), "v": [0] * 50}, schema=schema), uri, storage_options=s3_options
+    ).initialize_mem_wal(bucket_column="id", num_buckets=4, max_memtable_rows=100)
+    model = {i: 0 for i in range(50)}
+    stats = write_arrow(uri, pa.table({"id": [1, 2, 60], "v": [1, 1, 1]}), storage_options=s3_options)
+    assert sum(stats.column("rows_put").to_pylist()) == 3
+    model.update({1: 1, 2: 1, 60: 1})
+    table = mq.open_table(uri, storage_options=s3_options)
+    assert table.count_rows() == len(model)
+    write_arrow(uri, None, deletes=pa.table({"id": [2]}), storage_options=s3_options)
+    del model[2]
+    newer = table.refresh()
+    assert dict(zip(*newer.to_arrow().to_pydict().values(), strict=True)) == model
+    assert newer.lookup([1, 2, 60]).sort_by("id").to_pydict() == {"id": [1, 60], "v": [1, 1]}
+    assert len(newer.plan("id = 60").regions) == 1
