@@ -323,6 +323,7 @@ def _open_generation(
 ) -> GenerationSource | SkippedGeneration:
     rel = f"_mem_wal/{region_id}/{path.strip('/')}"
     uri = storage.child_uri(rel)
+    gone = SkippedGeneration(region_id, gen, "directory missing (garbage-collected)")
     with cache.lock:
         ds = cache.generations.get(uri)
     if ds is None:
@@ -333,17 +334,36 @@ def _open_generation(
                 gen,
                 uri,
             )
-            return SkippedGeneration(region_id, gen, "directory missing (garbage-collected)")
+            return gone
         try:
             ds = lance.dataset(uri, storage_options=dict(storage.storage_options) or None)
         except (ValueError, OSError, RuntimeError) as err:
             if not storage.exists(f"{rel}/_versions"):
-                return SkippedGeneration(region_id, gen, "directory missing (garbage-collected)")
+                return gone
             msg = f"region {region_id}: cannot open flushed generation {gen} at {uri}: {err}"
             raise ManifestError(msg) from err
         with cache.lock:
             cache.generations[uri] = ds
+    # A merger may have merged and garbage-collected it since it was opened (a cached
+    # dataset) or be deleting it right now (manifest still there, data files gone).
+    if not _generation_intact(storage, rel, ds):
+        with cache.lock:
+            cache.generations.pop(uri, None)
+            cache.generation_keys.pop(uri, None)
+        log.warning("region %s: flushed generation %d at %s is (partly) deleted; skipped", region_id, gen, uri)
+        return gone
     return GenerationSource(region_id, gen, uri, ds, ds.count_rows())
+
+
+def _generation_intact(storage: Storage, rel: str, ds: lance.LanceDataset) -> bool:
+    """Its manifest and every data file still exist (a handful of existence probes)."""
+    if not storage.exists(f"{rel}/_versions"):
+        return False
+    for frag in ds.get_fragments():
+        for f in frag.data_files():
+            if not storage.exists(f"{rel}/data/{f.path}"):
+                return False
+    return True
 
 
 def _load_region(

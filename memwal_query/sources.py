@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pds
 from lance.dataset import serialize_row_addrs
 
-from memwal_query.errors import InvalidArgumentError
+from memwal_query.errors import InvalidArgumentError, MemWalError
 from memwal_query.merge import MergeState
 from memwal_query.planner.plan import Plan
 from memwal_query.snapshot import Snapshot
@@ -70,6 +70,11 @@ def _drop_mask(rowaddr: pa.Array | pa.ChunkedArray, drop: np.ndarray) -> pa.Arra
     idx = np.searchsorted(drop, ra)
     idx[idx == drop.size] = 0
     return pa.array(drop[idx] != ra)
+
+
+def _is_gone(err: BaseException) -> bool:
+    text = str(err).lower()
+    return "not found" in text or "no such file" in text
 
 
 def _mentions_hidden(expr: pc.Expression | None) -> bool:
@@ -206,6 +211,22 @@ class _LanceFragment(_Fragment):
     def live_rows(self) -> int:
         return int(self.fragment.count_rows()) - int(self.drop.size)
 
+    def _gone(self, err: BaseException) -> MemWalError:
+        where = f"generation {self.gen} of region {self.region}" if self.gen else "base fragment"
+        msg = (
+            f"{where} ({self.label}) of {self._owner.snapshot.uri} is no longer readable: it was merged and "
+            f"garbage-collected after this snapshot was opened; refresh() the table and retry ({err})"
+        )
+        return MemWalError(msg)
+
+    def _guard(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        try:
+            yield from batches
+        except (ValueError, OSError, RuntimeError, pa.ArrowException) as err:
+            if _is_gone(err):
+                raise self._gone(err) from err
+            raise
+
     def rows_hint(self) -> int:
         if self._rows is None:
             self._rows = int(self.fragment.count_rows())
@@ -231,7 +252,7 @@ class _LanceFragment(_Fragment):
             scanner = self.dataset.scanner(
                 fragments=[self.fragment], columns=read, row_addr_blocklist=self._blocklist, batch_size=size
             )
-            for b in scanner.to_batches():
+            for b in self._guard(scanner.to_batches()):
                 res = self._finish(b, cols, self.gen, self.region, None, out)
                 if res is not None:
                     yield res
@@ -246,6 +267,8 @@ class _LanceFragment(_Fragment):
             it = scan(lance_filter, read)
             first = next(it, None)
         except (ValueError, OSError, RuntimeError, pa.ArrowException) as err:
+            if _is_gone(err):
+                raise self._gone(err) from err
             if lance_filter is None:
                 raise
             log.debug("Lance rejected filter %s (%s); filtering in memory", lance_filter, err)
@@ -254,7 +277,7 @@ class _LanceFragment(_Fragment):
             first = next(it, None)
         if first is None:
             return
-        for b in _chain_first(first, it):
+        for b in self._guard(_chain_first(first, it)):
             if self.drop.size:
                 b = b.filter(_drop_mask(b.column("_rowaddr"), self.drop))
             res = self._finish(b, cols, self.gen, self.region, post, out)
@@ -419,7 +442,13 @@ class MergedDataset(pds.Dataset):  # type: ignore[misc]
         :mod:`memwal_query.planner.pruning`) contribute no fragment; the decision is
         kept in :attr:`last_plan`.
         """
-        return _pack_small(self.source_fragments(filter))
+        frags = _pack_small(self.source_fragments(filter))
+        # DataFusion needs at least one partition (an empty table, or every source pruned).
+        return frags or [_MemoryFragment(self, self._empty_rows(), "")]
+
+    def _empty_rows(self) -> pa.Table:
+        extra = {"_gen": pa.int64(), "_seq": pa.uint64()}
+        return pa.schema(list(self.data_schema) + [pa.field(k, t) for k, t in extra.items()]).empty_table()
 
     def source_fragments(self, filter: pc.Expression | None = None) -> list[_Fragment]:
         """Every source fragment the filter may need, one per Lance fragment / MemTable.

@@ -460,20 +460,36 @@ def _open(
     cache: SnapshotCache,
     version: int | None,
 ) -> Table:
-    t0 = time.perf_counter()
-    snap = load_snapshot(
-        storage.uri,
-        storage_options=storage.storage_options,
-        version=version,
-        consistency=consistency,
-        live=live,
-        cache=cache,
-        storage=storage,
-    )
-    t1 = time.perf_counter()
-    merge = compute_merge(snap, cache)
-    t2 = time.perf_counter()
-    return Table(snap, merge, cache, storage, live, OpenTimings(t1 - t0, t2 - t1))
+    attempts = 3 if version is None else 1
+    for attempt in range(attempts):
+        t0 = time.perf_counter()
+        snap = load_snapshot(
+            storage.uri,
+            storage_options=storage.storage_options,
+            version=version,
+            consistency=consistency,
+            live=live,
+            cache=cache,
+            storage=storage,
+        )
+        t1 = time.perf_counter()
+        try:
+            merge = compute_merge(snap, cache)
+        except (OSError, ValueError, RuntimeError) as err:
+            # A generation vanished between listing and reading its keys (a merger
+            # merged it, GC removed it): the newest base version holds its rows.
+            with cache.lock:
+                for r in snap.regions:
+                    for g in r.generations:
+                        cache.generations.pop(g.uri, None)
+                        cache.generation_keys.pop(g.uri, None)
+            if attempt == attempts - 1:
+                msg = f"cannot read the flushed generations of {storage.uri}: {err}"
+                raise MemWalError(msg) from err
+            continue
+        t2 = time.perf_counter()
+        return Table(snap, merge, cache, storage, live, OpenTimings(t1 - t0, t2 - t1))
+    raise AssertionError("unreachable")
 
 
 def open_table(

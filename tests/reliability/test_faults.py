@@ -14,8 +14,9 @@ import pyarrow as pa
 import pytest
 
 import memwal_query as mq
-from lsm_model import PK
 from memwal_query.format.decode import bitrev64_name
+
+from lsm_model import PK
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("v", pa.int64())])
 

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 
 import memwal_query as mq
+
 from lsm_model import PK, ModelTable
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("v", pa.int64())])

@@ -1,4 +1,4 @@
-"""Stateful property test: random put / delete / flush / merge / refresh sequences on a
+"""Property test: random put / delete / flush / merge / refresh sequences on a
 small pylance-written, bucket-sharded MemWAL table; after every step the merged SQL
 answer equals the dict model (fresh open, refreshed table, count(*), filters, lookup).
 
@@ -15,9 +15,8 @@ import datafusion
 import lance
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, event, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 import memwal_query as mq
 
@@ -58,39 +57,30 @@ def _sql(table: mq.Table, query: str) -> list[dict[str, Any]]:
     return ctx.sql(query).to_arrow_table().to_pylist()
 
 
-class MemWalMachine(RuleBasedStateMachine):
+class Scenario:
     """The system under test is a real table; the oracle is ``ModelTable.model``."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.dir = tempfile.mkdtemp(prefix="memwal-prop-")
-        self.t: ModelTable | None = None
+    def __init__(self, path: str, buckets: int, base: list[tuple[int, str]]) -> None:
+        rows = {k: {"id": k, "v": -1 - i, "c": c} for i, (k, c) in enumerate(base)}  # base keys are unique
+        rows[SENTINEL["id"]] = SENTINEL
+        self.t = FastModelTable(
+            path,
+            SCHEMA,
+            pa.Table.from_pylist(list(rows.values()), schema=SCHEMA),
+            bucket=("id", buckets),
+            max_memtable_rows=MAX_MEMTABLE_ROWS,
+        )
         self.seq = 0  # op counter: every written row gets a fresh ``v``
         self.merged: dict[str, int] = {}  # region -> highest generation merged by us
-        self.refreshed: mq.Table | None = None
+        self.refreshed = mq.open_table(self.t.uri)
         # a snapshot kept across steps with the model rows it showed: it must not change
         self.pinned: tuple[mq.Table, list[dict[str, Any]]] | None = None
 
-    def teardown(self) -> None:
-        if self.t is not None:
-            try:
-                self.t.flush()
-            finally:
-                shutil.rmtree(self.dir, ignore_errors=True)
-        else:
-            shutil.rmtree(self.dir, ignore_errors=True)
-
-    # -- helpers --------------------------------------------------------------
     def expected(self) -> list[dict[str, Any]]:
-        assert self.t is not None
         return sorted(self.t.model.values(), key=lambda r: r["id"])
-
-    def row(self, key: int, cat: str, i: int) -> dict[str, Any]:
-        return {"id": key, "v": self.seq * 1000 + i, "c": cat}
 
     def unmerged(self) -> dict[str, int]:
         """Region -> oldest flushed generation not merged yet."""
-        assert self.t is not None
         out = {}
         for r in self.t.regions():
             gens = [g for g, _ in self.t.flushed(r) if g > self.merged.get(r, 0)]
@@ -98,131 +88,120 @@ class MemWalMachine(RuleBasedStateMachine):
                 out[r] = min(gens)
         return out
 
-    # -- set-up ---------------------------------------------------------------
-    @initialize(
-        buckets=st.integers(min_value=2, max_value=4),
-        base=st.lists(st.tuples(KEYS, st.sampled_from(CATS)), max_size=30),
-    )
-    def init_table(self, buckets: int, base: list[tuple[int, str]]) -> None:
-        rows = {k: {"id": k, "v": -1 - i, "c": c} for i, (k, c) in enumerate(base)}  # base keys are unique
-        rows[SENTINEL["id"]] = SENTINEL
-        self.t = FastModelTable(
-            self.dir + "/t",
-            SCHEMA,
-            pa.Table.from_pylist(list(rows.values()), schema=SCHEMA),
-            bucket=("id", buckets),
-            max_memtable_rows=MAX_MEMTABLE_ROWS,
-        )
-        self.refreshed = mq.open_table(self.t.uri)
-
     # -- operations -------------------------------------------------------------
-    @rule(items=st.lists(st.tuples(KEYS, st.sampled_from(CATS)), min_size=1, max_size=70))
     def put(self, items: list[tuple[int, str]]) -> None:
         """Updates, new keys, re-inserts and duplicates inside one batch (last wins)."""
-        assert self.t is not None
         self.seq += 1
-        self.t.put([self.row(k, c, i) for i, (k, c) in enumerate(items)])
+        self.t.put([{"id": k, "v": self.seq * 1000 + i, "c": c} for i, (k, c) in enumerate(items)])
 
-    @rule(keys=st.lists(KEYS, min_size=1, max_size=20))
     def delete(self, keys: list[int]) -> None:
         """Deletes of present and absent keys (and the same key twice)."""
-        assert self.t is not None
         self.seq += 1
         self.t.delete([(k,) for k in keys])
 
-    @rule()
-    def flush(self) -> None:
-        """Close every writer: MemTables become flushed generations."""
-        assert self.t is not None
+    def flush(self, picks: list[int]) -> None:
+        """Close every writer: MemTables become flushed generations; then merge some."""
         self.t.flush()
         event("flushed")
         # nothing is left in a WAL tail: the flushed-only view is complete too
         eventual = mq.open_table(self.t.uri, consistency="eventual")
-        assert eventual.to_arrow().sort_by("id").to_pylist() == self.expected()
+        assert eventual.to_arrow().sort_by("id").to_pylist() == self.expected(), "eventual view after flush"
+        self.merge(picks)
 
-    @rule(data=st.data(), times=st.integers(min_value=1, max_value=3))
-    def merge(self, data: st.DataObject, times: int) -> None:
-        """Merge the oldest unmerged flushed generation of a random region (a few times;
-        writers may be open: full MemTables are flushed while writing)."""
-        assert self.t is not None
-        for _ in range(times):
+    def merge(self, picks: list[int]) -> None:
+        """Merge the oldest unmerged flushed generation of a region, once per pick (writers
+        may be open: a full MemTable is flushed while writing)."""
+        for pick in picks:
             todo = self.unmerged()
             if not todo:
                 return
-            region = data.draw(st.sampled_from(sorted(todo)), label="region")
+            region = sorted(todo)[pick % len(todo)]
             self.t.merge(region, todo[region])
             self.merged[region] = todo[region]
             event("merged a generation")
 
-    @rule()
     def pin(self) -> None:
         """Keep the current snapshot: later steps must not change what it shows."""
-        assert self.t is not None
-        table = mq.open_table(self.t.uri)
-        self.pinned = (table, self.expected())
+        self.pinned = (mq.open_table(self.t.uri), self.expected())
 
-    @rule()
     def refresh_pinned(self) -> None:
         """Refresh the pinned snapshot: it catches up with the model."""
-        assert self.t is not None
         if self.pinned is not None:
             self.pinned = (self.pinned[0].refresh(), self.expected())
 
     # -- checks after every step --------------------------------------------------
-    @invariant()
-    def merged_sql_equals_model(self) -> None:
-        if self.t is None:
-            return
+    def check(self, step: str) -> None:
         exp = self.expected()
         fresh = mq.open_table(self.t.uri)
-        assert self.refreshed is not None
         self.refreshed = self.refreshed.refresh()
         for name, table in (("fresh", fresh), ("refreshed", self.refreshed)):
             got = _sql(table, "SELECT * FROM t ORDER BY id")
-            assert got == exp, f"{name} table differs from the model"
-        assert _sql(self.refreshed, "SELECT count(*) AS n FROM t") == [{"n": len(exp)}]
-        assert fresh.count_rows() == len(exp)
+            assert got == exp, f"after {step}: {name} table differs from the model"
+        assert _sql(self.refreshed, "SELECT count(*) AS n FROM t") == [{"n": len(exp)}], step
+        assert fresh.count_rows() == len(exp), step
         # filters on the updated column never match a superseded or deleted version
-        lo = self.seq * 1000 - 1500  # rows written by the last two operations, give or take
+        lo = self.seq * 1000 - 1500  # rows written by the last two operations
         got_v = _sql(self.refreshed, f"SELECT id, v FROM t WHERE v >= {lo} ORDER BY id")
-        assert got_v == [{"id": r["id"], "v": r["v"]} for r in exp if r["v"] >= lo]
+        assert got_v == [{"id": r["id"], "v": r["v"]} for r in exp if r["v"] >= lo], step
         got_c = _sql(fresh, "SELECT id FROM t WHERE c = 'a' AND v < 0 ORDER BY id")
-        assert got_c == [{"id": r["id"]} for r in exp if r["c"] == "a" and r["v"] < 0]
+        assert got_c == [{"id": r["id"]} for r in exp if r["c"] == "a" and r["v"] < 0], step
         # point lookups of a few present and absent keys
         keys = [0, 7, 13, 29, 42, 60, SENTINEL["id"]]
         got_l = sorted(fresh.lookup(keys).to_pylist(), key=lambda r: r["id"])
-        assert got_l == [r for r in exp if r["id"] in keys]
-
-    @invariant()
-    def pinned_snapshot_is_stable(self) -> None:
+        assert got_l == [r for r in exp if r["id"] in keys], step
         if self.pinned is not None:
             table, rows = self.pinned
-            assert table.to_arrow().sort_by("id").to_pylist() == rows
+            assert table.to_arrow().sort_by("id").to_pylist() == rows, f"after {step}: pinned snapshot changed"
 
 
-TestMemWalModel = MemWalMachine.TestCase
-TestMemWalModel.settings = settings(
-    max_examples=25,
-    stateful_step_count=15,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+OPS = st.one_of(
+    st.tuples(st.just("put"), st.lists(st.tuples(KEYS, st.sampled_from(CATS)), min_size=1, max_size=70)),
+    st.tuples(st.just("put"), st.lists(st.tuples(KEYS, st.sampled_from(CATS)), min_size=1, max_size=8)),
+    st.tuples(st.just("delete"), st.lists(KEYS, min_size=1, max_size=20)),
+    st.tuples(st.just("flush"), st.lists(st.integers(0, 3), max_size=3)),
+    st.tuples(st.just("flush"), st.lists(st.integers(0, 3), min_size=1, max_size=4)),
+    st.tuples(st.just("put"), st.lists(st.tuples(KEYS, st.sampled_from(CATS)), min_size=20, max_size=70)),
+    st.tuples(st.just("merge"), st.lists(st.integers(0, 3), min_size=1, max_size=3)),
+    st.tuples(st.just("pin")),
+    st.tuples(st.just("refresh_pinned")),
+)
+SEQUENCES = st.tuples(
+    st.integers(min_value=2, max_value=4),
+    st.lists(st.tuples(KEYS, st.sampled_from(CATS)), max_size=30),
+    st.lists(OPS, min_size=6, max_size=12),
 )
 
 
-class _Slow(MemWalMachine):
-    pass
+def run_sequence(case: tuple[int, list[tuple[int, str]], list[tuple[Any, ...]]]) -> None:
+    buckets, base, ops = case
+    tmp = tempfile.mkdtemp(prefix="memwal-prop-")
+    try:
+        sc = Scenario(tmp + "/t", buckets, base)
+        try:
+            sc.check("open")
+            for i, op in enumerate(ops):
+                getattr(sc, op[0])(*op[1:])
+                sc.check(f"step {i} {op[0]}")
+        finally:
+            sc.t.flush()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
-TestMemWalModelSlow = pytest.mark.slow(_Slow.TestCase)
-TestMemWalModelSlow.settings = settings(
-    max_examples=500,
-    stateful_step_count=15,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(SEQUENCES)
+def test_merged_sql_equals_model_after_every_step(case: Any) -> None:
+    run_sequence(case)
 
 
-# -- found by the state machine: an empty merged table (no source fragment at all) ----------
+@pytest.mark.slow
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(SEQUENCES)
+def test_merged_sql_equals_model_after_every_step_many(case: Any) -> None:
+    run_sequence(case)
+
+
+# -- found by the property test: an empty merged table (no source fragment at all) ----------
 
 
 def test_empty_table_order_by(tmp_path: Any) -> None:

@@ -1,0 +1,363 @@
+"""A writer process, a merger process and a reading test process on one table.
+
+The writer runs a deterministic sequence of puts / deletes / flushes (from a seed)
+and records how many operations completed in a progress file (atomic rename). The
+merger merges flushed generations (oldest first per region, merge_insert +
+mark_sstables_as_compacted as ``ModelTable.merge`` does), retrying after commit
+conflicts, and optionally deletes the merged generation directories (GC). The test
+process loops: progress p0, refresh (or open), ``SELECT id, v``, progress p1; the
+answer must be the model state after k operations with p0 <= k <= p1 + 1 (an operation
+may be visible before its progress is written).
+
+Every put / delete touches one region only, so each operation becomes visible at once.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import random
+import shutil
+import time
+import traceback
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import datafusion
+import lance
+import pyarrow as pa
+import pytest
+from lance.mem_wal import evaluate_sharding_spec
+
+import memwal_query as mq
+
+from lsm_model import PK, ModelTable
+
+SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("v", pa.int64())])
+N_KEYS = 150
+BUCKETS = 3
+MAX_MEMTABLE_ROWS = 50
+N_OPS = 350
+OP_PAUSE_S = 0.02
+MIN_READS = 60
+
+Op = tuple[Any, ...]  # ("put", region, [(id, v)...]) | ("delete", region, [id...]) | ("flush",)
+
+
+class AttachedTable(ModelTable):
+    """A ModelTable over an existing table (no base write), with 1 ms WAL flushes."""
+
+    def __init__(self, uri: str) -> None:  # noqa: D107 - deliberately skips ModelTable.__init__
+        self.uri = uri
+        self.schema = SCHEMA
+        self.pk = ["id"]
+        self.max_rows = MAX_MEMTABLE_ROWS
+        self.ds = lance.dataset(uri)
+        self.bucketed = True
+        self.model = {}
+        self.writers = {}
+
+    def writer(self, region: str) -> Any:
+        w = self.writers.get(region)
+        if w is None:
+            w = lance.dataset(self.uri).mem_wal_writer(
+                region, max_memtable_rows=self.max_rows, max_wal_flush_interval_ms=1
+            )
+            self.writers[region] = w
+        return w
+
+
+def make_ops(seed: int, key_region: list[str]) -> list[Op]:
+    rng = random.Random(seed)
+    by_region: dict[str, list[int]] = {}
+    for k, r in enumerate(key_region):
+        by_region.setdefault(r, []).append(k)
+    regions = sorted(by_region)
+    ops: list[Op] = []
+    for i in range(N_OPS):
+        x = rng.random()
+        if x < 0.07:
+            ops.append(("flush",))
+            continue
+        region = rng.choice(regions)
+        keys = by_region[region]
+        if x < 0.72:  # upserts; duplicates inside one batch happen (last wins)
+            ids = [rng.choice(keys) for _ in range(rng.randint(1, 25))]
+            ops.append(("put", region, [(k, i * 100 + j) for j, k in enumerate(ids)]))
+        else:  # deletes of present and absent keys
+            ops.append(("delete", region, [rng.choice(keys) for _ in range(rng.randint(1, 8))]))
+    return ops
+
+
+def model_states(base: dict[int, int], ops: list[Op]) -> list[tuple[tuple[int, int], ...]]:
+    """states[k]: sorted (id, v) rows after the first k operations."""
+    cur = dict(base)
+    out = [tuple(sorted(cur.items()))]
+    for op in ops:
+        if op[0] == "put":
+            for k, v in op[2]:
+                cur[k] = v
+        elif op[0] == "delete":
+            for k in op[2]:
+                cur.pop(k, None)
+        out.append(tuple(sorted(cur.items())))
+    return out
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def writer_main(uri: str, seed: int, key_region: list[str], workdir: str) -> None:
+    work = Path(workdir)
+    try:
+        t = AttachedTable(uri)
+        for done, op in enumerate(make_ops(seed, key_region), start=1):
+            if op[0] == "put":
+                rows = pa.table({"id": [k for k, _ in op[2]], "v": [v for _, v in op[2]]}, schema=SCHEMA)
+                t.writer(op[1]).put(rows)
+            elif op[0] == "delete":
+                t.writer(op[1]).delete(pa.table({"id": pa.array(op[2], pa.int64())}))
+            else:
+                t.flush()
+            _write_atomic(work / "progress", str(done))
+            time.sleep(OP_PAUSE_S)
+        t.flush()
+    except BaseException:
+        (work / "writer.err").write_text(traceback.format_exc())
+        raise
+
+
+def merger_main(uri: str, workdir: str, gc: bool) -> None:
+    work = Path(workdir)
+    t = AttachedTable(uri)
+    merged: dict[str, int] = {}
+    stats: Counter[str] = Counter()
+    errors: list[str] = []
+    try:
+        while not (work / "stop").exists():
+            for region in t.regions():
+                gens = [(g, p) for g, p in t.flushed(region) if g > merged.get(region, 0)]
+                if not gens:
+                    continue
+                g, path = min(gens)
+                try:
+                    t.merge(region, g)
+                except Exception as err:  # noqa: BLE001 - a commit conflict: retried next pass
+                    stats["merge_failed"] += 1
+                    errors.append(f"merge {region[:8]} gen {g}: {type(err).__name__}: {str(err)[:300]}")
+                    continue
+                merged[region] = g
+                stats["merged"] += 1
+                if gc:
+                    shutil.rmtree(f"{uri}/_mem_wal/{region}/{path}", ignore_errors=True)
+                    stats["gc"] += 1
+            time.sleep(0.03)
+    except BaseException:
+        errors.append(traceback.format_exc())
+        raise
+    finally:
+        _write_atomic(work / "merger.log", repr(dict(stats)) + "\n" + "\n".join(errors[:20]))
+
+
+def _diff(got: list[tuple[int, int]], want: tuple[tuple[int, int], ...]) -> str:
+    g, w = dict(got), dict(want)
+    lost = sorted(k for k in w if k not in g)
+    extra = sorted(k for k in g if k not in w)
+    stale = sorted(k for k in w if k in g and g[k] != w[k])
+    return f"lost={lost[:10]} extra(resurrected/unknown)={extra[:10]} wrong_version={stale[:10]}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("gc", [False, True], ids=["no-gc", "gc"])
+def test_reader_sees_a_prefix_state_while_writer_and_merger_run(tmp_path: Path, gc: bool) -> None:
+    uri = str(tmp_path / "t")
+    work = tmp_path / "work"
+    work.mkdir()
+    seed = 1234 + int(gc)
+    base = {k: -k for k in range(0, N_KEYS, 3)}
+    mt = ModelTable(
+        uri,
+        SCHEMA,
+        pa.Table.from_pylist([{"id": k, "v": v} for k, v in base.items()], schema=SCHEMA),
+        bucket=("id", BUCKETS),
+        max_memtable_rows=MAX_MEMTABLE_ROWS,
+    )
+    spec = mt.ds.mem_wal_index_details()["sharding_specs"][0]
+    keys = pa.record_batch({"id": pa.array(range(N_KEYS), pa.int64())})
+    buckets = evaluate_sharding_spec(keys, spec, mt.ds.lance_schema).column(0).to_pylist()
+    key_region = [mt.region_of_bucket(int(b)) for b in buckets]
+    states = model_states(base, make_ops(seed, key_region))
+    _write_atomic(work / "progress", "0")
+
+    ctx_mp = mp.get_context("spawn")
+    writer = ctx_mp.Process(target=writer_main, args=(uri, seed, key_region, str(work)))
+    merger = ctx_mp.Process(target=merger_main, args=(uri, str(work), gc))
+    writer.start()
+    merger.start()
+
+    failures: list[str] = []
+    errors: list[str] = []
+    error_stages: Counter[str] = Counter()
+    reads = 0
+    gone_errors = 0
+    reads_during_write = 0
+    table = mq.open_table(uri)
+    t_end = time.monotonic() + 75
+    try:
+        while time.monotonic() < t_end:
+            writing = writer.is_alive()
+            if not writing and reads >= MIN_READS:
+                break
+            p0 = int((work / "progress").read_text())
+            how = "refresh" if reads % 2 == 0 else "open"
+            stage = how
+            try:
+                table = table.refresh() if how == "refresh" else mq.open_table(uri)
+                stage = f"query after {how}"
+                ctx = datafusion.SessionContext()
+                table.register(ctx, "t")
+                res = ctx.sql("SELECT id, v FROM t ORDER BY id").to_arrow_table()
+            except Exception as err:  # noqa: BLE001 - reported below
+                reads += 1
+                if stage.startswith("query") and GONE in str(err):
+                    # GC removed a generation between open and query: the documented,
+                    # retryable error (never a wrong answer); the next read refreshes.
+                    gone_errors += 1
+                    continue
+                errors.append(f"read {reads} ({stage}, progress {p0}): {type(err).__name__}: {str(err)[:300]}")
+                error_stages[stage] += 1
+                continue
+            p1 = int((work / "progress").read_text())
+            reads += 1
+            reads_during_write += writing and p1 > 0
+            got = list(zip(res.column("id").to_pylist(), res.column("v").to_pylist(), strict=True))
+            dup = [k for k, n in Counter(k for k, _ in got).items() if n > 1]
+            if dup:
+                failures.append(f"read {reads}: duplicate keys {dup[:10]}")
+            window = range(p0, min(p1 + 1, N_OPS) + 1)
+            if not any(tuple(got) == states[k] for k in window):
+                best = min(window, key=lambda k: len(set(got) ^ set(states[k])))
+                failures.append(
+                    f"read {reads}: progress {p0}..{p1}: no model state matches; nearest k={best}: "
+                    + _diff(got, states[best])
+                )
+    finally:
+        writer.join(timeout=60)
+        (work / "stop").write_text("1")
+        merger.join(timeout=60)
+        for p in (writer, merger):
+            if p.is_alive():
+                p.kill()
+    merger_log = (work / "merger.log").read_text() if (work / "merger.log").exists() else "(no merger log)"
+    writer_err = (work / "writer.err").read_text() if (work / "writer.err").exists() else ""
+    print(f"gc={gc}: {reads} reads ({reads_during_write} while writing, {gone_errors} hit a GC'd generation)")
+    print(f"merger: {merger_log}")
+    assert gone_errors <= reads // 4, f"{gone_errors} of {reads} reads hit a garbage-collected generation"
+    assert writer.exitcode == 0, writer_err
+    assert merger.exitcode == 0, merger_log
+    assert not errors and not failures, (
+        f"{len(errors)} of {reads} reads failed {dict(error_stages)}, {len(failures)} answered wrong:\n"
+        + "\n".join(errors[:4] + failures[:4])
+    )
+    assert reads_during_write >= MIN_READS // 2, f"only {reads_during_write} reads overlapped the writer"
+    # once everything is flushed (and merged as far as the merger got): the final state
+    final = mq.open_table(uri).to_arrow().sort_by("id")
+    assert list(zip(final.column("id").to_pylist(), final.column("v").to_pylist(), strict=True)) == list(states[-1])
+
+
+# -- deterministic reproductions of the races the GC variant above runs into ----------------
+
+
+def _small_table(path: Path) -> ModelTable:
+    """Base row 1000 + 20 upserts flushed as generation 1 of each region (nothing merged)."""
+    t = AttachedTable.__new__(AttachedTable)
+    ModelTable.__init__(t, str(path), SCHEMA, pa.table({"id": [1000], "v": [0]}, schema=SCHEMA), bucket=("id", 2))
+    t.put([{"id": k, "v": k} for k in range(20)])
+    t.flush()
+    return t
+
+
+def _merge_and_gc(t: ModelTable, *, partial: bool = False) -> None:
+    """Merge every flushed generation, then delete its directory (``partial``: only its
+    data and deletion files, as a GC caught half-way through would leave it)."""
+    for region in t.regions():
+        for g, path in t.flushed(region):
+            t.merge(region, g)
+            gen_dir = Path(t.uri) / "_mem_wal" / region / path
+            for sub in ["data", "_deletions"] if partial else [""]:
+                shutil.rmtree(gen_dir / sub, ignore_errors=True)
+
+
+def _ids(table: mq.Table) -> list[tuple[int, int]]:
+    res = table.sql("SELECT id, v FROM t ORDER BY id").to_arrow_table()
+    return list(zip(res.column("id").to_pylist(), res.column("v").to_pylist(), strict=True))
+
+
+def _expected(t: ModelTable) -> list[tuple[int, int]]:
+    return sorted((r["id"], r["v"]) for r in t.model.values())
+
+
+def _merge_gc_after_index_read(monkeypatch: pytest.MonkeyPatch, t: ModelTable, *, partial: bool = False) -> None:
+    """The next snapshot reads base version V, then a merger merges + GCs before the
+    snapshot opens the generations (the race the concurrent test hits)."""
+    import memwal_query.snapshot as snapshot_mod
+
+    orig = snapshot_mod._read_index
+    fired: list[bool] = []
+
+    def read_index_then_gc(storage: Any, version: int) -> Any:
+        index = orig(storage, version)
+        if not fired:
+            fired.append(True)
+            _merge_and_gc(t, partial=partial)
+        return index
+
+    monkeypatch.setattr(snapshot_mod, "_read_index", read_index_then_gc)
+
+
+def test_open_racing_merge_and_gc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Generation directories gone when opened: retried with the newer base (works)."""
+    t = _small_table(tmp_path / "t")
+    _merge_gc_after_index_read(monkeypatch, t)
+    assert _ids(mq.open_table(t.uri)) == _expected(t)
+
+
+def test_refresh_racing_merge_and_gc_of_a_cached_generation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """BUG: refresh() reuses the generation dataset cached by the previous snapshot and
+    never notices its directory is gone, so no retry with the newer base happens and the
+    query fails with Lance "Not found ... _gen_1/data/...". Expected: as for a fresh open."""
+    t = _small_table(tmp_path / "t")
+    table = mq.open_table(t.uri)  # caches the generation datasets
+    _merge_gc_after_index_read(monkeypatch, t)
+    assert _ids(table.refresh()) == _expected(t)
+
+
+def test_open_racing_a_half_done_gc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """BUG: a generation directory caught half-deleted (``_versions`` still there, data
+    files gone) is opened as if it were intact: no retry, the read fails. Expected: the
+    same retry with the newer base as for a missing directory."""
+    t = _small_table(tmp_path / "t")
+    _merge_gc_after_index_read(monkeypatch, t, partial=True)
+    assert _ids(mq.open_table(t.uri)) == _expected(t)
+
+
+GONE = "garbage-collected after this snapshot was opened; refresh() the table and retry"
+
+
+def test_query_of_a_snapshot_whose_generation_was_merged_and_gcd(tmp_path: Path) -> None:
+    """A snapshot opened before merge + GC, queried after: its rows are only in a newer
+    base version, so the old snapshot cannot answer. Contract: a clear error that says
+    so (a MemWalError; through DataFusion, DataFusion's error carrying that message),
+    never a wrong answer; a refresh then answers correctly."""
+    t = _small_table(tmp_path / "t")
+    table = mq.open_table(t.uri)
+    _merge_and_gc(t)
+    with pytest.raises(mq.MemWalError, match="refresh"):
+        table.to_arrow()
+    with pytest.raises(Exception, match=GONE.split(";")[0]):
+        _ids(table)
+    assert _ids(table.refresh()) == _expected(t)
