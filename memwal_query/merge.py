@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import lance
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -111,23 +113,45 @@ def _numeric_key(snapshot: Snapshot, pk: list[str]) -> bool:
     return bool(pa.types.is_integer(t))
 
 
-def _fragment_index(base: pa.Table, key: str) -> list[tuple[np.ndarray, np.ndarray]]:
+def _fragment_identity(frag: lance.fragment.LanceFragment) -> tuple[object, ...]:
+    """What makes a fragment's live rows: its id, data files and deletion file."""
+    m = frag.metadata
+    d = m.deletion_file
+    deletion = (d.id, d.read_version, d.num_deleted_rows) if d is not None else None
+    return (frag.fragment_id, tuple(f.path for f in m.files), deletion)
+
+
+def _fragment_index(snapshot: Snapshot, cache: SnapshotCache, key: str) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per base fragment, its keys sorted (with their row addresses).
 
-    Fragments written by bulk loads and merges are usually sorted by key already:
-    those cost one comparison pass; only unsorted fragments are sorted.
+    Runs are cached per fragment identity (id, data files, deletion file), so a new
+    base version reads only the fragments a merge added or changed: refresh cost
+    grows with the new data, not with the table. Fragments written by bulk loads and
+    merges are usually sorted by key already (one comparison pass); only unsorted
+    ones are sorted.
     """
-    keys = base.column(key).combine_chunks().to_numpy(zero_copy_only=False)
-    addrs = base.column("_rowaddr").combine_chunks().to_numpy(zero_copy_only=False)
-    frag = addrs >> np.uint64(32)
-    cuts = np.flatnonzero(frag[1:] != frag[:-1]) + 1
-    out = []
-    for k, a in zip(np.split(keys, cuts), np.split(addrs, cuts), strict=True):
+    frags = snapshot.base.get_fragments()
+    idents = [_fragment_identity(f) for f in frags]
+    with cache.lock:
+        known = {i: cache.base_runs[i] for i in idents if i in cache.base_runs}
+    missing = [f for f, i in zip(frags, idents, strict=True) if i not in known]
+
+    def read(frag: lance.fragment.LanceFragment) -> tuple[np.ndarray, np.ndarray]:
+        t = frag.to_table(columns=[key], with_row_address=True)
+        k = t.column(key).combine_chunks().to_numpy(zero_copy_only=False)
+        a = t.column("_rowaddr").combine_chunks().to_numpy(zero_copy_only=False)
         if k.size > 1 and not bool(np.all(k[1:] >= k[:-1])):
             order = np.argsort(k, kind="stable")
             k, a = k[order], a[order]
-        out.append((k, a))
-    return out
+        return k, a
+
+    if missing:
+        with ThreadPoolExecutor(min(4, len(missing))) as pool:
+            for f, run in zip(missing, pool.map(read, missing), strict=True):
+                known[_fragment_identity(f)] = run
+    with cache.lock:
+        cache.base_runs = dict(known)  # keep the runs of the newest base version only
+    return [known[i] for i in idents]
 
 
 def _base_mask(snapshot: Snapshot, cache: SnapshotCache, keys: pa.Table, pk: list[str]) -> np.ndarray:
@@ -137,13 +161,12 @@ def _base_mask(snapshot: Snapshot, cache: SnapshotCache, keys: pa.Table, pk: lis
     built once and reused by refreshes) is searched for the newer keys, so the cost
     grows with the newer keys, not with the base. Other keys: a hash semi-join.
     """
-    base = _base_keys(snapshot, cache)
     version = snapshot.base_version
     if _numeric_key(snapshot, pk):
         with cache.lock:
             index = cache.base_sorted.get(version)
         if index is None:
-            index = _fragment_index(base, pk[0])
+            index = _fragment_index(snapshot, cache, pk[0])
             with cache.lock:
                 cache.base_sorted.clear()
                 cache.base_sorted[version] = index
@@ -164,6 +187,7 @@ def _base_mask(snapshot: Snapshot, cache: SnapshotCache, keys: pa.Table, pk: lis
                 offsets = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
                 hits.append(sa[starts + offsets])
         return _sorted_u64(np.concatenate(hits)) if hits else _EMPTY
+    base = _base_keys(snapshot, cache)
     unique = keys.group_by(pk, use_threads=False).aggregate([])
     rows = base.join(unique, keys=pk, join_type="left semi").column("_rowaddr")
     return _sorted_u64(rows)

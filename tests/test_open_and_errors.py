@@ -265,3 +265,32 @@ def test_generation_merged_and_collected_during_open_is_retried(
     assert len(calls) == 2 and again.version > old_version
     assert sort_table(again.to_arrow(), ["id"]).equals(sort_table(t.expected(), ["id"]))
     assert gens
+
+
+def test_refresh_reads_only_new_base_fragments(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a merge (a new base version), refresh reads the key column of the fragments
+    the merge added or changed, not of the whole base."""
+    import lance.fragment
+
+    t = build_events(str(tmp_path / "e"), seed=21, keep_open=False)
+    table = mq.open_table(t.uri)
+    before = {f.fragment_id for f in lance.dataset(t.uri).get_fragments()}
+    region = next(r for r in t.regions() if t.flushed(r))
+    t.merge(region, min(g for g, _ in t.flushed(region) if g > table.snapshot.index.merged_generation(region)))
+    after = lance.dataset(t.uri).get_fragments()
+    changed = [f for f in after if f.fragment_id not in before or f.metadata.deletion_file is not None]
+    read: list[int] = []
+    real = lance.fragment.LanceFragment.to_table
+
+    def counting(self, *a, **k):  # type: ignore[no-untyped-def]
+        read.append(self.fragment_id)
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(lance.fragment.LanceFragment, "to_table", counting)
+    newer = table.refresh()
+    assert newer.version > table.version
+    assert 0 < len(read) <= len(changed) < len(after), (read, len(changed), len(after))
+    assert sort_table(newer.to_arrow(), ["id"]).equals(sort_table(t.expected(), ["id"]))
+    read.clear()
+    newer.refresh()  # nothing changed: no base key read at all
+    assert read == []
