@@ -78,7 +78,7 @@ def register_functions(ctx: datafusion.SessionContext, tables: Mapping[str, Tabl
         k = _value(args[3], "memwal_knn: k")
         filt = _value(args[4], "memwal_knn: the filter") if len(args) > 4 else None
         nprobes = _value(args[5], "memwal_knn: nprobes") if len(args) > 5 else None
-        result = table.nearest(str(column), query, int(k), filter=filt or None, nprobes=nprobes)
+        result = table.nearest(str(column), query, int(k), filter=filt or None, nprobes=nprobes, _in_query=True)
         return datafusion.Table(pds.dataset(result))
 
     def lookup(*args: Any) -> datafusion.Table:

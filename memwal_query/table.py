@@ -358,6 +358,7 @@ class Table:
         refine_factor: int | None = None,
         distance: str = "l2",
         columns: Sequence[str] | None = None,
+        _in_query: bool = False,
     ) -> pa.Table:
         """The ``k`` merged rows nearest to ``query``, with a ``_distance`` column.
 
@@ -394,6 +395,7 @@ class Table:
             refine_factor=refine_factor,
             distance=distance,
             columns=columns,
+            in_query=_in_query,
         )
         self._last_nearest = stats
         return result

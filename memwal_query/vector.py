@@ -64,6 +64,7 @@ class NearestStats:
 
     sources: list[str] = field(default_factory=list)
     coverage: IndexCoverage | None = None
+    pruned_regions: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
 
@@ -163,8 +164,15 @@ def nearest(
     refine_factor: int | None = None,
     distance: str = "l2",
     columns: Sequence[str] | None = None,
+    in_query: bool = False,
 ) -> tuple[pa.Table, NearestStats]:
-    """Top-k merged rows nearest to ``query``; see the module docs."""
+    """Top-k merged rows nearest to ``query``; see the module docs.
+
+    A filter also prunes regions (their generations and MemTables are not searched).
+    ``in_query``: called from inside a running DataFusion query (the SQL table
+    function), where a SQL-string filter cannot be planned: only pyarrow-expression
+    filters prune there.
+    """
     t0 = time.perf_counter()
     if not isinstance(k, int) or k <= 0:
         msg = f"k must be a positive integer, got {k!r}"
@@ -187,11 +195,19 @@ def nearest(
         args["refine_factor"] = int(refine_factor)
     merge = table.merge_state
     stats = NearestStats(coverage=index_coverage(table, column))
+    pruned: set[str] = set()
+    if isinstance(filter, pc.Expression):
+        pruned = set(table._plan_pushed_filter(filter).pruned_regions)  # noqa: SLF001
+    elif isinstance(filter, str) and not in_query:
+        pruned = set(table.plan(filter).pruned_regions)
+    stats.pruned_regions = sorted(pruned)
     parts: list[pa.Table] = []
     parts.append(_search(table.snapshot.base, f"base of {table.uri}", out_cols, args, filter, merge.base_drop))
     stats.sources.append("base" + (f" ({stats.coverage.describe()})" if stats.coverage else " (no index: flat)"))
     flat = {k_: v for k_, v in args.items() if k_ not in ("nprobes", "refine_factor")}
     for region in table.snapshot.regions:
+        if region.region_id in pruned:
+            continue
         for g in region.generations:
             drop = merge.generation_drop.get(g.uri)
             parts.append(_search(g.dataset, g.uri, out_cols, flat, filter, drop))

@@ -257,3 +257,19 @@ def test_explain_shows_index_coverage_and_pruning(vectors) -> None:  # type: ign
     text = table.explain("id = 42")
     assert "index vec_idx (IVF_PQ on vec)" in text and "searched flat" in text
     assert "regions read: 1, pruned: 1" in text
+
+
+def test_nearest_prefilter_prunes_regions(vectors) -> None:  # type: ignore[no-untyped-def]
+    table = mq.open_table(vectors.uri)
+    live = sorted(k for (k,) in vectors.model)
+    key = live[len(live) // 2]
+    q = np.asarray(vectors.model[(key,)]["vec"], dtype=np.float32)
+    got = table.nearest("vec", q, k=3, filter=f"id = {key}")
+    assert got.column("id").to_pylist() == [key]
+    stats = table.last_nearest_stats
+    assert len(stats.pruned_regions) == 1  # type: ignore[attr-defined]
+    assert not any(r in s for r in stats.pruned_regions for s in stats.sources)  # type: ignore[attr-defined]
+    import pyarrow.compute as pc
+
+    got2 = table.nearest("vec", q, k=3, filter=pc.field("id") == key)
+    assert got2.column("id").to_pylist() == [key] and len(table.last_nearest_stats.pruned_regions) == 1  # type: ignore[attr-defined]
