@@ -341,8 +341,9 @@ def _open_generation(
         except (ValueError, OSError, RuntimeError) as err:
             if not storage.exists(f"{rel}/_versions"):
                 return gone
-            msg = f"region {region_id}: cannot open flushed generation {gen} at {uri}: {err}"
-            raise ManifestError(msg) from err
+            # Possibly being deleted right now (merged + GC): retried with the newest
+            # base; still unreadable and unmerged after that, it is an error.
+            return SkippedGeneration(region_id, gen, f"unreadable: {err}")
         with cache.lock:
             cache.generations[uri] = ds
     # A merger may have merged and garbage-collected it since it was opened (a cached
@@ -473,9 +474,17 @@ def load_snapshot(
     attempts = 3 if version is None else 1
     for attempt in range(attempts):
         snap = _load_once(storage, version, consistency, live, cache, max_workers)
-        gone = [s for r in snap.regions for s in r.skipped if s.reason.startswith("directory missing")]
+        gone = [
+            s
+            for r in snap.regions
+            for s in r.skipped
+            if s.reason.startswith("directory missing") or s.reason.startswith("unreadable")
+        ]
         if not gone or attempt == attempts - 1:
             for s in gone:
+                if s.reason.startswith("unreadable"):
+                    msg = f"region {s.region_id}: cannot open flushed generation {s.generation}: {s.reason}"
+                    raise ManifestError(msg)
                 log.warning(
                     "region %s: flushed generation %d is missing and newer base versions do not merge it; "
                     "its rows are not visible",

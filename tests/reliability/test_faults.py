@@ -159,3 +159,14 @@ def test_missing_generation_directory_without_merge(tmp_path: Path, caplog: pyte
         table = mq.open_table(uri)
     assert table.to_arrow().sort_by("id").to_pydict() == {"id": [0, 1, 2], "v": [0, 0, 0]}
     assert any("not visible" in m for m in caplog.messages)
+
+
+def test_damaged_generation_is_an_error_not_a_silent_skip(tmp_path: Path) -> None:
+    uri, region = _table(tmp_path)
+    with lance.dataset(uri).mem_wal_writer(region) as w:
+        w.put(pa.table({"id": [1], "v": [11]}, schema=SCHEMA))
+    (gen,) = [p for p in Path(uri, "_mem_wal", region).iterdir() if "_gen_" in p.name]
+    for m in (gen / "_versions").glob("*.manifest"):
+        m.write_bytes(b"not a manifest")
+    with pytest.raises(mq.ManifestError, match=f"region {region}: cannot open flushed generation 1"):
+        mq.open_table(uri)
