@@ -35,11 +35,22 @@ from memwal_query.regionspec.spec import evaluate_spec, lance_field_ids, region_
 from memwal_query.snapshot import primary_key_of
 from memwal_write.routing import field_entries, region_id_for
 
-__all__ = ["RoutedWriter", "RegionWriteStats", "write_arrow", "conform"]
+__all__ = ["RoutedWriter", "RegionWriteStats", "REGION_STATS_SCHEMA", "write_arrow", "conform"]
 
 log = logging.getLogger("memwal_write")
 
 DEFAULT_MAX_ROWS = 100_000
+
+REGION_STATS_SCHEMA = pa.schema(
+    [
+        ("region_id", pa.string()),
+        ("spec_values", pa.string()),
+        ("rows_put", pa.int64()),
+        ("rows_deleted", pa.int64()),
+        ("puts", pa.int64()),
+        ("created", pa.bool_()),
+    ]
+)
 
 
 @dataclass
@@ -273,16 +284,7 @@ class RoutedWriter:
             }
             for s in self._stats.values()
         ]
-        schema = pa.schema(
-            [
-                ("region_id", pa.string()),
-                ("spec_values", pa.string()),
-                ("rows_put", pa.int64()),
-                ("rows_deleted", pa.int64()),
-                ("puts", pa.int64()),
-                ("created", pa.bool_()),
-            ]
-        )
+        schema = REGION_STATS_SCHEMA
         return pa.Table.from_pylist(rows, schema=schema)
 
     def close(self) -> None:

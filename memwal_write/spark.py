@@ -41,7 +41,7 @@ from memwal_query.errors import InvalidArgumentError, MemWalError
 from memwal_query.format.decode import RegionSpec
 from memwal_query.regionspec.murmur3 import hash_int32_words
 from memwal_query.regionspec.spec import evaluate_spec, region_groups
-from memwal_write.arrow_writer import RoutedWriter
+from memwal_write.arrow_writer import REGION_STATS_SCHEMA, RoutedWriter
 from memwal_write.routing import region_id_for
 
 __all__ = [
@@ -68,12 +68,7 @@ REGION = "__memwal_region"
 
 WRITE_STATS_SCHEMA = pa.schema(
     [
-        ("region_id", pa.string()),
-        ("spec_values", pa.string()),
-        ("rows_put", pa.int64()),
-        ("rows_deleted", pa.int64()),
-        ("puts", pa.int64()),
-        ("created", pa.bool_()),
+        *REGION_STATS_SCHEMA,
         ("duplicates_dropped", pa.int64()),
         ("task_partition", pa.int32()),
         ("task_attempt", pa.int32()),
