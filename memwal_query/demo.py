@@ -19,9 +19,9 @@ import datafusion
 import lance
 import numpy as np
 import pyarrow as pa
-from lance.mem_wal import CompactedSsTable, ShardWriter, evaluate_sharding_spec
+from lance.mem_wal import ShardWriter, evaluate_sharding_spec
 
-__all__ = ["events_schema", "write_demo_table", "bucket_region_id", "merge_generation", "main"]
+__all__ = ["events_schema", "write_demo_table", "bucket_region_id", "main"]
 
 PK = {"lance-schema:unenforced-primary-key": "true"}
 # Region naming convention for regions created from a bucket spec (FORMAT.md).
@@ -140,7 +140,7 @@ def write_demo_table(
             for bucket, part in _route(ds, pa.table({"id": pa.array(dels, pa.int64())})).items():
                 writers[bucket].delete(part)
         if r == 1:
-            _merge_first_generations(uri, regions)
+            _merge_first_generations(uri)
             ds = lance.dataset(uri)
     if leave_open:
         w: dict[int, ShardWriter] = {}
@@ -155,45 +155,11 @@ def write_demo_table(
 OPEN_WRITERS: list[ShardWriter] = []
 
 
-def _merge_first_generations(uri: str, regions: int) -> None:
-    """Merge generation 1 of every region into the base (merge_insert + mark)."""
-    from memwal_query.format.storage import Storage
-    from memwal_query.snapshot import latest_region_manifest
+def _merge_first_generations(uri: str) -> None:
+    """Merge the oldest flushed generation of every region into the base (the merger job)."""
+    from memwal_write.merger import merge_generations  # the writer side of the project
 
-    storage = Storage.open(uri)
-    for b in range(regions):
-        rid = bucket_region_id(b)
-        m = latest_region_manifest(storage, rid)
-        if m is None:
-            continue
-        gens = sorted(m.flushed_generations, key=lambda g: g.generation)
-        if not gens:
-            continue
-        g = gens[0]
-        data = lance.dataset(storage.child_uri(f"_mem_wal/{rid}/{g.path}")).to_table()
-        merge_generation(uri, rid, g.generation, data)
-
-
-def merge_generation(uri: str, region_id: str, generation: int, data: pa.Table) -> None:
-    """Fold one flushed generation (its visible rows) into the base table.
-
-    Deletes go first, so a reader between the two commits still sees the
-    generation's tombstones (the generation is not marked merged yet).
-    """
-    tomb = data.column("_tombstone").to_numpy(zero_copy_only=False)
-    # Deletion vectors already hide rows superseded inside the generation.
-    upserts = data.filter(pa.array(~tomb)).drop_columns(["_tombstone"])
-    deletes = data.filter(pa.array(tomb)).column("id").to_pylist()
-    if deletes:
-        lance.dataset(uri).delete(f"id IN ({','.join(str(int(k)) for k in deletes)})")
-    ds = lance.dataset(uri)
-    builder = (
-        ds.merge_insert("id")
-        .when_matched_update_all()
-        .when_not_matched_insert_all()
-        .mark_sstables_as_compacted([CompactedSsTable(region_id, generation)])
-    )
-    builder.execute(upserts.cast(ds.schema))
+    merge_generations(uri, max_generations=1)
 
 
 def main(argv: list[str] | None = None) -> int:
