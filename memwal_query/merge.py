@@ -161,15 +161,8 @@ def _base_mask(snapshot: Snapshot, cache: SnapshotCache, keys: pa.Table, pk: lis
     built once and reused by refreshes) is searched for the newer keys, so the cost
     grows with the newer keys, not with the base. Other keys: a hash semi-join.
     """
-    version = snapshot.base_version
     if _numeric_key(snapshot, pk):
-        with cache.lock:
-            index = cache.base_sorted.get(version)
-        if index is None:
-            index = _fragment_index(snapshot, cache, pk[0])
-            with cache.lock:
-                cache.base_sorted.clear()
-                cache.base_sorted[version] = index
+        index = _fragment_index(snapshot, cache, pk[0])
         want = np.unique(keys.column(pk[0]).combine_chunks().to_numpy(zero_copy_only=False))
         hits = []
         for sk, sa in index:
@@ -285,8 +278,6 @@ def compute_merge(snapshot: Snapshot, cache: SnapshotCache) -> MergeState:
         if len(newer_keys) > 1:
             cross = _cross_region_keys(keys, pk, snapshot.uri)
         base_drop = _base_mask(snapshot, cache, keys, pk)
-    with cache.lock:
-        cache.merges += 1
     return MergeState(
         base_drop=base_drop,
         generation_drop=gen_drop,

@@ -169,9 +169,7 @@ class SnapshotCache:
     generation_keys: dict[str, pa.Table] = field(default_factory=dict)
     blooms: dict[str, object] = field(default_factory=dict)
     base_keys: dict[int, pa.Table] = field(default_factory=dict)
-    base_sorted: dict[int, list[tuple[np.ndarray, np.ndarray]]] = field(default_factory=dict)
     base_runs: dict[tuple[object, ...], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
-    merges: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
