@@ -325,6 +325,7 @@ def _open_generation(
     gone = SkippedGeneration(region_id, gen, "directory missing (garbage-collected)")
     with cache.lock:
         ds = cache.generations.get(uri)
+    fresh = ds is None
     if ds is None:
         if not storage.exists(f"{rel}/_versions"):
             log.warning(
@@ -346,7 +347,7 @@ def _open_generation(
             cache.generations[uri] = ds
     # A merger may have merged and garbage-collected it since it was opened (a cached
     # dataset) or be deleting it right now (manifest still there, data files gone).
-    if not _generation_intact(storage, rel, ds):
+    if not _generation_intact(storage, rel, ds, manifest_checked=fresh):
         with cache.lock:
             cache.generations.pop(uri, None)
             cache.generation_keys.pop(uri, None)
@@ -355,9 +356,9 @@ def _open_generation(
     return GenerationSource(region_id, gen, uri, ds, ds.count_rows())
 
 
-def _generation_intact(storage: Storage, rel: str, ds: lance.LanceDataset) -> bool:
+def _generation_intact(storage: Storage, rel: str, ds: lance.LanceDataset, *, manifest_checked: bool) -> bool:
     """Its manifest and every data file still exist (a handful of existence probes)."""
-    if not storage.exists(f"{rel}/_versions"):
+    if not manifest_checked and not storage.exists(f"{rel}/_versions"):
         return False
     for frag in ds.get_fragments():
         for f in frag.data_files():
