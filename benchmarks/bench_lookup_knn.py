@@ -37,7 +37,7 @@ import datafusion
 import lance
 import numpy as np
 import pyarrow as pa
-from lance.mem_wal import LsmPointLookupPlanner, LsmVectorSearchPlanner, ShardSnapshot
+from lance.mem_wal import LsmPointLookupPlanner, LsmVectorSearchPlanner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_read import machine_info  # noqa: E402
@@ -96,18 +96,6 @@ def percentiles(fn: Callable[[Any], Any], args: list[Any]) -> dict[str, float]:
     return {"p50_ms": statistics.median(ts), "p95_ms": ts[int(0.95 * (len(ts) - 1))], "n": len(ts)}
 
 
-def shard_snapshots(table: mq.Table) -> list[ShardSnapshot]:
-    out = []
-    for r in table.snapshot.regions:
-        s = ShardSnapshot(r.region_id).with_spec_id(r.spec_id)
-        if r.manifest is not None:
-            s = s.with_current_generation(r.manifest.current_generation)
-            for g in r.generations:
-                s = s.with_sstable(g.generation, Path(g.uri).name)
-        out.append(s)
-    return out
-
-
 def run(a: argparse.Namespace) -> dict[str, Any]:
     root = Path(a.dir or tempfile.mkdtemp(prefix="memwal-bench-knn-"))
     uri = str(root / f"t_{a.base_rows}_{a.dim}_{a.regions}_{a.newer_rows}")
@@ -117,7 +105,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         print(f"built {uri} in {time.perf_counter() - t0:.1f} s")
     table = mq.open_table(uri)
     ds = lance.dataset(uri)
-    snaps = shard_snapshots(table)
+    snaps = table.pylance_shard_snapshots()
     point = LsmPointLookupPlanner(ds, snaps)
     rng = np.random.default_rng(1)
     keys = [int(k) for k in rng.choice(int(a.base_rows * 1.1), a.lookups, replace=False)]

@@ -66,14 +66,13 @@ import lance  # noqa: E402
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
-from lance.mem_wal import LsmScanner, ShardSnapshot, ShardWriter, evaluate_sharding_spec  # noqa: E402
+from lance.mem_wal import LsmScanner, ShardWriter, evaluate_sharding_spec  # noqa: E402
 
 import memwal_query as mq  # noqa: E402
-from memwal_query.demo import bucket_region_id, merge_generation  # noqa: E402
-from memwal_query.format.storage import Storage  # noqa: E402
+from memwal_query.demo import bucket_region_id  # noqa: E402
 from memwal_query.merge import MergeState  # noqa: E402
-from memwal_query.snapshot import latest_region_manifest  # noqa: E402
 from memwal_query.sources import MergedDataset  # noqa: E402
+from memwal_write.merger import merge_generations  # noqa: E402
 
 PK = {"lance-schema:unenforced-primary-key": "true"}
 CATEGORIES = [f"cat{i:02d}" for i in range(20)]
@@ -182,21 +181,11 @@ def write_round(
         _OPEN_WRITERS.extend(writers.values())
 
 
-def merge_first_generation(uri: str, regions: int) -> int:
-    """Fold the oldest flushed generation of every region into the base; returns how many."""
-    storage = Storage.open(uri)
-    merged = 0
-    for b in range(regions):
-        rid = bucket_region_id(b)
-        m = latest_region_manifest(storage, rid)
-        gens = sorted(m.flushed_generations, key=lambda g: g.generation) if m else []
-        if not gens:
-            continue
-        g = gens[0]
-        data = lance.dataset(storage.child_uri(f"_mem_wal/{rid}/{g.path.strip('/')}")).to_table()
-        merge_generation(uri, rid, g.generation, data)
-        merged += 1
-    return merged
+def merge_first_generation(uri: str) -> int:
+    """Fold the oldest flushed generation of every region into the base (the merger job);
+    returns how many were merged."""
+    stats = merge_generations(uri, max_generations=1)
+    return sum(s == "merged" for s in stats.column("status").to_pylist())
 
 
 def build_table(uri: str, p: BuildParams) -> dict[str, Any]:
@@ -222,7 +211,7 @@ def build_table(uri: str, p: BuildParams) -> dict[str, Any]:
         lookup_id = int(updated[0])  # an updated key of the newest flushed generation
         msg = f"  generation {r}: {len(ids):,} upserts, {deletes.size:,} deletes"
         if r == 1:
-            k = merge_first_generation(uri, p.regions)
+            k = merge_first_generation(uri)
             msg += f", merged into the base in {k} regions"
             ds = lance.dataset(uri)
         print(f"{msg} ({time.perf_counter() - t1:.1f} s)", flush=True)
@@ -411,15 +400,7 @@ def bench_lance_scanner(ds: lance.LanceDataset, lookup_id: int, repeat: int) -> 
 
 def lsm_scanner_factory(table: mq.Table) -> Callable[[], LsmScanner]:
     """pylance's LsmScanner over base + every unmerged flushed generation of the snapshot."""
-    shards = []
-    for r in table.snapshot.regions:
-        s = ShardSnapshot(r.region_id).with_spec_id(r.spec_id)
-        if r.manifest is not None:
-            s = s.with_current_generation(r.manifest.current_generation)
-            for g in r.manifest.flushed_generations:
-                if g.generation > r.merged_generation:
-                    s = s.with_sstable(g.generation, g.path)
-        shards.append(s)
+    shards = table.pylance_shard_snapshots()
     base = lance.dataset(table.uri, version=table.version)
     return lambda: LsmScanner.from_snapshots(base, shards)  # builders mutate: a new one per call
 

@@ -11,6 +11,7 @@ import lance
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from lance.mem_wal import ShardSnapshot
 
 from memwal_query.compat import check_datafusion_supported
 from memwal_query.errors import InvalidArgumentError, MemWalError
@@ -404,6 +405,25 @@ class Table:
     def last_nearest_stats(self) -> object:
         """Sources searched by the last :meth:`nearest` and the index coverage it found."""
         return self._last_nearest
+
+    # -- pylance interop -----------------------------------------------------
+    def pylance_shard_snapshots(self) -> list[ShardSnapshot]:
+        """This snapshot as pylance ``ShardSnapshot``s (regions, unmerged generations).
+
+        For pylance's own readers over the same data (``LsmScanner.from_snapshots``,
+        ``LsmPointLookupPlanner``, ``LsmVectorSearchPlanner``), e.g. to compare
+        answers; they cannot see other writers' MemTables.
+        """
+        shards = []
+        for r in self._snapshot.regions:
+            s = ShardSnapshot(r.region_id).with_spec_id(r.spec_id)
+            if r.manifest is not None:
+                paths = {g.generation: g.path for g in r.manifest.flushed_generations}
+                s = s.with_current_generation(r.manifest.current_generation)
+                for g in r.generations:
+                    s = s.with_sstable(g.generation, paths[g.generation])
+            shards.append(s)
+        return shards
 
     # -- lifecycle ----------------------------------------------------------
     def refresh(self) -> Table:

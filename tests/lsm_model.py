@@ -14,7 +14,7 @@ import lance
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from lance.mem_wal import CompactedSsTable, ShardSnapshot, ShardWriter, evaluate_sharding_spec
+from lance.mem_wal import CompactedSsTable, ShardWriter, evaluate_sharding_spec
 
 from memwal_query.format.storage import Storage
 from memwal_query.snapshot import latest_region_manifest
@@ -149,20 +149,11 @@ class ModelTable:
 
     def lsm_scanner(self) -> Any:
         """pylance's own LsmScanner over base + every unmerged flushed generation."""
-        from memwal_query.snapshot import load_snapshot
-
-        snap = load_snapshot(self.uri, consistency="eventual")
-        shards = []
-        for r in snap.regions:
-            s = ShardSnapshot(r.region_id).with_spec_id(r.spec_id)
-            if r.manifest is not None:
-                s = s.with_current_generation(r.manifest.current_generation)
-                for g in r.manifest.flushed_generations:
-                    if g.generation > r.merged_generation:
-                        s = s.with_sstable(g.generation, g.path)
-            shards.append(s)
         from lance.mem_wal import LsmScanner
 
+        import memwal_query as mq
+
+        shards = mq.open_table(self.uri, consistency="eventual").pylance_shard_snapshots()
         return LsmScanner.from_snapshots(lance.dataset(self.uri), shards)
 
 

@@ -71,18 +71,7 @@ def test_lookup_equals_model_and_pylance(events) -> None:  # type: ignore[no-unt
 def test_lookup_matches_lsm_point_lookup_planner(tmp_path: Path) -> None:
     t = build_events(str(tmp_path / "e"), seed=12, keep_open=False)
     table = mq.open_table(t.uri, consistency="eventual")
-    scanner_snaps = t.lsm_scanner  # noqa: F841 - same snapshots as LsmScanner
-    from lance.mem_wal import ShardSnapshot
-
-    shards = []
-    for r in table.snapshot.regions:
-        s = ShardSnapshot(r.region_id).with_spec_id(r.spec_id)
-        if r.manifest is not None:
-            s = s.with_current_generation(r.manifest.current_generation)
-            for g in r.generations:
-                s = s.with_sstable(g.generation, Path(g.uri).name)
-        shards.append(s)
-    planner = LsmPointLookupPlanner(lance.dataset(t.uri), shards)
+    planner = LsmPointLookupPlanner(lance.dataset(t.uri), table.pylance_shard_snapshots())
     for k in [1, 5, 6, 7, 11, 100, 2100, 2500, 10**9]:
         theirs = planner.plan_lookup(pa.array([k], pa.int64())).to_table()
         ours = table.lookup(k)

@@ -1,0 +1,40 @@
+"""The benchmark scripts run end to end at tiny sizes (their correctness guards included).
+
+Timings are not asserted here: performance claims live in benchmarks/results/.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CASES = {
+    "bench_read.py": ["--base-rows", "20000", "--newer-rows", "2000", "--skip-slow", "--repeat", "1"],
+    "bench_pruning.py": ["--base-rows", "20000", "--regions", "4", "--newer-rows", "2000", "--repeat", "1"],
+    "bench_lookup_knn.py": [
+        *("--base-rows", "5000", "--dim", "16", "--partitions", "4", "--newer-rows", "500"),
+        *("--lookups", "20", "--queries", "3"),
+    ],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", sorted(CASES))
+def test_benchmark_script_runs(script: str, tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), *CASES[script], "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    result = json.loads(out.read_text())
+    assert result["targets"] and all({"target", "value", "pass"} <= set(t) for t in result["targets"])
