@@ -6,8 +6,8 @@ Measures, for ``--rows`` rows routed to ``--regions`` bucket regions:
   sort + dedupe, combined puts);
 * ``applyInArrow``: Spark ``groupBy(bucket).applyInArrow`` handing each region's
   rows to ``memwal_write.write_arrow`` (no dedupe, one Arrow table per region);
-* ``lance.write_dataset`` of the same rows already in memory (the limit: no Spark,
-  no WAL);
+* ``lance.write_dataset`` of the same rows: from Spark (``toArrow`` then a plain
+  write, the limit for a Spark job) and already in memory (no Spark, no WAL);
 * reads: ``memwal_write.read_spark`` (one region per task) vs the single-process
   ``memwal_query.open_table(uri).to_arrow()``.
 
@@ -107,53 +107,104 @@ def _warm_up(spark: Any, cores: int) -> None:
         spark.range(0, 1000, numPartitions=cores * 4).mapInArrow(load, "n long").toArrow()
 
 
+def _median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    return xs[len(xs) // 2]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--rows", type=int, default=2_000_000)
     p.add_argument("--regions", type=int, default=8)
     p.add_argument("--cores", type=int, default=2)
+    p.add_argument("--repeat", type=int, default=3, help="runs per measurement (the median is reported)")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "spark.json"))
     args = p.parse_args(argv)
     spark = _spark(args.cores, args.regions)
     spark.sparkContext.setLogLevel("ERROR")
     root = tempfile.mkdtemp(prefix="memwal-bench-spark-")
     rows, results = args.rows, {}
+    counter = iter(range(1_000_000))
 
-    def timed(name: str, fn: Any) -> Any:
-        t0 = time.perf_counter()
-        out = fn()
-        s = time.perf_counter() - t0
-        results[name] = {"seconds": round(s, 3), "rows_per_s": round(rows / s)}
-        print(f"  {name:<34} {s:8.2f} s  {rows / s:>12,.0f} rows/s", flush=True)
+    def timed(name: str, fn: Any, setup: Any = None) -> Any:
+        """Median of ``--repeat`` runs; ``setup()`` (untimed) gives each run its argument."""
+        runs, out = [], None
+        for _ in range(args.repeat):
+            arg = setup() if setup is not None else None
+            t0 = time.perf_counter()
+            out = fn(arg) if setup is not None else fn()
+            runs.append(time.perf_counter() - t0)
+        s = _median(runs)
+        results[name] = {"seconds": round(s, 3), "rows_per_s": round(rows / s), "runs_s": [round(r, 3) for r in runs]}
+        print(f"  {name:<40} {s:8.2f} s  {rows / s:>12,.0f} rows/s", flush=True)
         return out
 
+    def fresh(kind: str) -> Any:
+        return lambda: _new_table(root, f"{kind}{next(counter)}", args.regions)
+
     _warm_up(spark, args.cores)
-    print(f"{rows:,} rows, {args.regions} bucket regions, local[{args.cores}]")
-    uri = _new_table(root, "memwal", args.regions)
-    timed("spark -> memwal_write.write", lambda: memwal_write.write(_source(spark, rows), uri))
-    uri2 = _new_table(root, "apply", args.regions)
+    print(f"{rows:,} rows, {args.regions} bucket regions, local[{args.cores}], median of {args.repeat}")
+    # JIT-warm the source plan once (the first Spark job over a new plan shape pays seconds)
+    _source(spark, rows).toArrow()
+    uri = timed(
+        "spark -> memwal_write.write", lambda u: (memwal_write.write(_source(spark, rows), u), u)[1], fresh("memwal")
+    )
     timed(
         "spark -> applyInArrow(write_arrow)",
-        lambda: _apply_in_arrow_write(spark, _source(spark, rows), uri2, args.regions),
+        lambda u: _apply_in_arrow_write(spark, _source(spark, rows), u, args.regions),
+        fresh("apply"),
     )
     data = timed("spark -> toArrow (collect only)", lambda: _source(spark, rows).toArrow())
+    timed(
+        "spark -> toArrow + lance.write_dataset",
+        lambda d: lance.write_dataset(_source(spark, rows).toArrow().cast(SCHEMA), d),
+        lambda: f"{root}/plain-spark{next(counter)}",
+    )
     data = data.cast(SCHEMA)
-    timed("lance.write_dataset (in memory)", lambda: lance.write_dataset(data, f"{root}/plain"))
+    timed(
+        "lance.write_dataset (in memory)",
+        lambda d: lance.write_dataset(data, d),
+        lambda: f"{root}/plain{next(counter)}",
+    )
     single = timed("read: single process to_arrow", lambda: mq.open_table(uri).to_arrow())
     got = timed("read: read_spark (region tasks)", lambda: memwal_write.read_spark(spark, uri).toArrow())
     assert got.num_rows == single.num_rows == rows, (got.num_rows, single.num_rows)
-    timed("merge_generations_spark", lambda: memwal_write.merge_generations_spark(spark, uri).toArrow())
+    # one run: it merges everything, a second would find nothing left
+    t0 = time.perf_counter()
+    memwal_write.merge_generations_spark(spark, uri).toArrow()
+    s = time.perf_counter() - t0
+    results["merge_generations_spark"] = {
+        "seconds": round(s, 3),
+        "rows_per_s": round(rows / s),
+        "runs_s": [round(s, 3)],
+    }
+    print(f"  {'merge_generations_spark (one run)':<40} {s:8.2f} s  {rows / s:>12,.0f} rows/s", flush=True)
     timed("read merged: single process", lambda: mq.open_table(uri).to_arrow())
     timed("read merged: read_spark", lambda: memwal_write.read_spark(spark, uri).toArrow())
     spark.stop()
+    r = results
+    w = r["spark -> memwal_write.write"]["rows_per_s"]
+    ratios = {
+        "write_rows_per_s": w,
+        "write_vs_spark_plain_lance_write": round(w / r["spark -> toArrow + lance.write_dataset"]["rows_per_s"], 3),
+        "write_vs_in_memory_lance_write": round(w / r["lance.write_dataset (in memory)"]["rows_per_s"], 3),
+        "write_vs_applyInArrow": round(w / r["spark -> applyInArrow(write_arrow)"]["rows_per_s"], 3),
+        "read_spark_vs_single_process": round(
+            r["read: read_spark (region tasks)"]["seconds"] / r["read: single process to_arrow"]["seconds"], 3
+        ),
+    }
+    for k, v in ratios.items():
+        print(f"  {k:<40} {v}")
     report = {
         "rows": rows,
         "regions": args.regions,
         "master": f"local[{args.cores}]",
+        "repeat": args.repeat,
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
         "pylance": lance.__version__,
         "results": results,
+        "ratios": ratios,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")

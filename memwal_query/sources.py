@@ -35,7 +35,7 @@ from memwal_query.merge import MergeState
 from memwal_query.planner.plan import Plan
 from memwal_query.snapshot import Snapshot
 
-__all__ = ["HIDDEN_COLUMNS", "MergedDataset", "hidden_fields"]
+__all__ = ["HIDDEN_COLUMNS", "MergedDataset", "ScanContext", "hidden_fields"]
 
 log = logging.getLogger("memwal_query")
 
@@ -105,13 +105,38 @@ def _zero_column_batches(n: int) -> Iterator[pa.RecordBatch]:
         n -= k
 
 
+@dataclass(frozen=True)
+class ScanContext:
+    """What a fragment needs from its table: picklable, so fragments can be shipped.
+
+    A pickled fragment carries this context, its Lance dataset (pylance pickles a
+    dataset with its manifest, so unpickling reads nothing) and its drop list: a
+    Spark task can scan it without opening the table or recomputing the merge.
+    """
+
+    uri: str
+    data_schema: pa.Schema
+    schema: pa.Schema
+    with_hidden: bool
+
+    def projected(self, columns: Sequence[str] | None) -> pa.Schema:
+        """The schema of a projection; raises on unknown columns."""
+        if columns is None:
+            return self.schema
+        missing = [c for c in columns if c not in self.schema.names]
+        if missing:
+            msg = f"unknown column(s) {missing} in {self.uri}"
+            raise InvalidArgumentError(msg)
+        return pa.schema([self.schema.field(c) for c in columns])
+
+
 class _Fragment:
-    """One partition of the merged table."""
+    """One partition of the merged table (picklable: see :class:`ScanContext`)."""
 
     kind = "fragment"
     region: str | None = None
 
-    def __init__(self, owner: MergedDataset) -> None:
+    def __init__(self, owner: ScanContext) -> None:
         self._owner = owner
 
     def scanner(
@@ -187,7 +212,7 @@ class _LanceFragment(_Fragment):
 
     def __init__(
         self,
-        owner: MergedDataset,
+        owner: ScanContext,
         dataset: lance.LanceDataset,
         fragment: lance.fragment.LanceFragment,
         drop: np.ndarray,
@@ -214,7 +239,7 @@ class _LanceFragment(_Fragment):
     def _gone(self, err: BaseException) -> MemWalError:
         where = f"generation {self.gen} of region {self.region}" if self.gen else "base fragment"
         msg = (
-            f"{where} ({self.label}) of {self._owner.snapshot.uri} is no longer readable: it was merged and "
+            f"{where} ({self.label}) of {self._owner.uri} is no longer readable: it was merged and "
             f"garbage-collected after this snapshot was opened; refresh() the table and retry ({err})"
         )
         return MemWalError(msg)
@@ -293,7 +318,7 @@ def _chain_first(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Itera
 class _MemoryFragment(_Fragment):
     """A region's surviving MemTable rows."""
 
-    def __init__(self, owner: MergedDataset, table: pa.Table, region: str) -> None:
+    def __init__(self, owner: ScanContext, table: pa.Table, region: str) -> None:
         super().__init__(owner)
         self.table = table
         self.region = region
@@ -329,7 +354,7 @@ class _GroupFragment(_Fragment):
     generations would cost more in partitions than in rows.
     """
 
-    def __init__(self, owner: MergedDataset, parts: list[_Fragment]) -> None:
+    def __init__(self, owner: ScanContext, parts: list[_Fragment]) -> None:
         super().__init__(owner)
         self.parts = parts
 
@@ -395,6 +420,7 @@ class MergedDataset(pds.Dataset):  # type: ignore[misc]
         if with_hidden:
             fields += hidden_fields()
         self._schema = pa.schema(fields, metadata=snapshot.schema.metadata)
+        self.context = ScanContext(snapshot.uri, snapshot.schema, self._schema, with_hidden)
         self._fragments: list[_Fragment] = self._build_fragments()
 
     @property
@@ -404,13 +430,7 @@ class MergedDataset(pds.Dataset):  # type: ignore[misc]
 
     def projected(self, columns: Sequence[str] | None) -> pa.Schema:
         """The schema of a projection; raises on unknown columns."""
-        if columns is None:
-            return self._schema
-        missing = [c for c in columns if c not in self._schema.names]
-        if missing:
-            msg = f"unknown column(s) {missing} in {self.snapshot.uri}"
-            raise InvalidArgumentError(msg)
-        return pa.schema([self._schema.field(c) for c in columns])
+        return self.context.projected(columns)
 
     def _build_fragments(self) -> list[_Fragment]:
         frags: list[_Fragment] = []
@@ -419,7 +439,7 @@ class MergedDataset(pds.Dataset):  # type: ignore[misc]
             lo = np.searchsorted(drop, np.uint64(f.fragment_id << 32))
             hi = np.searchsorted(drop, np.uint64((f.fragment_id + 1) << 32))
             base = self.snapshot.base
-            frags.append(_LanceFragment(self, base, f, drop[lo:hi], 0, None, f"base/{f.fragment_id}"))
+            frags.append(_LanceFragment(self.context, base, f, drop[lo:hi], 0, None, f"base/{f.fragment_id}"))
         for region in self.snapshot.regions:
             for g in region.generations:
                 gdrop = self.merge.generation_drop.get(g.uri, np.empty(0, dtype=np.uint64))
@@ -428,11 +448,11 @@ class MergedDataset(pds.Dataset):  # type: ignore[misc]
                     hi = np.searchsorted(gdrop, np.uint64((f.fragment_id + 1) << 32))
                     label = f"{region.region_id}/gen{g.generation}/{f.fragment_id}"
                     frags.append(
-                        _LanceFragment(self, g.dataset, f, gdrop[lo:hi], g.generation, region.region_id, label)
+                        _LanceFragment(self.context, g.dataset, f, gdrop[lo:hi], g.generation, region.region_id, label)
                     )
             mem = self.merge.memtables.get(region.region_id)
             if mem is not None and mem.num_rows:
-                frags.append(_MemoryFragment(self, mem, region.region_id))
+                frags.append(_MemoryFragment(self.context, mem, region.region_id))
         return frags
 
     def get_fragments(self, filter: pc.Expression | None = None) -> list[_Fragment]:
@@ -444,7 +464,7 @@ class MergedDataset(pds.Dataset):  # type: ignore[misc]
         """
         frags = _pack_small(self.source_fragments(filter))
         # DataFusion needs at least one partition (an empty table, or every source pruned).
-        return frags or [_MemoryFragment(self, self._empty_rows(), "")]
+        return frags or [_MemoryFragment(self.context, self._empty_rows(), "")]
 
     def _empty_rows(self) -> pa.Table:
         extra = {"_gen": pa.int64(), "_seq": pa.uint64()}

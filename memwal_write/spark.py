@@ -29,6 +29,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import pickle
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -664,43 +665,35 @@ def to_datafusion(df: Any, ctx: Any, name: str) -> None:
 
 # -- region-parallel reads ---------------------------------------------------------------------------
 def _fragment_rows(frag: object) -> int:
-    lance_fragment: Any = frag.__dict__.get("fragment")
-    return int(lance_fragment.count_rows()) if lance_fragment is not None else 0
+    rows_hint = getattr(frag, "rows_hint", None)
+    return int(rows_hint()) if rows_hint is not None else 0
 
 
-@dataclass(frozen=True)
-class _ReadUnit:
-    region: str | None
-    base_labels: tuple[str, ...]
+def _read_units(frags: Sequence[object], pruned: set[str]) -> list[list[object]]:
+    """One unit per region (its generations and MemTable) plus a row-balanced share of the base."""
+    regions = sorted({r for f in frags if (r := getattr(f, "region", None)) is not None and r not in pruned})
+    units: list[list[object]] = [[f for f in frags if getattr(f, "region", None) == r] for r in regions]
+    units = units or [[]]
+    loads = [sum(_fragment_rows(f) for f in u) for u in units]
+    base = [f for f in frags if getattr(f, "region", None) is None]
+    for f in sorted(base, key=_fragment_rows, reverse=True):
+        i = loads.index(min(loads))
+        units[i].append(f)
+        loads[i] += _fragment_rows(f)
+    return [u for u in units if u]
 
 
 def _read_task(
-    uri: str,
-    version: int,
-    storage_options: Mapping[str, str] | None,
-    columns: Sequence[str] | None,
-    filt: pc.Expression | None,
-    units: Sequence[_ReadUnit],
-    out_schema: pa.Schema,
+    columns: Sequence[str] | None, filt: pc.Expression | None, out_schema: pa.Schema
 ) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import memwal_query as mq
-
-        mine = [units[i] for b in batches for i in b.column("unit").to_pylist()]
-        if not mine:
-            return
-        table = mq.open_table(uri, storage_options=storage_options, version=version)
-        ds = table.dataset()
-        for unit in mine:
-            labels = set(unit.base_labels)
-            for frag in ds.source_fragments():
-                if (unit.region is not None and frag.region == unit.region) or (
-                    frag.region is None and getattr(frag, "label", None) in labels
-                ):
-                    for b in frag.scanner(columns=columns, filter=filt).to_batches():
-                        if b.num_rows:
+        for b in batches:
+            for blob in b.column("plan").to_pylist():
+                for frag in pickle.loads(blob):
+                    for out in frag.scanner(columns=columns, filter=filt).to_batches():
+                        if out.num_rows:
                             yield pa.RecordBatch.from_arrays(
-                                [c.cast(t.type) for c, t in zip(b.columns, out_schema, strict=True)],
+                                [c.cast(t.type) for c, t in zip(out.columns, out_schema, strict=True)],
                                 schema=out_schema,
                             )
 
@@ -719,8 +712,14 @@ def read_spark(
 
     Task *i* reads region *i*'s merged rows (unmerged generations and MemTable, minus
     superseded rows) plus its share of the masked base fragments (balanced by row
-    count), so the union equals ``memwal_query.open_table(uri).to_arrow()``. Every task
-    reads the same base version.
+    count), so the union equals ``memwal_query.open_table(uri).to_arrow()``.
+
+    The snapshot is opened and merged once, here on the driver; each task receives its
+    fragments with their drop lists and only scans. The DataFrame therefore always reads
+    this snapshot, however late or often it is evaluated (writes made after this call are
+    not visible; open a new one to see them). If a generation of the snapshot is merged
+    and garbage-collected before the DataFrame runs, the scan fails with a clear error
+    instead of returning wrong rows.
 
     Args:
         spark: A ``pyspark.sql.SparkSession``.
@@ -751,32 +750,19 @@ def read_spark(
         columns = None  # the filter runs in Spark and may read any column
     out_schema = ds.projected(columns)
     filt = predicate if isinstance(predicate, pc.Expression) else None
-    frags = ds.source_fragments(filter=filt)
     pruned: set[str] = set()
     if isinstance(predicate, str):
         pruned = set(table.plan(predicate).pruned_regions)
-    regions = sorted({f.region for f in frags if f.region is not None and f.region not in pruned})
-    base = [f for f in frags if f.region is None]
-    n_tasks = max(len(regions), 1)
-    loads = [0] * n_tasks
-    shares: list[list[str]] = [[] for _ in range(n_tasks)]
-    sized = [(str(getattr(f, "label", "")), _fragment_rows(f)) for f in base]
-    for label, rows in sorted(sized, key=lambda x: -x[1]):
-        i = loads.index(min(loads))
-        shares[i].append(label)
-        loads[i] += rows
-    units = [
-        _ReadUnit(regions[i] if i < len(regions) else None, tuple(shares[i]))
-        for i in range(n_tasks)
-        if (i < len(regions)) or shares[i]
-    ]
+    units = _read_units(ds.source_fragments(filter=filt), pruned)
     spark_schema = from_arrow_schema(out_schema)
     if not units:
         return spark.createDataFrame([], spark_schema)
-    rdd = spark.sparkContext.parallelize([(i,) for i in range(len(units))], len(units))
-    unit_df = spark.createDataFrame(rdd, "unit int")
-    fn = _read_task(table.uri, table.version, storage_options, columns, filt, units, out_schema)
-    result = unit_df.mapInArrow(fn, spark_schema)
+    # Each task gets its own part of the driver's plan: fragments with their drop lists
+    # (pickled with their Lance manifests), so no task opens the table or merges.
+    plans = [(i, bytearray(pickle.dumps(u, protocol=pickle.HIGHEST_PROTOCOL))) for i, u in enumerate(units)]
+    rdd = spark.sparkContext.parallelize(plans, len(plans))
+    unit_df = spark.createDataFrame(rdd, "unit int, plan binary")
+    result = unit_df.mapInArrow(_read_task(columns, filt, out_schema), spark_schema)
     if isinstance(predicate, str):
         try:
             result = result.filter(predicate).select(*final.names)

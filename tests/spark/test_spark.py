@@ -258,7 +258,8 @@ def test_read_spark_equals_single_process(spark: Any, tmp_path: Path) -> None:
     model.delete(list(range(0, 400, 3)))
     single = _read(uri)
     assert single.equals(model.table())
-    got = sort_table(memwal_write.read_spark(spark, uri).toArrow(), ["id"])
+    frozen = memwal_write.read_spark(spark, uri)
+    got = sort_table(frozen.toArrow(), ["id"])
     assert got.cast(SCHEMA).equals(single)
     df = memwal_write.read_spark(spark, uri, columns=["id", "amount"], predicate="amount > 1000")
     want = single.filter(pc.greater(single.column("amount"), 1000.0)).select(["id", "amount"])
@@ -266,6 +267,10 @@ def test_read_spark_equals_single_process(spark: Any, tmp_path: Path) -> None:
     expr = pc.field("id") == 1000
     one = memwal_write.read_spark(spark, uri, columns=["id", "amount"], predicate=expr).toArrow()
     assert one.to_pylist() == [{"id": 1000, "amount": 1005.0}]
+    # the DataFrame reads the snapshot of the read_spark() call, however late it runs
+    memwal_write.write_arrow(uri, _rows(range(5000, 5100), 1.0))
+    assert sort_table(frozen.toArrow(), ["id"]).cast(SCHEMA).equals(single)
+    assert _read(uri).num_rows == single.num_rows + 100
 
 
 def test_to_datafusion_joins_merged_table(spark: Any, tmp_path: Path) -> None:
