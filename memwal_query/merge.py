@@ -30,9 +30,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memwal_query.format.wal import TOMBSTONE
-from memwal_query.snapshot import Snapshot, SnapshotCache
+from memwal_query.snapshot import GenerationSource, MemTableSource, Snapshot, SnapshotCache
 
-__all__ = ["RegionMergeStats", "MergeState", "compute_merge", "first_of_group"]
+__all__ = ["RegionMergeStats", "MergeState", "RankedLevels", "compute_merge", "first_of_group", "rank_levels"]
 
 log = logging.getLogger("memwal_query")
 
@@ -193,6 +193,79 @@ def _sorted_u64(arr: pa.Array | pa.ChunkedArray | np.ndarray) -> np.ndarray:
     return out
 
 
+@dataclass(frozen=True)
+class RankedLevels:
+    """Key rows of one region's levels sorted by key, then newest first.
+
+    ``first`` marks the newest row of each key; ``level`` is the index of the row's
+    generation in the list given (-1: the MemTable); ``seq`` its row address (or
+    MemTable sequence).
+    """
+
+    sorted: pa.Table
+    first: np.ndarray
+    tombstone: np.ndarray
+    level: np.ndarray
+    seq: np.ndarray
+    memtable_offset: int
+
+
+def rank_levels(
+    generations: Sequence[GenerationSource],
+    memtable: MemTableSource | None,
+    pk: Sequence[str],
+    key_schema: pa.Schema,
+    cache: SnapshotCache,
+) -> RankedLevels | None:
+    """Rank the key rows of ``generations`` (and ``memtable``) of one region; None if empty."""
+    parts: list[pa.Table] = []
+    for lvl, g in enumerate(generations):
+        kt = _generation_keys(g.dataset, pk, cache, g.uri)
+        n = kt.num_rows
+        parts.append(
+            pa.table(
+                {
+                    **{k: kt.column(k).cast(key_schema.field(k).type) for k in pk},
+                    TOMBSTONE: kt.column(TOMBSTONE),
+                    "_gen": pa.array(np.full(n, g.generation, dtype=np.int64)),
+                    "_seq": kt.column("_rowaddr"),
+                    "_lvl": pa.array(np.full(n, lvl, dtype=np.int32)),
+                }
+            )
+        )
+    offset = sum(p.num_rows for p in parts)
+    if memtable is not None and memtable.table.num_rows:
+        m = memtable.table
+        parts.append(
+            pa.table(
+                {
+                    **{k: m.column(k) for k in pk},
+                    TOMBSTONE: pc.fill_null(m.column(TOMBSTONE), False),
+                    "_gen": m.column("_gen"),
+                    "_seq": m.column("_seq"),
+                    "_lvl": pa.array(np.full(m.num_rows, -1, dtype=np.int32)),
+                }
+            )
+        )
+    if not parts:
+        return None
+    allk = pa.concat_tables(parts).combine_chunks()
+    allk = allk.append_column("_idx", pa.array(np.arange(allk.num_rows, dtype=np.int64)))
+    order = pc.sort_indices(
+        allk,
+        sort_keys=[(k, "ascending") for k in pk] + [("_gen", "descending"), ("_seq", "descending")],
+    )
+    s = allk.take(order)
+    return RankedLevels(
+        sorted=s,
+        first=first_of_group([s.column(k) for k in pk]),
+        tombstone=pc.fill_null(s.column(TOMBSTONE), False).to_numpy(zero_copy_only=False),
+        level=s.column("_lvl").to_numpy(),
+        seq=s.column("_seq").to_numpy(),
+        memtable_offset=offset,
+    )
+
+
 def compute_merge(snapshot: Snapshot, cache: SnapshotCache) -> MergeState:
     """Decide, once per snapshot, which rows of which level are live.
 
@@ -211,49 +284,12 @@ def compute_merge(snapshot: Snapshot, cache: SnapshotCache) -> MergeState:
     newer_keys: list[pa.Table] = []
     key_schema = pa.schema([snapshot.schema.field(k) for k in pk])
     for region in snapshot.regions:
-        parts: list[pa.Table] = []
-        for lvl, g in enumerate(region.generations):
-            kt = _generation_keys(g.dataset, pk, cache, g.uri)
-            n = kt.num_rows
-            parts.append(
-                pa.table(
-                    {
-                        **{k: kt.column(k).cast(key_schema.field(k).type) for k in pk},
-                        TOMBSTONE: kt.column(TOMBSTONE),
-                        "_gen": pa.array(np.full(n, g.generation, dtype=np.int64)),
-                        "_seq": kt.column("_rowaddr"),
-                        "_lvl": pa.array(np.full(n, lvl, dtype=np.int32)),
-                    }
-                )
-            )
-        mem = region.memtable
-        if mem is not None and mem.table.num_rows:
-            m = mem.table
-            parts.append(
-                pa.table(
-                    {
-                        **{k: m.column(k) for k in pk},
-                        TOMBSTONE: pc.fill_null(m.column(TOMBSTONE), False),
-                        "_gen": m.column("_gen"),
-                        "_seq": m.column("_seq"),
-                        "_lvl": pa.array(np.full(m.num_rows, -1, dtype=np.int32)),
-                    }
-                )
-            )
-        if not parts:
+        ranked = rank_levels(region.generations, region.memtable, pk, key_schema, cache)
+        if ranked is None:
             continue
-        allk = pa.concat_tables(parts).combine_chunks()
-        allk = allk.append_column("_idx", pa.array(np.arange(allk.num_rows, dtype=np.int64)))
-        order = pc.sort_indices(
-            allk,
-            sort_keys=[(k, "ascending") for k in pk] + [("_gen", "descending"), ("_seq", "descending")],
-        )
-        s = allk.take(order)
-        first = first_of_group([s.column(k) for k in pk])
-        tomb = pc.fill_null(s.column(TOMBSTONE), False).to_numpy(zero_copy_only=False)
+        s, first, tomb, lvl, seq = ranked.sorted, ranked.first, ranked.tombstone, ranked.level, ranked.seq
         keep = first & ~tomb
-        lvl = s.column("_lvl").to_numpy()
-        seq = s.column("_seq").to_numpy()
+        mem = region.memtable
         for i, g in enumerate(region.generations):
             in_lvl = lvl == i
             drop = seq[in_lvl & ~keep]
@@ -261,12 +297,12 @@ def compute_merge(snapshot: Snapshot, cache: SnapshotCache) -> MergeState:
                 gen_drop[g.uri] = np.sort(drop.astype(np.uint64))
         if mem is not None and mem.table.num_rows:
             mem_rows = s.column("_idx").to_numpy()[(lvl == -1) & keep]
-            offset = sum(p.num_rows for p in parts[:-1])
+            offset = ranked.memtable_offset
             idx = np.sort(mem_rows - offset)
             memtables[region.region_id] = mem.table.take(pa.array(idx))
         newer_keys.append(s.filter(pa.array(first)).select(pk))
         stats[region.region_id] = RegionMergeStats(
-            newer_rows=allk.num_rows,
+            newer_rows=s.num_rows,
             live_keys=int(keep.sum()),
             deleted_keys=int((first & tomb).sum()),
             superseded_rows=int((~first).sum()),

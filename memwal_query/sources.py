@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pds
 from lance.dataset import serialize_row_addrs
 
+from memwal_query.catchup import CatchupPlan
 from memwal_query.errors import InvalidArgumentError, MemWalError
 from memwal_query.merge import MergeState
 from memwal_query.planner.plan import Plan
@@ -409,12 +410,16 @@ class MergedDataset(pds.Dataset):  # type: ignore[misc]
         *,
         with_hidden: bool = False,
         region_filter: Callable[[pc.Expression], Plan] | None = None,
+        catchup: Callable[[pc.Expression], CatchupPlan | None] | None = None,
     ) -> None:
         self.snapshot = snapshot
         self.merge = merge
         self.with_hidden = with_hidden
         self._region_filter = region_filter
+        self._catchup = catchup
+        self._catchup_frags: dict[str, list[_Fragment]] = {}
         self.last_plan: Plan | None = None
+        self.last_catchup: CatchupPlan | None = None
         self.data_schema = snapshot.schema
         fields = list(snapshot.schema)
         if with_hidden:
@@ -477,13 +482,44 @@ class MergedDataset(pds.Dataset):  # type: ignore[misc]
         packs the small ones into shared partitions. Region pruning applies.
         """
         frags = self._fragments
+        pruned: set[str] = set()
         if filter is not None and self._region_filter is not None:
             plan = self._region_filter(filter)
             self.last_plan = plan
             if plan.pruned_regions:
                 pruned = set(plan.pruned_regions)
                 frags = [f for f in frags if f.region is None or f.region not in pruned]
+        self.last_catchup = None
+        if filter is not None and self._catchup is not None:
+            catchup = self._catchup(filter)
+            if catchup is not None:
+                # Index catch-up: base fragments the filter's index does not cover yet are
+                # served by the catch-up generations (and their own indexes) instead.
+                self.last_catchup = catchup
+                uncovered = set(catchup.uncovered_fragments)
+                frags = [
+                    f
+                    for f in frags
+                    if not (isinstance(f, _LanceFragment) and f.gen == 0 and f.fragment.fragment_id in uncovered)
+                ]
+                frags += [f for f in self._catchup_fragments(catchup) if f.region not in pruned]
         return list(frags)
+
+    def _catchup_fragments(self, plan: CatchupPlan) -> list[_Fragment]:
+        got = self._catchup_frags.get(plan.index.name)
+        if got is None:
+            got = []
+            for src in plan.sources:
+                g = src.generation
+                for f in g.dataset.get_fragments():
+                    lo = np.searchsorted(src.drop, np.uint64(f.fragment_id << 32))
+                    hi = np.searchsorted(src.drop, np.uint64((f.fragment_id + 1) << 32))
+                    label = f"{g.region_id}/catch-up gen{g.generation}/{f.fragment_id}"
+                    got.append(
+                        _LanceFragment(self.context, g.dataset, f, src.drop[lo:hi], g.generation, g.region_id, label)
+                    )
+            self._catchup_frags[plan.index.name] = got
+        return got
 
     def scanner(self, columns: Sequence[str] | None = None, filter: pc.Expression | None = None, **_: object) -> _Scan:
         """A scan of the whole merged table (used by DataFusion for the schema)."""

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from lance.mem_wal import ShardSnapshot
 
+from memwal_query.catchup import CatchupPlan, base_indexes, plan_catchup
 from memwal_query.compat import check_datafusion_supported
 from memwal_query.errors import InvalidArgumentError, MemWalError
 from memwal_query.format.decode import ShardingFieldSpec
@@ -21,7 +22,7 @@ from memwal_query.merge import MergeState, compute_merge
 from memwal_query.planner.arrow_expr import from_arrow_expression
 from memwal_query.planner.datafusion_expr import predicate_for_table
 from memwal_query.planner.plan import Plan, plan_regions, region_values_of
-from memwal_query.planner.predicates import Predicate, Unknown
+from memwal_query.planner.predicates import Predicate, Unknown, columns_of
 from memwal_query.planner.pruning import RegionValues
 from memwal_query.regionspec.spec import (
     decode_field_value,
@@ -76,6 +77,7 @@ class Table:
         "_last_lookup",
         "_memtable_datasets",
         "_last_nearest",
+        "_catchup",
     )
 
     def __init__(
@@ -99,6 +101,7 @@ class Table:
         self._last_lookup: object = None
         self._memtable_datasets: dict[str, object] = {}
         self._last_nearest: object = None
+        self._catchup: dict[str, CatchupPlan] = {}
 
     # -- what it is ---------------------------------------------------------
     @property
@@ -162,6 +165,7 @@ class Table:
                 self._merge,
                 with_hidden=hidden_columns,
                 region_filter=self._plan_pushed_filter if prune else None,
+                catchup=None if hidden_columns else self._catchup_for_filter,
             )
             self._datasets[key] = ds
         return ds
@@ -405,6 +409,44 @@ class Table:
     def last_nearest_stats(self) -> object:
         """Sources searched by the last :meth:`nearest` and the index coverage it found."""
         return self._last_nearest
+
+    def _catchup_for_filter(self, expr: pc.Expression) -> CatchupPlan | None:
+        """The usable Indexed Read Plan of a scalar index the pushed filter reads, if any."""
+        indexes = [i for i in base_indexes(self) if len(i.columns) == 1]
+        if not indexes:
+            return None
+        cols = columns_of(from_arrow_expression(expr, self._snapshot.schema.names))
+        for idx in indexes:
+            if idx.columns[0] in cols and not pa.types.is_fixed_size_list(
+                self._snapshot.schema.field(idx.columns[0]).type
+            ):
+                plan = self.catchup_plan(idx.name)
+                if plan.usable:
+                    return plan
+        return None
+
+    def catchup_plan(self, index_name: str) -> CatchupPlan:
+        """The Indexed Read Plan of a base index for this snapshot (computed once).
+
+        Base fragments the index does not cover yet are served by the generations
+        merged since the index last caught up, with their own indexes, when those are
+        still readable and account for exactly those rows (:mod:`memwal_query.catchup`);
+        otherwise ``usable`` is False and ``reason`` says why (the rows are then
+        searched flat).
+
+        Raises:
+            InvalidArgumentError: The base version has no index of that name.
+        """
+        plan = self._catchup.get(index_name)
+        if plan is None:
+            found = next((i for i in base_indexes(self) if i.name == index_name), None)
+            if found is None:
+                names = [i.name for i in base_indexes(self)]
+                msg = f"{self.uri} (version {self.version}) has no index {index_name!r}; indexes: {names}"
+                raise InvalidArgumentError(msg)
+            plan = plan_catchup(self, found)
+            self._catchup[index_name] = plan
+        return plan
 
     # -- pylance interop -----------------------------------------------------
     def pylance_shard_snapshots(self) -> list[ShardSnapshot]:

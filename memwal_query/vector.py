@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import time
 import uuid
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -25,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from lance.dataset import serialize_row_addrs
 
+from memwal_query.catchup import CatchupPlan, base_indexes
 from memwal_query.errors import InvalidArgumentError, MemWalError
 
 if TYPE_CHECKING:
@@ -47,14 +47,24 @@ class IndexCoverage:
     unindexed_rows: int
     caught_up_generations: tuple[tuple[str, int], ...] | None
     source: str
+    plan: CatchupPlan | None = None
 
     def describe(self) -> str:
         """One line for ``explain``."""
-        frag = (
-            f"fragments {list(self.unindexed_fragments)} ({self.unindexed_rows} rows) not indexed yet: searched flat"
-            if self.unindexed_fragments
-            else "all base fragments indexed"
-        )
+        if not self.unindexed_fragments:
+            frag = "all base fragments indexed"
+        elif self.plan is not None and self.plan.usable:
+            gens = ", ".join(f"{s.generation.region_id[:8]}:{s.generation.generation}" for s in self.plan.sources)
+            frag = (
+                f"fragments {list(self.unindexed_fragments)} ({self.unindexed_rows} rows) not indexed yet: served by "
+                f"catch-up generations [{gens}] and their indexes ({self.plan.reason})"
+            )
+        else:
+            why = f" ({self.plan.reason})" if self.plan is not None else ""
+            frag = (
+                f"fragments {list(self.unindexed_fragments)} ({self.unindexed_rows} rows) not indexed yet: "
+                f"searched flat{why}"
+            )
         return f"index {self.index_name} ({self.index_type} on {self.column}): {frag}; coverage from {self.source}"
 
 
@@ -70,40 +80,28 @@ class NearestStats:
 
 def index_coverage(table: Table, column: str) -> IndexCoverage | None:
     """Which base fragments the index on ``column`` covers (None: no index)."""
-    base = table.snapshot.base
-    try:
-        # describe_indices() (the successor) does not expose fragment coverage yet.
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            indices = base.list_indices()
-    except Exception:  # noqa: BLE001 - no index metadata at all
+    found = next((i for i in base_indexes(table) if column in i.columns), None)
+    if found is None:
         return None
-    for idx in indices:
-        info = idx if isinstance(idx, dict) else getattr(idx, "__dict__", {})
-        fields = list(info.get("fields", []))
-        name = str(info.get("name", ""))
-        if column not in fields or name.startswith("__"):
-            continue
-        covered = set(int(f) for f in (info.get("fragment_ids") or []))
-        frags = base.get_fragments()
-        unindexed = [f for f in frags if f.fragment_id not in covered]
-        catchup = None
-        source = "the index's fragment bitmap"
-        for c in table.snapshot.index.index_catchup:
-            if c.index_name == name:
-                catchup = tuple((m.region_id, m.generation) for m in c.caught_up)
-                source = "the MemWAL index catch-up progress"
-        return IndexCoverage(
-            index_name=name,
-            column=column,
-            index_type=str(info.get("type", info.get("index_type", ""))),
-            indexed_fragments=tuple(sorted(covered)),
-            unindexed_fragments=tuple(f.fragment_id for f in unindexed),
-            unindexed_rows=sum(f.count_rows() for f in unindexed),
-            caught_up_generations=catchup,
-            source=source,
-        )
-    return None
+    frags = table.snapshot.base.get_fragments()
+    unindexed = [f for f in frags if f.fragment_id not in found.fragment_ids]
+    catchup = None
+    source = "the index's fragment bitmap"
+    for c in table.snapshot.index.index_catchup:
+        if c.index_name == found.name:
+            catchup = tuple((m.region_id, m.generation) for m in c.caught_up)
+            source = "the MemWAL index catch-up progress"
+    return IndexCoverage(
+        index_name=found.name,
+        column=column,
+        index_type=found.index_type,
+        indexed_fragments=tuple(sorted(found.fragment_ids)),
+        unindexed_fragments=tuple(f.fragment_id for f in unindexed),
+        unindexed_rows=sum(f.count_rows() for f in unindexed),
+        caught_up_generations=catchup,
+        source=source,
+        plan=table.catchup_plan(found.name) if unindexed else None,
+    )
 
 
 def _query_vector(table: Table, column: str, query: Any) -> np.ndarray:
@@ -135,6 +133,8 @@ def _search(
     nearest_args: dict[str, Any],
     filt: str | pc.Expression | None,
     block: np.ndarray | None,
+    *,
+    indexed_only: bool = False,
 ) -> pa.Table:
     kwargs: dict[str, Any] = {
         "columns": [*cols, "_distance"],
@@ -144,6 +144,8 @@ def _search(
     }
     if filt is not None:
         kwargs["filter"] = filt
+    if indexed_only:
+        kwargs["fast_search"] = True  # rows outside the index are served by catch-up generations
     if block is not None and block.size:
         kwargs["row_addr_blocklist"] = serialize_row_addrs(block.tolist())
     try:
@@ -202,9 +204,28 @@ def nearest(
         pruned = set(table.plan(filter).pruned_regions)
     stats.pruned_regions = sorted(pruned)
     parts: list[pa.Table] = []
-    parts.append(_search(table.snapshot.base, f"base of {table.uri}", out_cols, args, filter, merge.base_drop))
-    stats.sources.append("base" + (f" ({stats.coverage.describe()})" if stats.coverage else " (no index: flat)"))
+    plan = stats.coverage.plan if stats.coverage is not None else None
+    catchup = plan is not None and plan.usable
+    parts.append(
+        _search(
+            table.snapshot.base, f"base of {table.uri}", out_cols, args, filter, merge.base_drop, indexed_only=catchup
+        )
+    )
+    if stats.coverage is None:
+        stats.sources.append("base (no index: flat)")
+    elif catchup:
+        stats.sources.append(f"base (index {stats.coverage.index_name}, indexed fragments only)")
+    else:
+        stats.sources.append(f"base ({stats.coverage.describe()})")
     flat = {k_: v for k_, v in args.items() if k_ not in ("nprobes", "refine_factor")}
+    if catchup:
+        assert plan is not None
+        for src in plan.sources:
+            g = src.generation
+            if g.region_id in pruned:
+                continue
+            parts.append(_search(g.dataset, g.uri, out_cols, flat, filter, src.drop))
+            stats.sources.append(f"{g.region_id} catch-up generation {g.generation} (unindexed base rows)")
     for region in table.snapshot.regions:
         if region.region_id in pruned:
             continue

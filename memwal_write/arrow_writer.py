@@ -194,10 +194,11 @@ class RoutedWriter:
         values = evaluate_spec(self.spec, table, self._field_names)
         types = [values.schema.field(i).type for i in range(values.num_columns)]
         out = []
-        for key, rows in region_groups(values).items():
+        groups = region_groups(values)
+        for key, rows in groups.items():
             rid = region_id_for(self.spec, key, types)
             self._ensure_region(rid, key, types)
-            out.append((rid, key, table.take(rows)))
+            out.append((rid, key, table if len(groups) == 1 else table.take(rows)))
         return out
 
     def _ensure_region(self, region_id: str, key: tuple[Any, ...], types: list[Any]) -> None:

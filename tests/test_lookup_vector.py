@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import glob
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +16,10 @@ import pytest
 from lance.mem_wal import LsmPointLookupPlanner
 
 import memwal_query as mq
+from memwal_query.errors import InvalidArgumentError
 from memwal_query.format.bloom import BloomFilter
 from memwal_query.sql_functions import register_functions
+from memwal_query.vector import index_coverage as vector_index_coverage
 
 from builders import build_events
 from lsm_model import PK, ModelTable
@@ -193,6 +197,11 @@ def test_nearest_recall_and_no_stale_rows(vectors) -> None:  # type: ignore[no-u
     assert cov is None and stats.coverage is not None  # type: ignore[attr-defined]
     assert stats.coverage.unindexed_fragments, "merged generation should sit in unindexed fragments"  # type: ignore[attr-defined]
     assert any("memtable" in s for s in stats.sources)  # type: ignore[attr-defined]
+    # the Indexed Read Plan: unindexed base rows come from the merged generations' own indexes
+    assert stats.coverage.plan.usable, stats.coverage.plan.reason  # type: ignore[attr-defined]
+    assert sum("catch-up generation 1" in s for s in stats.sources) == 2  # type: ignore[attr-defined]
+    assert "before the MemWAL index existed" in stats.coverage.plan.reason  # type: ignore[attr-defined]
+    assert stats.sources[0] == "base (index vec_idx, indexed fragments only)"  # type: ignore[attr-defined]
 
 
 def test_nearest_filter_applies_to_live_rows(vectors) -> None:  # type: ignore[no-untyped-def]
@@ -244,7 +253,7 @@ def test_sql_table_functions(vectors) -> None:  # type: ignore[no-untyped-def]
 def test_explain_shows_index_coverage_and_pruning(vectors) -> None:  # type: ignore[no-untyped-def]
     table = mq.open_table(vectors.uri)
     text = table.explain("id = 42")
-    assert "index vec_idx (IVF_PQ on vec)" in text and "searched flat" in text
+    assert "index vec_idx (IVF_PQ on vec)" in text and "served by catch-up generations" in text
     assert "regions read: 1, pruned: 1" in text
 
 
@@ -262,3 +271,79 @@ def test_nearest_prefilter_prunes_regions(vectors) -> None:  # type: ignore[no-u
 
     got2 = table.nearest("vec", q, k=3, filter=pc.field("id") == key)
     assert got2.column("id").to_pylist() == [key] and len(table.last_nearest_stats.pruned_regions) == 1  # type: ignore[attr-defined]
+
+
+def _recall(table: mq.Table, model: dict[Any, Any], queries: int = 10) -> float:
+    rng = np.random.default_rng(3)
+    recalls = []
+    for _ in range(queries):
+        q = rng.standard_normal(DIM).astype(np.float32)
+        got = table.nearest("vec", q, k=10, nprobes=16, refine_factor=10)
+        for r in got.to_pylist():  # every returned row is the live version
+            assert model.get((r["id"],)) == {k: r[k] for k in ("id", "cat", "vec")}
+        recalls.append(len(set(got.column("id").to_pylist()) & set(_exact(model, q, 10))) / 10)
+    return float(np.mean(recalls))
+
+
+def test_catchup_falls_back_to_flat_when_a_generation_is_gone(vectors, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    uri = str(tmp_path / "copy")
+    shutil.copytree(vectors.uri, uri)
+    region = vectors.regions()[0]
+    gen1 = dict(vectors.flushed(region))[1]
+    shutil.rmtree(f"{uri}/_mem_wal/{region}/{gen1}")  # merged, then garbage-collected
+    table = mq.open_table(uri)
+    cov = vector_index_coverage(table, "vec")
+    assert cov is not None and cov.plan is not None and not cov.plan.usable
+    assert "garbage-collected" in cov.plan.reason and "searched flat" in cov.describe()
+    assert _recall(table, vectors.model) >= 0.95
+    assert not any("catch-up" in s for s in table.last_nearest_stats.sources)  # type: ignore[attr-defined]
+
+
+def test_catchup_plan_after_index_built_on_a_memwal_table(tmp_path: Path) -> None:
+    rng = np.random.default_rng(11)
+    uri = str(tmp_path / "v")
+    t = ModelTable(uri, _vec_schema(), _vec_rows(np.arange(3000), rng), bucket=("id", 2), max_memtable_rows=400)
+    t.put(_vec_rows(rng.choice(3600, 500, replace=False), rng))
+    t.delete([(int(k),) for k in rng.choice(3000, 40, replace=False)])
+    t.flush()
+    for r in t.regions():
+        t.merge(r, 1)
+    lance.dataset(uri).create_index("vec", index_type="IVF_PQ", num_partitions=8, num_sub_vectors=4)
+    t.put(_vec_rows(rng.choice(3600, 300, replace=False), rng))  # generation 2: merged after the index build
+    t.delete([(int(k),) for k in rng.choice(3600, 30, replace=False)])
+    t.flush()
+    for r in t.regions():
+        t.merge(r, 2)
+    t.put(_vec_rows(rng.choice(3600, 200, replace=False), rng))  # generation 3: unmerged
+    t.flush()
+    table = mq.open_table(uri)
+    plan = table.catchup_plan("vec_idx")
+    assert plan.usable, plan.reason
+    # pylance's create_index records the merged generations it covers as catch-up progress
+    (entry,) = table.snapshot.index.index_catchup
+    assert entry.index_name == "vec_idx" and {m.generation for m in entry.caught_up} == {1}
+    assert "catch-up progress" in plan.reason
+    assert sorted(s.generation.generation for s in plan.sources) == [2, 2]  # generation 1 is indexed already
+    # without that entry, the same progress is inferred from the base manifest the index was built at
+    blind = mq.open_table(uri)
+    snap = blind.snapshot
+    blind._snapshot = dataclasses.replace(snap, index=dataclasses.replace(snap.index, index_catchup=()))  # type: ignore[misc]
+    inferred = blind.catchup_plan("vec_idx")
+    assert inferred.usable and "where the index was built" in inferred.reason, inferred.reason
+    assert [(s.generation.uri, s.drop.tolist()) for s in inferred.sources] == [
+        (s.generation.uri, s.drop.tolist()) for s in plan.sources
+    ]
+    assert _recall(table, t.model) >= 0.95
+    # rows appended to the base outside the MemWAL: not accounted for by generations -> flat, still found
+    extra = _vec_rows(np.arange(90_000, 90_050), rng)
+    lance.write_dataset(extra, uri, mode="append")
+    for r in extra.to_pylist():
+        t.model[(r["id"],)] = r
+    table = table.refresh()
+    plan = table.catchup_plan("vec_idx")
+    assert not plan.usable and "live rows" in plan.reason
+    q = np.asarray(extra.column("vec")[7].as_py(), dtype=np.float32)
+    assert table.nearest("vec", q, k=1).column("id").to_pylist() == [90_007]
+    assert _recall(table, t.model) >= 0.95
+    with pytest.raises(InvalidArgumentError, match="no index 'nope'"):
+        table.catchup_plan("nope")

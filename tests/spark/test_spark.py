@@ -129,9 +129,12 @@ def test_write_upsert_delete_matches_model(spark: Any, tmp_path: Path) -> None:
     assert len(set(stats.column("task_partition").to_pylist())) == 4
     assert max(stats.column("puts").to_pylist()) >= 2  # batches were combined, row limit respected
     dels = [int(i) for i in rng.choice(2000, 150, replace=False)]
+    batch_conf = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    before = spark.conf.get(batch_conf)
     dstats = memwal_write.delete(spark.createDataFrame([(i,) for i in dels + dels[:10]], "id long"), uri).toArrow()
     model.delete(dels)
     assert sum(dstats.column("rows_deleted").to_pylist()) == len(dels)
+    assert spark.conf.get(batch_conf) == before  # raised for the write job only
     assert _read(uri).equals(model.table())
 
 
