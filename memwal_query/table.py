@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from lance.mem_wal import ShardSnapshot
 
-from memwal_query.catchup import CatchupPlan, base_indexes, plan_catchup
+from memwal_query.catchup import CATCHUP_MIN_ROWS_PER_SOURCE, CatchupPlan, base_indexes, plan_catchup
 from memwal_query.compat import check_datafusion_supported
 from memwal_query.errors import InvalidArgumentError, MemWalError
 from memwal_query.format.decode import ShardingFieldSpec
@@ -78,6 +78,7 @@ class Table:
         "_memtable_datasets",
         "_last_nearest",
         "_catchup",
+        "_index_catchup",
     )
 
     def __init__(
@@ -102,6 +103,7 @@ class Table:
         self._memtable_datasets: dict[str, object] = {}
         self._last_nearest: object = None
         self._catchup: dict[str, CatchupPlan] = {}
+        self._index_catchup = "auto"
 
     # -- what it is ---------------------------------------------------------
     @property
@@ -410,6 +412,35 @@ class Table:
         """Sources searched by the last :meth:`nearest` and the index coverage it found."""
         return self._last_nearest
 
+    @property
+    def index_catchup(self) -> str:
+        """When indexed reads use the Indexed Read Plan (:meth:`catchup_plan`).
+
+        ``"auto"`` (default): when the unindexed base rows are many enough that
+        searching them without an index costs more than one indexed search per
+        catch-up generation (at least ``CATCHUP_MIN_ROWS_PER_SOURCE`` rows per
+        generation, measured in ``benchmarks/bench_lookup_knn.py``); ``"always"``:
+        whenever the plan is usable; ``"never"``: unindexed base rows are always
+        searched flat. The answer is the same either way; only the cost differs.
+
+        Example:
+            >>> # table.index_catchup = "always"
+        """
+        return self._index_catchup
+
+    @index_catchup.setter
+    def index_catchup(self, mode: str) -> None:
+        if mode not in ("auto", "always", "never"):
+            msg = f"index_catchup must be 'auto', 'always' or 'never', got {mode!r}"
+            raise InvalidArgumentError(msg)
+        self._index_catchup = mode
+
+    def uses_catchup(self, plan: CatchupPlan) -> bool:
+        """Whether indexed reads of this table serve ``plan``'s rows from its generations."""
+        if not plan.usable or self._index_catchup == "never":
+            return False
+        return self._index_catchup == "always" or plan.uncovered_rows >= CATCHUP_MIN_ROWS_PER_SOURCE * len(plan.sources)
+
     def _catchup_for_filter(self, expr: pc.Expression) -> CatchupPlan | None:
         """The usable Indexed Read Plan of a scalar index the pushed filter reads, if any."""
         indexes = [i for i in base_indexes(self) if len(i.columns) == 1]
@@ -421,7 +452,7 @@ class Table:
                 self._snapshot.schema.field(idx.columns[0]).type
             ):
                 plan = self.catchup_plan(idx.name)
-                if plan.usable:
+                if self.uses_catchup(plan):
                     return plan
         return None
 
@@ -475,13 +506,15 @@ class Table:
         manifest versions (probing starts there) and the base key column when the
         base version did not change.
         """
-        return _open(
+        new = _open(
             self._storage,
             consistency=self._snapshot.consistency,
             live=self._live,
             cache=self._cache,
             version=None,
         )
+        new.index_catchup = self.index_catchup
+        return new
 
     # -- explain ------------------------------------------------------------
     def explain(self, predicate: str | None = None) -> str:

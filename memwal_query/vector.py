@@ -48,19 +48,26 @@ class IndexCoverage:
     caught_up_generations: tuple[tuple[str, int], ...] | None
     source: str
     plan: CatchupPlan | None = None
+    plan_used: bool = False
 
     def describe(self) -> str:
         """One line for ``explain``."""
         if not self.unindexed_fragments:
             frag = "all base fragments indexed"
-        elif self.plan is not None and self.plan.usable:
+        elif self.plan is not None and self.plan_used:
             gens = ", ".join(f"{s.generation.region_id[:8]}:{s.generation.generation}" for s in self.plan.sources)
             frag = (
                 f"fragments {list(self.unindexed_fragments)} ({self.unindexed_rows} rows) not indexed yet: served by "
                 f"catch-up generations [{gens}] and their indexes ({self.plan.reason})"
             )
         else:
-            why = f" ({self.plan.reason})" if self.plan is not None else ""
+            why = ""
+            if self.plan is not None:
+                why = (
+                    " (catch-up generations usable, but cheaper to search these rows flat: index_catchup='auto')"
+                    if self.plan.usable
+                    else f" ({self.plan.reason})"
+                )
             frag = (
                 f"fragments {list(self.unindexed_fragments)} ({self.unindexed_rows} rows) not indexed yet: "
                 f"searched flat{why}"
@@ -85,6 +92,7 @@ def index_coverage(table: Table, column: str) -> IndexCoverage | None:
         return None
     frags = table.snapshot.base.get_fragments()
     unindexed = [f for f in frags if f.fragment_id not in found.fragment_ids]
+    plan = table.catchup_plan(found.name) if unindexed else None
     catchup = None
     source = "the index's fragment bitmap"
     for c in table.snapshot.index.index_catchup:
@@ -100,7 +108,8 @@ def index_coverage(table: Table, column: str) -> IndexCoverage | None:
         unindexed_rows=sum(f.count_rows() for f in unindexed),
         caught_up_generations=catchup,
         source=source,
-        plan=table.catchup_plan(found.name) if unindexed else None,
+        plan=plan,
+        plan_used=plan is not None and table.uses_catchup(plan),
     )
 
 
@@ -205,7 +214,7 @@ def nearest(
     stats.pruned_regions = sorted(pruned)
     parts: list[pa.Table] = []
     plan = stats.coverage.plan if stats.coverage is not None else None
-    catchup = plan is not None and plan.usable
+    catchup = plan is not None and table.uses_catchup(plan)
     parts.append(
         _search(
             table.snapshot.base, f"base of {table.uri}", out_cols, args, filter, merge.base_drop, indexed_only=catchup
@@ -224,7 +233,8 @@ def nearest(
             g = src.generation
             if g.region_id in pruned:
                 continue
-            parts.append(_search(g.dataset, g.uri, out_cols, flat, filter, src.drop))
+            # the rows stand in for base rows: searched with the base's search parameters
+            parts.append(_search(g.dataset, g.uri, out_cols, args, filter, src.drop))
             stats.sources.append(f"{g.region_id} catch-up generation {g.generation} (unindexed base rows)")
     for region in table.snapshot.regions:
         if region.region_id in pruned:

@@ -180,8 +180,10 @@ def _exact(model: dict[Any, Any], q: np.ndarray, k: int, cat: str | None = None)
     return [int(i) for i in ids[np.argsort(d, kind="stable")[:k]]]
 
 
-def test_nearest_recall_and_no_stale_rows(vectors) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("mode", ["auto", "always"])
+def test_nearest_recall_and_no_stale_rows(vectors, mode: str) -> None:  # type: ignore[no-untyped-def]
     table = mq.open_table(vectors.uri)
+    table.index_catchup = mode
     cov = table.last_nearest_stats
     rng = np.random.default_rng(1)
     recalls = []
@@ -197,11 +199,17 @@ def test_nearest_recall_and_no_stale_rows(vectors) -> None:  # type: ignore[no-u
     assert cov is None and stats.coverage is not None  # type: ignore[attr-defined]
     assert stats.coverage.unindexed_fragments, "merged generation should sit in unindexed fragments"  # type: ignore[attr-defined]
     assert any("memtable" in s for s in stats.sources)  # type: ignore[attr-defined]
-    # the Indexed Read Plan: unindexed base rows come from the merged generations' own indexes
-    assert stats.coverage.plan.usable, stats.coverage.plan.reason  # type: ignore[attr-defined]
-    assert sum("catch-up generation 1" in s for s in stats.sources) == 2  # type: ignore[attr-defined]
-    assert "before the MemWAL index existed" in stats.coverage.plan.reason  # type: ignore[attr-defined]
-    assert stats.sources[0] == "base (index vec_idx, indexed fragments only)"  # type: ignore[attr-defined]
+    plan = stats.coverage.plan  # type: ignore[attr-defined]
+    assert plan.usable and "before the MemWAL index existed" in plan.reason, plan.reason
+    catchup = [s for s in stats.sources if "catch-up generation 1" in s]  # type: ignore[attr-defined]
+    if mode == "always":
+        # the Indexed Read Plan: unindexed base rows come from the merged generations' own indexes
+        assert len(catchup) == 2
+        assert stats.sources[0] == "base (index vec_idx, indexed fragments only)"  # type: ignore[attr-defined]
+    else:
+        # 785 unindexed rows in 2 generations: a flat search is cheaper than two indexed ones
+        assert plan.uncovered_rows < mq.catchup.CATCHUP_MIN_ROWS_PER_SOURCE * len(plan.sources)
+        assert not catchup and "cheaper to search these rows flat" in stats.sources[0]  # type: ignore[attr-defined]
 
 
 def test_nearest_filter_applies_to_live_rows(vectors) -> None:  # type: ignore[no-untyped-def]
@@ -253,7 +261,11 @@ def test_sql_table_functions(vectors) -> None:  # type: ignore[no-untyped-def]
 def test_explain_shows_index_coverage_and_pruning(vectors) -> None:  # type: ignore[no-untyped-def]
     table = mq.open_table(vectors.uri)
     text = table.explain("id = 42")
-    assert "index vec_idx (IVF_PQ on vec)" in text and "served by catch-up generations" in text
+    assert "index vec_idx (IVF_PQ on vec)" in text and "searched flat (catch-up generations usable" in text
+    table.index_catchup = "always"
+    assert "served by catch-up generations [4a388480:1, 8e131bde:1]" in table.explain()
+    with pytest.raises(InvalidArgumentError, match="index_catchup must be"):
+        table.index_catchup = "sometimes"
     assert "regions read: 1, pruned: 1" in text
 
 
@@ -324,6 +336,7 @@ def test_catchup_plan_after_index_built_on_a_memwal_table(tmp_path: Path) -> Non
     assert entry.index_name == "vec_idx" and {m.generation for m in entry.caught_up} == {1}
     assert "catch-up progress" in plan.reason
     assert sorted(s.generation.generation for s in plan.sources) == [2, 2]  # generation 1 is indexed already
+    table.index_catchup = "always"
     # without that entry, the same progress is inferred from the base manifest the index was built at
     blind = mq.open_table(uri)
     snap = blind.snapshot
@@ -340,6 +353,7 @@ def test_catchup_plan_after_index_built_on_a_memwal_table(tmp_path: Path) -> Non
     for r in extra.to_pylist():
         t.model[(r["id"],)] = r
     table = table.refresh()
+    assert table.index_catchup == "always"  # kept by refresh()
     plan = table.catchup_plan("vec_idx")
     assert not plan.usable and "live rows" in plan.reason
     q = np.asarray(extra.column("vec")[7].as_py(), dtype=np.float32)
