@@ -80,7 +80,7 @@ def base_indexes(table: Table) -> list[BaseIndex]:
         return []
     out = []
     for idx in raw:
-        info: dict[str, Any] = idx if isinstance(idx, dict) else dict(getattr(idx, "__dict__", {}))
+        info: dict[str, Any] = dict(idx) if isinstance(idx, dict) else dict(getattr(idx, "__dict__", {}))
         name = str(info.get("name", ""))
         if not name or name.startswith("__"):
             continue
@@ -193,9 +193,9 @@ def plan_catchup(table: Table, index: BaseIndex) -> CatchupPlan:
         ranked = rank_levels([*gens, *region.generations], region.memtable, pk, key_schema, table._cache)  # noqa: SLF001
         assert ranked is not None
         keep = ranked.first & ~ranked.tombstone
-        for i, g in enumerate(gens):
+        for i, source in enumerate(gens):
             drop = ranked.seq[(ranked.level == i) & ~keep]
-            sources.append(CatchupSource(g, np.sort(drop.astype(np.uint64))))
+            sources.append(CatchupSource(source, np.sort(drop.astype(np.uint64))))
     if live_total != uncovered_rows:
         return plan(
             (),

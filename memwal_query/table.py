@@ -467,6 +467,11 @@ class Table:
 
         Raises:
             InvalidArgumentError: The base version has no index of that name.
+
+        Example:
+            >>> # plan = table.catchup_plan("vec_idx")
+            >>> # plan.usable, plan.uncovered_rows, [s.generation.generation for s in plan.sources]
+            >>> # print(plan.describe())
         """
         plan = self._catchup.get(index_name)
         if plan is None:
