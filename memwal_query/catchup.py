@@ -32,6 +32,7 @@ says why.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import warnings
 from dataclasses import dataclass, field
@@ -42,7 +43,7 @@ import pyarrow as pa
 
 from memwal_query.errors import MemWalError
 from memwal_query.merge import rank_levels
-from memwal_query.snapshot import GenerationSource, _open_generation, _read_index
+from memwal_query.snapshot import GenerationSource, _generation_intact, _open_generation, _read_index
 
 if TYPE_CHECKING:
     from memwal_query.table import Table
@@ -102,6 +103,7 @@ class CatchupSource:
 
     generation: GenerationSource
     drop: np.ndarray = field(repr=False)
+    path: str = ""  # relative to the table root
 
 
 @dataclass(frozen=True)
@@ -176,6 +178,7 @@ def plan_catchup(table: Table, index: BaseIndex) -> CatchupPlan:
             continue
         listed = {g.generation: g.path for g in (region.manifest.flushed_generations if region.manifest else ())}
         gens: list[GenerationSource] = []
+        paths: list[str] = []
         for g in range(lo + 1, hi + 1):
             path = listed.get(g)
             if path is None:
@@ -186,6 +189,7 @@ def plan_catchup(table: Table, index: BaseIndex) -> CatchupPlan:
             if not isinstance(got, GenerationSource):
                 return plan((), False, f"generation {g} of region {region.region_id}: {got.reason}")
             gens.append(got)
+            paths.append(f"_mem_wal/{region.region_id}/{path.strip('/')}")
         alone = rank_levels(gens, None, pk, key_schema, table._cache)  # noqa: SLF001
         if alone is None:
             continue
@@ -195,7 +199,7 @@ def plan_catchup(table: Table, index: BaseIndex) -> CatchupPlan:
         keep = ranked.first & ~ranked.tombstone
         for i, source in enumerate(gens):
             drop = ranked.seq[(ranked.level == i) & ~keep]
-            sources.append(CatchupSource(source, np.sort(drop.astype(np.uint64))))
+            sources.append(CatchupSource(source, np.sort(drop.astype(np.uint64)), paths[i]))
     if live_total != uncovered_rows:
         return plan(
             (),
@@ -204,3 +208,19 @@ def plan_catchup(table: Table, index: BaseIndex) -> CatchupPlan:
             f"(progress from {origin})",
         )
     return plan(tuple(sources), True, f"progress from {origin}")
+
+
+def still_readable(table: Table, plan: CatchupPlan) -> CatchupPlan:
+    """``plan``, or an unusable copy if a merger has garbage-collected one of its generations.
+
+    Catch-up generations are merged already, so a merger may delete them at any time;
+    each query that uses the plan probes them first (a few existence checks) and falls
+    back to the base fragments if one is gone.
+    """
+    for src in plan.sources:
+        if not _generation_intact(table._storage, src.path, src.generation.dataset, manifest_checked=False):  # noqa: SLF001
+            g = src.generation
+            why = f"generation {g.generation} of region {g.region_id} was garbage-collected after the plan was made"
+            log.info("%s: %s; reading the unindexed base fragments instead", table.uri, why)
+            return dataclasses.replace(plan, sources=(), usable=False, reason=why)
+    return plan

@@ -13,7 +13,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from lance.mem_wal import ShardSnapshot
 
-from memwal_query.catchup import CATCHUP_MIN_ROWS_PER_SOURCE, CatchupPlan, base_indexes, plan_catchup
+from memwal_query.catchup import (
+    CATCHUP_MIN_ROWS_PER_SOURCE,
+    CatchupPlan,
+    base_indexes,
+    plan_catchup,
+    still_readable,
+)
 from memwal_query.compat import check_datafusion_supported
 from memwal_query.errors import InvalidArgumentError, MemWalError
 from memwal_query.format.decode import ShardingFieldSpec
@@ -453,8 +459,17 @@ class Table:
             ):
                 plan = self.catchup_plan(idx.name)
                 if self.uses_catchup(plan):
-                    return plan
+                    plan = self._recheck_catchup(plan)
+                    if plan.usable:
+                        return plan
         return None
+
+    def _recheck_catchup(self, plan: CatchupPlan) -> CatchupPlan:
+        """``plan`` if its generations are all still there; else the unusable plan (remembered)."""
+        checked = still_readable(self, plan)
+        if checked is not plan:
+            self._catchup[plan.index.name] = checked
+        return checked
 
     def catchup_plan(self, index_name: str) -> CatchupPlan:
         """The Indexed Read Plan of a base index for this snapshot (computed once).

@@ -12,6 +12,7 @@ to the live version of each row only (superseded versions are masked out first).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from collections.abc import Sequence
@@ -215,6 +216,11 @@ def nearest(
     parts: list[pa.Table] = []
     plan = stats.coverage.plan if stats.coverage is not None else None
     catchup = plan is not None and table.uses_catchup(plan)
+    if catchup:
+        assert plan is not None and stats.coverage is not None
+        plan = table._recheck_catchup(plan)  # noqa: SLF001 - a merger may have deleted a generation
+        catchup = plan.usable
+        stats.coverage = dataclasses.replace(stats.coverage, plan=plan, plan_used=catchup)
     parts.append(
         _search(
             table.snapshot.base, f"base of {table.uri}", out_cols, args, filter, merge.base_drop, indexed_only=catchup

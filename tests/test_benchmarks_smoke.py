@@ -19,7 +19,7 @@ CASES = {
     "bench_pruning.py": ["--base-rows", "20000", "--regions", "4", "--newer-rows", "2000", "--repeat", "1"],
     "bench_lookup_knn.py": [
         *("--base-rows", "5000", "--dim", "16", "--partitions", "4", "--newer-rows", "500"),
-        *("--lookups", "20", "--queries", "3"),
+        *("--lookups", "20", "--queries", "3", "--catchup-rows", "2000"),
     ],
 }
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import datafusion
 import lance
 import numpy as np
@@ -84,3 +87,24 @@ def test_hidden_columns_keep_base_sources(indexed: ModelTable) -> None:
     exp = indexed.expected()
     assert sorted(got.column("id").to_pylist()) == sorted(r["id"] for r in exp.to_pylist() if r["cat"] == "c4")
     assert 1 not in set(got.column("_gen").to_pylist())  # generation 1 is merged: its rows are base rows (_gen 0)
+
+
+def test_generation_collected_after_the_plan_falls_back(indexed: ModelTable, tmp_path: Path) -> None:
+    uri = str(tmp_path / "copy")
+    shutil.copytree(indexed.uri, uri)
+    table = mq.open_table(uri)
+    table.index_catchup = "always"
+    ctx = datafusion.SessionContext()
+    table.register(ctx, "t")
+    query = "SELECT id, cat, amount FROM t WHERE cat = 'c5'"
+    exp = indexed.expected()
+    want = sort_table(exp.filter(pa.compute.equal(exp.column("cat"), "c5")), ["id"])
+    assert sort_table(ctx.sql(query).to_arrow_table(), ["id"]).equals(want)
+    assert table.dataset().last_catchup is not None
+    # a merger garbage-collects a merged (catch-up) generation after the plan was made
+    src = table.catchup_plan("cat_idx").sources[0]
+    shutil.rmtree(f"{uri}/{src.path}")
+    assert sort_table(ctx.sql(query).to_arrow_table(), ["id"]).equals(want)
+    assert table.dataset().last_catchup is None
+    plan = table.catchup_plan("cat_idx")
+    assert not plan.usable and "garbage-collected after the plan" in plan.reason

@@ -311,6 +311,20 @@ def test_catchup_falls_back_to_flat_when_a_generation_is_gone(vectors, tmp_path:
     assert not any("catch-up" in s for s in table.last_nearest_stats.sources)  # type: ignore[attr-defined]
 
 
+def test_catchup_generation_collected_between_searches(vectors, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    uri = str(tmp_path / "copy")
+    shutil.copytree(vectors.uri, uri)
+    table = mq.open_table(uri)
+    table.index_catchup = "always"
+    assert _recall(table, vectors.model, queries=3) >= 0.9
+    assert any("catch-up" in s for s in table.last_nearest_stats.sources)  # type: ignore[attr-defined]
+    shutil.rmtree(f"{uri}/{table.catchup_plan('vec_idx').sources[0].path}")  # merged, then collected
+    assert _recall(table, vectors.model) >= 0.95
+    stats = table.last_nearest_stats
+    assert not any("catch-up" in s for s in stats.sources)  # type: ignore[attr-defined]
+    assert "garbage-collected after the plan" in stats.coverage.describe()  # type: ignore[attr-defined]
+
+
 def test_catchup_plan_after_index_built_on_a_memwal_table(tmp_path: Path) -> None:
     rng = np.random.default_rng(11)
     uri = str(tmp_path / "v")
