@@ -487,7 +487,8 @@ def _run_write(
     spec = None if region_id is not None else probe.spec
     routed, routing = _spark_routing(df, spec, probe._field_names, schema, num_partitions)
     sort = [PKEY, *pk, *([order_by] if order_by and mode == "put" else [])]
-    prepared = routed.repartition(routing.num_partitions, PKEY).sortWithinPartitions(*sort)
+    # the partition key only places rows; the tasks do not need it (one column less to ship)
+    prepared = routed.repartition(routing.num_partitions, PKEY).sortWithinPartitions(*sort).drop(PKEY)
     job = _WriteJob(
         uri=probe.uri,
         mode=mode,
