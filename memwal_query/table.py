@@ -427,7 +427,8 @@ class Table:
         catch-up generation (at least ``CATCHUP_MIN_ROWS_PER_SOURCE`` rows per
         generation, measured in ``benchmarks/bench_lookup_knn.py``); ``"always"``:
         whenever the plan is usable; ``"never"``: unindexed base rows are always
-        searched flat. The answer is the same either way; only the cost differs.
+        searched flat. SQL returns the same rows either way; a vector search through the
+        generations' (approximate) indexes can rank differently from the flat search.
 
         Example:
             >>> # table.index_catchup = "always"
