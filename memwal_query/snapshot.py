@@ -170,7 +170,19 @@ class SnapshotCache:
     blooms: dict[str, object] = field(default_factory=dict)
     base_keys: dict[int, pa.Table] = field(default_factory=dict)
     base_runs: dict[tuple[object, ...], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    #: Decoded rows of small generation fragments, by (dataset URI, fragment id): flushed
+    #: generations never change, so their rows are read once and kept (bounded in size).
+    generation_rows: dict[tuple[str, int], pa.Table] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def keep_generations(self, uris: set[str]) -> None:
+        """Forget what was cached for generations a snapshot no longer reads (merged ones)."""
+        with self.lock:
+            for d in (self.generations, self.generation_keys):
+                for uri in [u for u in d if u not in uris]:
+                    del d[uri]
+            for key in [k for k in self.generation_rows if k[0] not in uris]:
+                del self.generation_rows[key]
 
 
 def primary_key_of(schema: pa.Schema) -> tuple[str, ...]:

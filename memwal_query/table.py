@@ -174,6 +174,7 @@ class Table:
                 with_hidden=hidden_columns,
                 region_filter=self._plan_pushed_filter if prune else None,
                 catchup=None if hidden_columns else self._catchup_for_filter,
+                resident=self._cache,
             )
             self._datasets[key] = ds
         return ds
@@ -606,6 +607,7 @@ def _open(
                 raise MemWalError(msg) from err
             continue
         t2 = time.perf_counter()
+        cache.keep_generations({g.uri for r in snap.regions for g in r.generations})
         return Table(snap, merge, cache, storage, live, OpenTimings(t1 - t0, t2 - t1))
     raise AssertionError("unreachable")
 

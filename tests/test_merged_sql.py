@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 
 import datafusion
+import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
 import memwal_query as mq
 
-from lsm_model import sort_table
+from lsm_model import PK, ModelTable, sort_table
 
 
 def _both(events, hidden: bool = False):  # type: ignore[no-untyped-def]
@@ -187,3 +189,34 @@ def test_drop_mask_on_ordered_and_unordered_batches() -> None:
     assert np.array_equal(_drop_mask(pa.array(addrs), drop).to_numpy(zero_copy_only=False), want)
     shuffled = rng.permutation(addrs)
     assert np.array_equal(_drop_mask(pa.array(shuffled), drop).to_numpy(zero_copy_only=False), ~np.isin(shuffled, drop))
+
+
+def test_small_generations_are_decoded_once_and_forgotten_when_merged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("v", pa.int64())])
+    t = ModelTable(str(tmp_path / "t"), schema, pa.table({"id": range(100), "v": range(100)}), bucket=("id", 2))
+    t.put([{"id": i, "v": i * 10} for i in range(50, 180)])
+    t.flush()
+    table = mq.open_table(t.uri)
+    reads: list[str] = []
+    real = lance.fragment.LanceFragment.to_table
+
+    def counting(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        reads.append(str(self._ds.uri))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(lance.fragment.LanceFragment, "to_table", counting)
+    want = sort_table(t.expected(), ["id"])
+    for query in ("SELECT * FROM t", "SELECT * FROM t WHERE v >= 600", "SELECT * FROM t"):
+        got = sort_table(table.sql(query).to_arrow_table(), ["id"])
+        assert got.equals(want if "WHERE" not in query else want.filter(pc.field("v") >= 600))
+    gens = {g.uri for r in table.snapshot.regions for g in r.generations}
+    assert gens and {u.rstrip("/") for u in reads} == {u.rstrip("/") for u in gens}  # once each, then memory
+    assert len(reads) == len(gens)
+    for r in t.regions():
+        t.merge(r, 1)
+    table = table.refresh()
+    assert not table.snapshot.regions[0].generations
+    assert not table._cache.generation_rows  # merged generations are forgotten
+    assert sort_table(table.to_arrow(), ["id"]).equals(want)
