@@ -15,11 +15,12 @@ indexes. So the plan is:
   the MemTable (those come from the newer level, as always);
 * the unmerged generations and MemTables as usual.
 
-Catch-up progress comes from the MemWAL index's ``index_catchup`` entry for *I*; a
-region missing from the entry has caught up with nothing. Where the entry is
-absent (pylance never writes one), it is inferred from the base manifest of the
-version the index was last built at: the generations merged since then are the
-catch-up generations.
+Catch-up progress comes from the MemWAL index's ``index_catchup`` entry for *I*
+(pylance's ``create_index`` writes one); a region missing from the entry has caught
+up with nothing, and an index missing from a non-empty list counts as caught up (the
+spec). Where the list is empty, progress is inferred from the base manifest of the
+version the index was last built at (its fragment bitmap says which fragments it
+covers): the generations merged since then are the catch-up generations.
 
 Whether a usable plan is *chosen* is :attr:`memwal_query.Table.index_catchup`'s call
 (by default a cost rule: many small generations cost more as indexed searches than a
@@ -134,6 +135,9 @@ def _caught_up(table: Table, index: BaseIndex) -> tuple[dict[str, int], str] | s
     for c in snap.index.index_catchup:
         if c.index_name == index.name:
             return {m.region_id: int(m.generation) for m in c.caught_up}, "MemWAL index catch-up progress"
+    if snap.index.index_catchup:
+        # the spec: an index missing from a catch-up progress list counts as caught up
+        return {r.region_id: r.merged_generation for r in snap.regions}, "not in the catch-up progress: caught up"
     if index.dataset_version <= 0:
         return "the index records no dataset version"
     if index.dataset_version == snap.base_version:

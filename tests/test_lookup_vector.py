@@ -18,6 +18,7 @@ from lance.mem_wal import LsmPointLookupPlanner
 import memwal_query as mq
 from memwal_query.errors import InvalidArgumentError
 from memwal_query.format.bloom import BloomFilter
+from memwal_query.format.decode import IndexCatchup
 from memwal_query.sql_functions import register_functions
 from memwal_query.vector import index_coverage as vector_index_coverage
 
@@ -360,6 +361,15 @@ def test_catchup_plan_after_index_built_on_a_memwal_table(tmp_path: Path) -> Non
     assert [(s.generation.uri, s.drop.tolist()) for s in inferred.sources] == [
         (s.generation.uri, s.drop.tolist()) for s in plan.sources
     ]
+    # an index missing from a non-empty progress list counts as caught up (the spec): its
+    # unindexed fragments are then not accounted for by any generation -> searched flat
+    other = mq.open_table(uri)
+    other.index_catchup = "always"
+    progress = (IndexCatchup("some_other_idx", ()),)
+    other._snapshot = dataclasses.replace(snap, index=dataclasses.replace(snap.index, index_catchup=progress))  # type: ignore[misc]
+    missing = other.catchup_plan("vec_idx")
+    assert not missing.usable and "caught up" in missing.reason and not missing.sources
+    assert _recall(other, t.model, queries=3) >= 0.9
     assert _recall(table, t.model) >= 0.95
     # rows appended to the base outside the MemWAL: not accounted for by generations -> flat, still found
     extra = _vec_rows(np.arange(90_000, 90_050), rng)
