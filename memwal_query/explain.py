@@ -47,7 +47,6 @@ def explain_table(table: Table) -> str:
     for c in snap.index.index_catchup:
         caught = ", ".join(f"{m.region_id[:8]}:{m.generation}" for m in c.caught_up) or "none"
         lines.append(f"  index catch-up {c.index_name}: caught up with generations {caught}")
-    from memwal_query.catchup import base_indexes
     from memwal_query.vector import index_coverage
 
     for f in snap.schema:
@@ -55,7 +54,7 @@ def explain_table(table: Table) -> str:
             cov = index_coverage(table, f.name)
             if cov is not None:
                 lines.append(f"  {cov.describe()}")
-    for idx in base_indexes(table):
+    for idx in table.base_indexes():
         if len(idx.columns) == 1 and not pa.types.is_fixed_size_list(snap.schema.field(idx.columns[0]).type):
             lines.append(f"  {table.catchup_plan(idx.name).describe()} [{idx.index_type} on {idx.columns[0]}]")
     for r in snap.regions:

@@ -233,6 +233,7 @@ class _LanceFragment(_Fragment):
         self.region = region
         self.label = label
         self.resident: SnapshotCache | None = None  # where small generation rows are kept decoded
+        self.source_uri = str(dataset.uri)  # the snapshot's name for the generation (cache key)
         self._live: pa.Table | None = None
 
     def __repr__(self) -> str:
@@ -256,7 +257,7 @@ class _LanceFragment(_Fragment):
         cache = self.resident
         if cache is None or self.gen == 0 or self.rows_hint() > RESIDENT_MAX_ROWS:
             return None
-        key = (str(self.dataset.uri), int(self.fragment.fragment_id))
+        key = (self.source_uri, int(self.fragment.fragment_id))
         with cache.lock:
             rows = cache.generation_rows.get(key)
         if rows is None:
@@ -520,7 +521,7 @@ class MergedDataset(pds.Dataset):  # type: ignore[misc]
                     frag = _LanceFragment(
                         self.context, g.dataset, f, gdrop[lo:hi], g.generation, region.region_id, label
                     )
-                    frag.resident = self._resident
+                    frag.resident, frag.source_uri = self._resident, g.uri
                     frags.append(frag)
             mem = self.merge.memtables.get(region.region_id)
             if mem is not None and mem.num_rows:

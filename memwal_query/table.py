@@ -15,6 +15,7 @@ from lance.mem_wal import ShardSnapshot
 
 from memwal_query.catchup import (
     CATCHUP_MIN_ROWS_PER_SOURCE,
+    BaseIndex,
     CatchupPlan,
     base_indexes,
     plan_catchup,
@@ -85,6 +86,7 @@ class Table:
         "_last_nearest",
         "_catchup",
         "_index_catchup",
+        "_indexes",
     )
 
     def __init__(
@@ -110,6 +112,7 @@ class Table:
         self._last_nearest: object = None
         self._catchup: dict[str, CatchupPlan] = {}
         self._index_catchup = "auto"
+        self._indexes: list[BaseIndex] | None = None
 
     # -- what it is ---------------------------------------------------------
     @property
@@ -451,7 +454,7 @@ class Table:
 
     def _catchup_for_filter(self, expr: pc.Expression) -> CatchupPlan | None:
         """The usable Indexed Read Plan of a scalar index the pushed filter reads, if any."""
-        indexes = [i for i in base_indexes(self) if len(i.columns) == 1]
+        indexes = [i for i in self.base_indexes() if len(i.columns) == 1]
         if not indexes:
             return None
         cols = columns_of(from_arrow_expression(expr, self._snapshot.schema.names))
@@ -465,6 +468,12 @@ class Table:
                     if plan.usable:
                         return plan
         return None
+
+    def base_indexes(self) -> list[BaseIndex]:
+        """The user indexes of the snapshot's base version (read once per snapshot)."""
+        if self._indexes is None:
+            self._indexes = base_indexes(self)
+        return list(self._indexes)
 
     def _recheck_catchup(self, plan: CatchupPlan) -> CatchupPlan:
         """``plan`` if its generations are all still there; else the unusable plan (remembered)."""
@@ -492,9 +501,9 @@ class Table:
         """
         plan = self._catchup.get(index_name)
         if plan is None:
-            found = next((i for i in base_indexes(self) if i.name == index_name), None)
+            found = next((i for i in self.base_indexes() if i.name == index_name), None)
             if found is None:
-                names = [i.name for i in base_indexes(self)]
+                names = [i.name for i in self.base_indexes()]
                 msg = f"{self.uri} (version {self.version}) has no index {index_name!r}; indexes: {names}"
                 raise InvalidArgumentError(msg)
             plan = plan_catchup(self, found)

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from lance.dataset import serialize_row_addrs
 
-from memwal_query.catchup import CatchupPlan, base_indexes
+from memwal_query.catchup import CatchupPlan
 from memwal_query.errors import InvalidArgumentError, MemWalError
 
 if TYPE_CHECKING:
@@ -88,7 +88,7 @@ class NearestStats:
 
 def index_coverage(table: Table, column: str) -> IndexCoverage | None:
     """Which base fragments the index on ``column`` covers (None: no index)."""
-    found = next((i for i in base_indexes(table) if column in i.columns), None)
+    found = next((i for i in table.base_indexes() if column in i.columns), None)
     if found is None:
         return None
     frags = table.snapshot.base.get_fragments()
