@@ -118,14 +118,20 @@ class CatchupPlan:
     usable: bool
     reason: str
 
+    def generations_text(self) -> str:
+        """The catch-up generations as ``region-prefix:generation``, comma-separated."""
+        return ", ".join(f"{s.generation.region_id[:8]}:{s.generation.generation}" for s in self.sources)
+
     def describe(self) -> str:
         """One line for ``explain`` and search statistics."""
         if not self.uncovered_fragments:
             return f"index {self.index.name}: covers every base fragment"
         frags = f"{len(self.uncovered_fragments)} base fragment(s) ({self.uncovered_rows} rows) not indexed yet"
         if self.usable:
-            gens = ", ".join(f"{s.generation.region_id[:8]}:{s.generation.generation}" for s in self.sources)
-            return f"index {self.index.name}: {frags}, served by catch-up generations [{gens}] ({self.reason})"
+            return (
+                f"index {self.index.name}: {frags}, served by catch-up generations [{self.generations_text()}] "
+                f"({self.reason})"
+            )
         return f"index {self.index.name}: {frags}, searched flat ({self.reason})"
 
 

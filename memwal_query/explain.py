@@ -54,9 +54,8 @@ def explain_table(table: Table) -> str:
             cov = index_coverage(table, f.name)
             if cov is not None:
                 lines.append(f"  {cov.describe()}")
-    for idx in table.base_indexes():
-        if len(idx.columns) == 1 and not pa.types.is_fixed_size_list(snap.schema.field(idx.columns[0]).type):
-            lines.append(f"  {table.catchup_plan(idx.name).describe()} [{idx.index_type} on {idx.columns[0]}]")
+    for idx in table.scalar_indexes():
+        lines.append(f"  {table.catchup_plan(idx.name).describe()} [{idx.index_type} on {idx.columns[0]}]")
     for r in snap.regions:
         m = r.manifest
         head = f"  region {r.region_id}"

@@ -34,7 +34,7 @@ from memwal_query.catchup import CatchupPlan
 from memwal_query.errors import InvalidArgumentError, MemWalError
 from memwal_query.merge import MergeState
 from memwal_query.planner.plan import Plan
-from memwal_query.snapshot import Snapshot, SnapshotCache
+from memwal_query.snapshot import GenerationSource, Snapshot, SnapshotCache
 
 __all__ = ["HIDDEN_COLUMNS", "MergedDataset", "ScanContext", "hidden_fields"]
 
@@ -73,6 +73,13 @@ def _drop_mask(rowaddr: pa.Array | pa.ChunkedArray, drop: np.ndarray) -> pa.Arra
     idx = np.searchsorted(drop, ra)
     idx[idx == drop.size] = 0
     return pa.array(drop[idx] != ra)
+
+
+def _in_fragment(drop: np.ndarray, frag: lance.fragment.LanceFragment) -> np.ndarray:
+    """The part of a sorted row-address list that falls in ``frag`` (addresses are fragment id << 32 | offset)."""
+    lo = np.searchsorted(drop, np.uint64(frag.fragment_id << 32))
+    hi = np.searchsorted(drop, np.uint64((frag.fragment_id + 1) << 32))
+    return drop[lo:hi]
 
 
 def _is_gone(err: BaseException) -> bool:
@@ -506,23 +513,13 @@ class MergedDataset(pds.Dataset):  # type: ignore[misc]
     def _build_fragments(self) -> list[_Fragment]:
         frags: list[_Fragment] = []
         drop = self.merge.base_drop
-        for f in self.snapshot.base.get_fragments():
-            lo = np.searchsorted(drop, np.uint64(f.fragment_id << 32))
-            hi = np.searchsorted(drop, np.uint64((f.fragment_id + 1) << 32))
-            base = self.snapshot.base
-            frags.append(_LanceFragment(self.context, base, f, drop[lo:hi], 0, None, f"base/{f.fragment_id}"))
+        base = self.snapshot.base
+        for f in base.get_fragments():
+            frags.append(_LanceFragment(self.context, base, f, _in_fragment(drop, f), 0, None, f"base/{f.fragment_id}"))
         for region in self.snapshot.regions:
             for g in region.generations:
                 gdrop = self.merge.generation_drop.get(g.uri, np.empty(0, dtype=np.uint64))
-                for f in g.dataset.get_fragments():
-                    lo = np.searchsorted(gdrop, np.uint64(f.fragment_id << 32))
-                    hi = np.searchsorted(gdrop, np.uint64((f.fragment_id + 1) << 32))
-                    label = f"{region.region_id}/gen{g.generation}/{f.fragment_id}"
-                    frag = _LanceFragment(
-                        self.context, g.dataset, f, gdrop[lo:hi], g.generation, region.region_id, label
-                    )
-                    frag.resident, frag.source_uri = self._resident, g.uri
-                    frags.append(frag)
+                frags += self._generation_fragments(g, gdrop, "gen", self._resident)
             mem = self.merge.memtables.get(region.region_id)
             if mem is not None and mem.num_rows:
                 frags.append(_MemoryFragment(self.context, mem, region.region_id))
@@ -576,18 +573,24 @@ class MergedDataset(pds.Dataset):  # type: ignore[misc]
     def _catchup_fragments(self, plan: CatchupPlan) -> list[_Fragment]:
         got = self._catchup_frags.get(plan.index.name)
         if got is None:
-            got = []
-            for src in plan.sources:
-                g = src.generation
-                for f in g.dataset.get_fragments():
-                    lo = np.searchsorted(src.drop, np.uint64(f.fragment_id << 32))
-                    hi = np.searchsorted(src.drop, np.uint64((f.fragment_id + 1) << 32))
-                    label = f"{g.region_id}/catch-up gen{g.generation}/{f.fragment_id}"
-                    got.append(
-                        _LanceFragment(self.context, g.dataset, f, src.drop[lo:hi], g.generation, g.region_id, label)
-                    )
+            # not kept decoded: scanned through Lance so that their own indexes serve the filter
+            got = [
+                f for src in plan.sources for f in self._generation_fragments(src.generation, src.drop, "catch-up gen")
+            ]
             self._catchup_frags[plan.index.name] = got
         return got
+
+    def _generation_fragments(
+        self, g: GenerationSource, drop: np.ndarray, kind: str, resident: SnapshotCache | None = None
+    ) -> list[_LanceFragment]:
+        """One fragment per Lance fragment of generation ``g``, each with its part of ``drop``."""
+        out = []
+        for f in g.dataset.get_fragments():
+            label = f"{g.region_id}/{kind}{g.generation}/{f.fragment_id}"
+            frag = _LanceFragment(self.context, g.dataset, f, _in_fragment(drop, f), g.generation, g.region_id, label)
+            frag.resident, frag.source_uri = resident, g.uri
+            out.append(frag)
+        return out
 
     def scanner(self, columns: Sequence[str] | None = None, filter: pc.Expression | None = None, **_: object) -> _Scan:
         """A scan of the whole merged table (used by DataFusion for the schema)."""

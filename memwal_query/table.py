@@ -454,14 +454,12 @@ class Table:
 
     def _catchup_for_filter(self, expr: pc.Expression) -> CatchupPlan | None:
         """The usable Indexed Read Plan of a scalar index the pushed filter reads, if any."""
-        indexes = [i for i in self.base_indexes() if len(i.columns) == 1]
+        indexes = self.scalar_indexes()
         if not indexes:
             return None
         cols = columns_of(from_arrow_expression(expr, self._snapshot.schema.names))
         for idx in indexes:
-            if idx.columns[0] in cols and not pa.types.is_fixed_size_list(
-                self._snapshot.schema.field(idx.columns[0]).type
-            ):
+            if idx.columns[0] in cols:
                 plan = self.catchup_plan(idx.name)
                 if self.uses_catchup(plan):
                     plan = self._recheck_catchup(plan)
@@ -474,6 +472,15 @@ class Table:
         if self._indexes is None:
             self._indexes = base_indexes(self)
         return list(self._indexes)
+
+    def scalar_indexes(self) -> list[BaseIndex]:
+        """The base indexes on one non-vector column (those SQL filters can use)."""
+        schema = self._snapshot.schema
+        return [
+            i
+            for i in self.base_indexes()
+            if len(i.columns) == 1 and not pa.types.is_fixed_size_list(schema.field(i.columns[0]).type)
+        ]
 
     def _recheck_catchup(self, plan: CatchupPlan) -> CatchupPlan:
         """``plan`` if its generations are all still there; else the unusable plan (remembered)."""

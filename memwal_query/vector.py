@@ -56,10 +56,9 @@ class IndexCoverage:
         if not self.unindexed_fragments:
             frag = "all base fragments indexed"
         elif self.plan is not None and self.plan_used:
-            gens = ", ".join(f"{s.generation.region_id[:8]}:{s.generation.generation}" for s in self.plan.sources)
             frag = (
                 f"fragments {list(self.unindexed_fragments)} ({self.unindexed_rows} rows) not indexed yet: served by "
-                f"catch-up generations [{gens}] and their indexes ({self.plan.reason})"
+                f"catch-up generations [{self.plan.generations_text()}] and their indexes ({self.plan.reason})"
             )
         else:
             why = ""
@@ -91,9 +90,7 @@ def index_coverage(table: Table, column: str) -> IndexCoverage | None:
     found = next((i for i in table.base_indexes() if column in i.columns), None)
     if found is None:
         return None
-    frags = table.snapshot.base.get_fragments()
-    unindexed = [f for f in frags if f.fragment_id not in found.fragment_ids]
-    plan = table.catchup_plan(found.name) if unindexed else None
+    plan = table.catchup_plan(found.name)  # it also finds the unindexed fragments
     catchup = None
     source = "the index's fragment bitmap"
     for c in table.snapshot.index.index_catchup:
@@ -105,12 +102,12 @@ def index_coverage(table: Table, column: str) -> IndexCoverage | None:
         column=column,
         index_type=found.index_type,
         indexed_fragments=tuple(sorted(found.fragment_ids)),
-        unindexed_fragments=tuple(f.fragment_id for f in unindexed),
-        unindexed_rows=sum(f.count_rows() for f in unindexed),
+        unindexed_fragments=plan.uncovered_fragments,
+        unindexed_rows=plan.uncovered_rows,
         caught_up_generations=catchup,
         source=source,
-        plan=plan,
-        plan_used=plan is not None and table.uses_catchup(plan),
+        plan=plan if plan.uncovered_fragments else None,
+        plan_used=table.uses_catchup(plan),
     )
 
 
