@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 if TYPE_CHECKING:
+    from memwal_query.snapshot import Snapshot
     from memwal_query.table import Table
 
 __all__ = ["explain_table"]
@@ -37,7 +38,7 @@ def explain_table(table: Table) -> str:
         f"  base version {snap.base_version}: {base_rows} rows in {len(snap.base.get_fragments())} fragments; "
         f"{merge.base_shadowed_rows} rows masked by newer versions",
         f"  primary key: {', '.join(snap.primary_key)}",
-        f"  consistency: {snap.consistency} ({snap.consistency_source})",
+        f"  consistency: {snap.consistency} ({snap.consistency_source}; {_cut_text(snap)})",
         f"  regions: {len(snap.regions)}; merge computed in {merge.seconds * 1000:.1f} ms",
     ]
     if merge.cross_region_keys:
@@ -95,3 +96,11 @@ def explain_table(table: Table) -> str:
             )
     lines.append(f"  DataFusion partitions: {len(ds.get_fragments())}")
     return "\n".join(lines)
+
+
+def _cut_text(snap: Snapshot) -> str:
+    if snap.consistent_cut:
+        return "all regions as of one instant"
+    if snap.consistency == "strong":
+        return "writers kept moving: each region as of its own read"
+    return "each region as of its own read"

@@ -12,7 +12,7 @@ import json
 import logging
 import threading
 import uuid as uuidlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
@@ -39,7 +39,7 @@ from memwal_query.format.decode import (
 )
 from memwal_query.format.inline_snapshots import InlineRegion, decode_inline_snapshots
 from memwal_query.format.storage import Storage
-from memwal_query.format.wal import TOMBSTONE, WalEntry, WalTail, replay_wal_tail
+from memwal_query.format.wal import TOMBSTONE, WalEntry, WalTail, replay_wal_tail, wal_entry_path
 
 __all__ = [
     "Consistency",
@@ -59,6 +59,9 @@ log = logging.getLogger("memwal_query")
 Consistency = Literal["strong", "eventual"]
 PK_META = b"lance-schema:unenforced-primary-key"
 PK_POS_META = b"lance-schema:unenforced-primary-key:position"
+#: Passes that re-read the regions a writer moved while a strong snapshot was being read,
+#: before the snapshot settles for regions read at different moments.
+MAX_CUT_ROUNDS = 5
 
 
 @runtime_checkable
@@ -157,6 +160,10 @@ class Snapshot:
     consistency: Consistency
     consistency_source: str
     inline_regions: tuple[InlineRegion, ...] = ()
+    #: True when every region was read as of one instant (strong reads: a pass after
+    #: reading found no region's WAL grown and no new region); False for eventual reads
+    #: and for strong reads of a table whose writers kept every pass from settling.
+    consistent_cut: bool = False
 
 
 @dataclass
@@ -538,13 +545,16 @@ def _load_once(
     known = {str(m.region_id) for m in live}
     region_ids = sorted(set(region_ids) | known)
     workers = max(1, min(max_workers, len(region_ids)))
+
+    def load(region_id: str) -> RegionSnapshot:
+        return _load_region(storage, region_id, index, data_schema, consistency, live, cache)
+
     with ThreadPoolExecutor(workers) as pool:
-        regions = list(
-            pool.map(
-                lambda r: _load_region(storage, r, index, data_schema, consistency, live, cache),
-                region_ids,
-            )
-        )
+        by_id = {r.region_id: r for r in pool.map(load, region_ids)}
+        cut = False
+        if consistency == "strong":
+            by_id, cut = _consistent_cut(storage, by_id, known, load, pool)
+    regions = [by_id[r] for r in sorted(by_id)]
     source = "region manifests + WAL tails" if consistency == "strong" else "region manifests (no WAL tail)"
     if consistency == "eventual" and inline is not None:
         source = "MemWAL index inline region snapshots + region manifests (no WAL tail)"
@@ -559,7 +569,58 @@ def _load_once(
         consistency=consistency,
         consistency_source=source,
         inline_regions=tuple(inline or ()),
+        consistent_cut=cut,
     )
+
+
+def _region_moved(storage: Storage, r: RegionSnapshot) -> bool:
+    """Whether the region's writer logged anything after ``r`` was read (one existence probe).
+
+    Region state only changes by WAL entries (flushes and merges move rows between levels
+    without changing what a reader sees), and positions are written in order, so the
+    position after the last one replayed tells. A region without a manifest yet moved
+    once its first manifest exists.
+    """
+    if r.manifest is None:
+        return storage.exists(_manifest_path(r.region_id, 1))
+    tail = r.wal_tail
+    if tail is None:
+        nxt = r.manifest.replay_after_wal_position + 1
+    else:
+        nxt = (tail.torn_position if tail.torn_position is not None else tail.last_position) + 1
+    return storage.exists(wal_entry_path(r.region_id, nxt))
+
+
+def _consistent_cut(
+    storage: Storage,
+    by_id: dict[str, RegionSnapshot],
+    known: set[str],
+    load: Callable[[str], RegionSnapshot],
+    pool: ThreadPoolExecutor,
+) -> tuple[dict[str, RegionSnapshot], bool]:
+    """Re-read regions until one pass finds none moved: the regions then show one instant.
+
+    Regions are read one after another (or in parallel, but not atomically), so without
+    this a reader could see a later write to one region and miss an earlier write to
+    another (a writer's order across regions). Each region is unchanged from the moment it
+    was read until the check after all reads; so at the last read's moment every region
+    looked as read (a double collect). Bounded by :data:`MAX_CUT_ROUNDS`.
+    """
+    for _ in range(MAX_CUT_ROUNDS):
+        regions = list(by_id.values())
+        probes = pool.map(lambda r: _region_moved(storage, r), regions)
+        moved = [r.region_id for r, m in zip(regions, probes, strict=True) if m]
+        moved += sorted((set(_list_regions(storage)) | known) - by_id.keys())
+        if not moved:
+            return by_id, True
+        log.debug("%s: regions %s moved while the snapshot was read; reading them again", storage.uri, moved)
+        by_id = {**by_id, **{r.region_id: r for r in pool.map(load, moved)}}
+    log.info(
+        "%s: writers kept moving regions during %d passes; the snapshot shows each region as of its own read",
+        storage.uri,
+        MAX_CUT_ROUNDS,
+    )
+    return by_id, False
 
 
 def _inline_regions(index: MemWalIndex, storage: Storage) -> list[InlineRegion] | None:

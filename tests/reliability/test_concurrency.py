@@ -18,6 +18,7 @@ import multiprocessing as mp
 import os
 import random
 import shutil
+import threading
 import time
 import traceback
 from collections import Counter
@@ -163,6 +164,20 @@ def merger_main(uri: str, workdir: str, gc: bool) -> None:
         _write_atomic(work / "merger.log", repr(dict(stats)) + "\n" + "\n".join(errors[:20]))
 
 
+def _regions_outside(
+    got: list[tuple[int, int]], candidates: list[tuple[tuple[int, int], ...]], key_region: list[str]
+) -> list[str]:
+    """Regions whose rows in ``got`` equal their rows in none of the candidate states."""
+    g = dict(got)
+    out = []
+    for region in sorted(set(key_region)):
+        mine = {k for k, r in enumerate(key_region) if r == region}
+        have = {k: v for k, v in g.items() if k in mine}
+        if not any({k: v for k, v in s if k in mine} == have for s in candidates):
+            out.append(region[:8])
+    return out
+
+
 def _diff(got: list[tuple[int, int]], want: tuple[tuple[int, int], ...]) -> str:
     g, w = dict(got), dict(want)
     lost = sorted(k for k in w if k not in g)
@@ -205,6 +220,7 @@ def test_reader_sees_a_prefix_state_while_writer_and_merger_run(tmp_path: Path, 
     reads = 0
     gone_errors = 0
     reads_during_write = 0
+    per_region_cuts = 0
     table = mq.open_table(uri)
     t_end = time.monotonic() + 75
     try:
@@ -239,7 +255,13 @@ def test_reader_sees_a_prefix_state_while_writer_and_merger_run(tmp_path: Path, 
             if dup:
                 failures.append(f"read {reads}: duplicate keys {dup[:10]}")
             window = range(p0, min(p1 + 1, N_OPS) + 1)
-            if not any(tuple(got) == states[k] for k in window):
+            if not table.snapshot.consistent_cut:
+                # writers kept every re-check from settling: each region as of its own read
+                per_region_cuts += 1
+                wrong = _regions_outside(got, [states[k] for k in window], key_region)
+                if wrong:
+                    failures.append(f"read {reads}: progress {p0}..{p1}: regions {wrong} match no state")
+            elif not any(tuple(got) == states[k] for k in window):
                 best = min(window, key=lambda k: len(set(got) ^ set(states[k])))
                 failures.append(
                     f"read {reads}: progress {p0}..{p1}: no model state matches; nearest k={best}: "
@@ -254,7 +276,10 @@ def test_reader_sees_a_prefix_state_while_writer_and_merger_run(tmp_path: Path, 
                 p.kill()
     merger_log = (work / "merger.log").read_text() if (work / "merger.log").exists() else "(no merger log)"
     writer_err = (work / "writer.err").read_text() if (work / "writer.err").exists() else ""
-    print(f"gc={gc}: {reads} reads ({reads_during_write} while writing, {gone_errors} hit a GC'd generation)")
+    print(
+        f"gc={gc}: {reads} reads ({reads_during_write} while writing, {gone_errors} hit a GC'd generation, "
+        f"{per_region_cuts} not one instant)"
+    )
     print(f"merger: {merger_log}")
     assert gone_errors <= reads // 4, f"{gone_errors} of {reads} reads hit a garbage-collected generation"
     assert writer.exitcode == 0, writer_err
@@ -264,6 +289,7 @@ def test_reader_sees_a_prefix_state_while_writer_and_merger_run(tmp_path: Path, 
         + "\n".join(errors[:4] + failures[:4])
     )
     assert reads_during_write >= MIN_READS // 2, f"only {reads_during_write} reads overlapped the writer"
+    assert per_region_cuts <= reads // 10, f"{per_region_cuts} of {reads} snapshots did not settle on one instant"
     # once everything is flushed (and merged as far as the merger got): the final state
     final = mq.open_table(uri).to_arrow().sort_by("id")
     assert list(zip(final.column("id").to_pylist(), final.column("v").to_pylist(), strict=True)) == list(states[-1])
@@ -361,3 +387,70 @@ def test_query_of_a_snapshot_whose_generation_was_merged_and_gcd(tmp_path: Path)
     with pytest.raises(Exception, match=GONE.split(";")[0]):
         _ids(table)
     assert _ids(table.refresh()) == _expected(t)
+
+
+# -- a writer's order across regions ----------------------------------------------------------
+
+
+def _writes_between_region_reads(monkeypatch: pytest.MonkeyPatch, t: ModelTable) -> tuple[int, int]:
+    """The next snapshot reads region A; then, before it reads region B, a writer puts key
+    ``a`` into A and after that key ``b`` into B. Returns ``(a, b)``."""
+    import memwal_query.snapshot as snapshot_mod
+
+    first, second = t.regions()
+    routed = t.route(pa.table({"id": pa.array(range(100, 200), pa.int64())}))
+    a, b = routed[first].column("id")[0].as_py(), routed[second].column("id")[0].as_py()
+    first_read = threading.Event()
+    fired: list[bool] = []
+    orig = snapshot_mod._load_region
+
+    def load_region(storage: Any, region_id: str, *args: Any) -> Any:
+        if region_id == second and not fired:
+            assert first_read.wait(30), "region A was never read"
+            fired.append(True)
+            t.put([{"id": a, "v": 1}])
+            t.put([{"id": b, "v": 2}])
+        out = orig(storage, region_id, *args)
+        if region_id == first:
+            first_read.set()
+        return out
+
+    monkeypatch.setattr(snapshot_mod, "_load_region", load_region)
+    return a, b
+
+
+def test_strong_snapshot_keeps_a_writers_order_across_regions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Region A is read before the writer's put to A, region B after its later put to B:
+    the snapshot must not show the later write without the earlier one. The re-check
+    after reading finds A's WAL grown and reads it again: both writes, one instant."""
+    t = _small_table(tmp_path / "t")
+    a, b = _writes_between_region_reads(monkeypatch, t)
+    table = mq.open_table(t.uri)
+    got = dict(_ids(table))
+    assert (got.get(a), got.get(b)) == (1, 2)
+    assert table.snapshot.consistent_cut
+    assert sorted(got.items()) == _expected(t)
+    assert "all regions as of one instant" in table.explain()
+    t.flush()
+
+
+def test_strong_snapshot_says_when_it_could_not_settle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no re-check passes allowed, the same race leaves region A as first read, and
+    the snapshot says it is not one instant (the state a re-check exists to prevent)."""
+    import memwal_query.snapshot as snapshot_mod
+
+    monkeypatch.setattr(snapshot_mod, "MAX_CUT_ROUNDS", 0)
+    t = _small_table(tmp_path / "t")
+    a, b = _writes_between_region_reads(monkeypatch, t)
+    table = mq.open_table(t.uri)
+    got = dict(_ids(table))
+    assert (got.get(a), got.get(b)) == (None, 2)
+    assert not table.snapshot.consistent_cut
+    assert "writers kept moving" in table.explain()
+    t.flush()
+
+
+def test_eventual_snapshot_claims_no_instant(tmp_path: Path) -> None:
+    t = _small_table(tmp_path / "t")
+    assert not mq.open_table(t.uri, consistency="eventual").snapshot.consistent_cut
+    assert mq.open_table(t.uri).snapshot.consistent_cut
