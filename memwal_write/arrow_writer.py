@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -138,6 +140,8 @@ class RoutedWriter:
     max_rows_per_put: int
     writer_options: Mapping[str, Any]
     region_id: str | None = None
+    #: Regions written (and closed) at the same time by one put / close; 1 = one by one.
+    max_workers: int = 1
     _writers: dict[str, ShardWriter] = field(default_factory=dict)
     _stats: dict[str, RegionWriteStats] = field(default_factory=dict)
     _field_names: dict[int, str] = field(default_factory=dict)
@@ -150,6 +154,7 @@ class RoutedWriter:
         storage_options: Mapping[str, str] | None = None,
         region_id: str | None = None,
         max_rows_per_put: int | None = None,
+        max_workers: int | None = 1,
         **writer_options: Any,
     ) -> RoutedWriter:
         """Open a table for routed writes.
@@ -159,6 +164,9 @@ class RoutedWriter:
             storage_options: Object store options, as pylance takes them.
             region_id: Write every row to this region (tables without a region spec).
             max_rows_per_put: Rows per ``put`` (default: the writers' ``max_memtable_rows``).
+            max_workers: Regions one ``put`` / ``close`` writes at the same time (threads;
+                ``None``: the number of CPUs, at most 8). Rows of one region are always
+                put in order by one thread.
             **writer_options: Passed to ``LanceDataset.mem_wal_writer`` (``durable_write``,
                 ``max_memtable_rows`` ...).
         """
@@ -182,7 +190,11 @@ class RoutedWriter:
             or DEFAULT_MAX_ROWS
         )
         rows = min(limit, max_rows_per_put) if max_rows_per_put else limit
-        w = cls(storage.uri, ds, storage, spec, pk, rows, dict(writer_options), region_id)
+        if max_workers is not None and max_workers < 1:
+            msg = f"max_workers must be >= 1 or None, got {max_workers}"
+            raise InvalidArgumentError(msg)
+        workers = max_workers if max_workers is not None else min(8, os.cpu_count() or 1)
+        w = cls(storage.uri, ds, storage, spec, pk, rows, dict(writer_options), region_id, workers)
         w._field_names = lance_field_ids(ds)
         return w
 
@@ -234,11 +246,25 @@ class RoutedWriter:
         return w
 
     # -- writes ----------------------------------------------------------------
+    def _each_region(self, parts: list[tuple[str, pa.Table]], fn: Callable[[str, pa.Table], None]) -> None:
+        """``fn(region, rows)`` for every part, regions in parallel (writers opened first, here)."""
+        for rid, _ in parts:
+            self._writer(rid)
+        if self.max_workers <= 1 or len(parts) <= 1:
+            for rid, part in parts:
+                fn(rid, part)
+            return
+        with ThreadPoolExecutor(min(self.max_workers, len(parts))) as pool:
+            for f in [pool.submit(fn, rid, part) for rid, part in parts]:
+                f.result()
+
     def put(self, data: Any) -> None:
         """Upsert rows (later rows of the same key win)."""
         table = conform(_to_table(data), self.dataset.schema, what=f"put into {self.uri}")
-        for rid, _, part in self._route(table):
-            w = self._writer(rid)
+
+        def put_region(rid: str, part: pa.Table) -> None:
+            w = self._writers[rid]
+            st = self._stats[rid]
             for off in range(0, part.num_rows, self.max_rows_per_put):
                 chunk = part.slice(off, self.max_rows_per_put)
                 try:
@@ -246,9 +272,10 @@ class RoutedWriter:
                 except (OSError, RuntimeError) as err:
                     msg = f"put of {chunk.num_rows} rows into region {rid} of {self.uri} failed: {err}"
                     raise MemWalError(msg) from err
-                st = self._stats[rid]
                 st.rows_put += chunk.num_rows
                 st.puts += 1
+
+        self._each_region([(rid, part) for rid, _, part in self._route(table)], put_region)
 
     def delete(self, keys: Any) -> None:
         """Delete rows by primary key (only the key columns are read)."""
@@ -259,8 +286,9 @@ class RoutedWriter:
                 for f in self.dataset.schema
             }
         )
-        for rid, _, part in self._route(full):
-            w = self._writer(rid)
+
+        def delete_region(rid: str, part: pa.Table) -> None:
+            w = self._writers[rid]
             for off in range(0, part.num_rows, self.max_rows_per_put):
                 chunk = part.slice(off, self.max_rows_per_put).select(list(self.primary_key))
                 try:
@@ -269,6 +297,8 @@ class RoutedWriter:
                     msg = f"delete of {chunk.num_rows} keys in region {rid} of {self.uri} failed: {err}"
                     raise MemWalError(msg) from err
                 self._stats[rid].rows_deleted += chunk.num_rows
+
+        self._each_region([(rid, part) for rid, _, part in self._route(full)], delete_region)
 
     def stats(self) -> pa.Table:
         """Per-region write statistics."""
@@ -290,15 +320,24 @@ class RoutedWriter:
 
     def close(self) -> None:
         """Close every region writer (each flushes its MemTable as a generation)."""
-        errors = []
-        for rid, w in self._writers.items():
-            try:
-                w.close()
-            except (OSError, RuntimeError) as err:
-                errors.append(f"region {rid}: {err}")
+        errors: list[str] = []
+        writers = list(self._writers.items())
         self._writers.clear()
+
+        def close_one(item: tuple[str, ShardWriter]) -> None:
+            try:
+                item[1].close()
+            except (OSError, RuntimeError) as err:
+                errors.append(f"region {item[0]}: {err}")
+
+        if self.max_workers <= 1 or len(writers) <= 1:
+            for item in writers:
+                close_one(item)
+        else:
+            with ThreadPoolExecutor(min(self.max_workers, len(writers))) as pool:
+                list(pool.map(close_one, writers))
         if errors:
-            msg = f"closing writers of {self.uri} failed: " + "; ".join(errors)
+            msg = f"closing writers of {self.uri} failed: " + "; ".join(sorted(errors))
             raise MemWalError(msg)
 
     def __enter__(self) -> RoutedWriter:
@@ -316,6 +355,7 @@ def write_arrow(
     storage_options: Mapping[str, str] | None = None,
     region_id: str | None = None,
     max_rows_per_put: int | None = None,
+    max_workers: int | None = None,
     **writer_options: Any,
 ) -> pa.Table:
     """Route Arrow rows (puts, then deletes) to their regions and write them with pylance.
@@ -327,6 +367,7 @@ def write_arrow(
         storage_options: Object store options.
         region_id: Target region for tables without a region spec.
         max_rows_per_put: Rows per ``put`` call.
+        max_workers: Regions written at the same time (default: CPUs, at most 8).
         **writer_options: Passed to ``LanceDataset.mem_wal_writer``.
 
     Returns:
@@ -344,7 +385,12 @@ def write_arrow(
         (3, ['b', 'd'])
     """
     with RoutedWriter.open(
-        uri, storage_options=storage_options, region_id=region_id, max_rows_per_put=max_rows_per_put, **writer_options
+        uri,
+        storage_options=storage_options,
+        region_id=region_id,
+        max_rows_per_put=max_rows_per_put,
+        max_workers=max_workers,
+        **writer_options,
     ) as w:
         if data is not None:
             w.put(data)

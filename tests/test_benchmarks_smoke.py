@@ -24,12 +24,26 @@ CASES = {
 }
 
 
+SPARK_CASES = {"bench_spark.py": ["--rows", "20000", "--regions", "4", "--repeat", "1"]}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("script", sorted(CASES))
 def test_benchmark_script_runs(script: str, tmp_path: Path) -> None:
+    _run(script, CASES[script], tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+@pytest.mark.parametrize("script", sorted(SPARK_CASES))
+def test_spark_benchmark_script_runs(script: str, tmp_path: Path) -> None:
+    _run(script, SPARK_CASES[script], tmp_path)
+
+
+def _run(script: str, args: list[str], tmp_path: Path) -> None:
     out = tmp_path / "result.json"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / script), *CASES[script], "--out", str(out)],
+        [sys.executable, str(ROOT / "benchmarks" / script), *args, "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=600,

@@ -285,3 +285,33 @@ def test_to_datafusion_joins_merged_table(spark: Any, tmp_path: Path) -> None:
     )
     out = ctx.sql("SELECT s.id, s.tag, e.amount FROM s JOIN events e USING (id) ORDER BY s.id").to_pydict()
     assert out == {"id": [5, 7], "tag": ["x", "y"], "amount": [5.0, 7.0]}
+
+
+@pytest.mark.parametrize("via", ["tasks", "driver"])
+def test_write_via_driver_or_tasks_same_rows_and_regions(spark: Any, tmp_path: Path, via: str) -> None:
+    """Both write paths: model rows, bucket regions named by the shared convention,
+    order_by (a NULL order value is the oldest), ambiguous duplicates refused, deletes."""
+    uri, model = _table(tmp_path)
+    rng = np.random.default_rng(11)
+    ups = _rows(rng.choice(2000, 600, replace=False), 4.0)
+    stats = memwal_write.write(_spark_df(spark, ups), uri, max_rows_per_put=150, via=via).toArrow()
+    model.put(ups)
+    assert sum(stats.column("rows_put").to_pylist()) == ups.num_rows
+    expected_ids = {str(uuid.uuid5(REGION_NAMESPACE, f"bucket-{b}")) for b in range(4)}
+    assert set(stats.column("region_id").to_pylist()) == expected_ids
+    assert min(stats.column("puts").to_pylist()) >= 1
+    rows = [(5, "old", 1.0, 1), (5, "new", 2.0, 3), (5, "nul", 9.0, None), (6, "n", 1.0, None), (6, "v", 2.0, 1)]
+    df = spark.createDataFrame(rows, "id long, cat string, amount double, ts int")
+    stats = memwal_write.write(df, uri, order_by="ts", via=via).toArrow()
+    assert sum(stats.column("duplicates_dropped").to_pylist()) == 3
+    model.put(pa.table({"id": [5, 6], "cat": ["new", "v"], "amount": [2.0, 2.0]}, schema=SCHEMA))
+    bad = spark.createDataFrame([(8, "a", 1.0), (8, "b", 1.0)], "id long, cat string, amount double")
+    with pytest.raises(InvalidArgumentError, match=r"key \{'id': 8\}"):
+        memwal_write.write(bad, uri, via=via)
+    dels = [int(i) for i in rng.choice(2000, 100, replace=False)]
+    dstats = memwal_write.delete(spark.createDataFrame([(i,) for i in dels + dels[:5]], "id long"), uri, via=via)
+    model.delete(dels)
+    assert sum(dstats.toArrow().column("rows_deleted").to_pylist()) == len(dels)
+    assert _read(uri).equals(model.table())
+    with pytest.raises(InvalidArgumentError, match="via must be"):
+        memwal_write.write(bad, uri, via="executors")
