@@ -203,6 +203,25 @@ def section(name: str, data: Mapping[str, Any], folder: Path) -> list[str]:
     lines.append("")
 
     results = data.get("results")
+    if (
+        isinstance(results, Mapping)
+        and results
+        and all(isinstance(v, Mapping) and "seconds" in v for v in results.values())
+    ):
+        # one measurement per entry (bench_spark): median seconds, rows/s, every run
+        rows = [
+            [
+                name,
+                f"{v['seconds']:,.3f}",
+                f"{v['rows_per_s']:,.0f}" if _num(v.get("rows_per_s")) is not None else "-",
+                ", ".join(f"{r:g}" for r in v.get("runs_s", [])),
+            ]
+            for name, v in results.items()
+        ]
+        lines += ["### Measurements", ""]
+        lines += _md_table(["measurement", "median s", "rows/s", "runs (s)"], rows)
+        lines.append("")
+        results = None
     if isinstance(results, Mapping) and results:
         groups = [g for g, v in results.items() if isinstance(v, Mapping)]
         queries: list[str] = []
@@ -239,6 +258,11 @@ def section(name: str, data: Mapping[str, Any], folder: Path) -> list[str]:
         lines += [f"* {e}" for e in extras] + [""]
 
     ratios = data.get("ratios")
+    if isinstance(ratios, Mapping) and ratios and all(_num(v) is not None for v in ratios.values()):
+        lines += ["### Ratios", ""]
+        lines += _md_table(["ratio", "value"], [[k, _fmt_ratio(v)] for k, v in ratios.items()])
+        lines.append("")
+        ratios = None
     if isinstance(ratios, Mapping) and ratios:
         groups = [g for g, v in ratios.items() if isinstance(v, Mapping)]
         queries = []
