@@ -52,3 +52,21 @@ def _run(script: str, args: list[str], tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     result = json.loads(out.read_text())
     assert result["targets"] and all({"target", "value", "pass"} <= set(t) for t in result["targets"])
+
+
+def test_report_renders_measurements_flat_ratios_and_targets(tmp_path: Path) -> None:
+    """report.py on a bench_spark-style file: one row per measurement, flat ratios, targets with limits."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import report
+
+    data = {
+        "repeat": 3,
+        "results": {"write": {"seconds": 2.0, "rows_per_s": 1000, "runs_s": [2.5, 2.0, 1.9]}},
+        "ratios": {"write_vs_plain": 0.25},
+        "targets": [{"target": "write >= 50% of plain", "value": 0.25, "limit": 0.5, "pass": False}],
+    }
+    (tmp_path / "spark.json").write_text(json.dumps(data))
+    text = report.build_report(tmp_path, tmp_path / "REPORT.md").read_text()
+    assert "| write | 2.000 | 1,000 | 2.5, 2, 1.9 |" in text
+    assert "| write_vs_plain | 0.25 |" in text
+    assert "### Targets: 0 of 1 pass" in text and "| MISS | write >= 50% of plain | 0.25 | 0.5 |" in text
