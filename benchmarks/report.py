@@ -33,10 +33,12 @@ RESULTS = Path(__file__).resolve().parent / "results"
 # name: "*_over_merged" on the speed-up panel, anything else on the anchor panel.
 RATIO_LABELS = {
     "merged_over_raw_base_df": "merged / raw base (DataFusion, same provider)",
+    "merged_over_raw_base_df_nocache": "merged / raw base, both cache=False",
     "merged_over_raw_base_lance": "merged / raw base (Lance scanner)",
     "lsm_scanner_over_merged": "LsmScanner / merged",
     "window_df_over_merged": "window dedup (DataFusion) / merged",
     "window_duckdb_over_merged": "window dedup (DuckDB) / merged",
+    "window_duckdb_over_merged_nocache": "window dedup (DuckDB) / merged cache=False",
 }
 QUERY_LABELS = {
     "count": "count(*)",
@@ -49,6 +51,10 @@ QUERY_LABELS = {
 GROUP_SHORT = {
     "merged table (memwal_query provider) in DataFusion": "merged",
     "raw base (DataFusion, same provider, no newer levels, no merge)": "raw base DF",
+    "merged table (memwal_query provider) in DataFusion, decoded columns kept": "merged",
+    "raw base (DataFusion, same provider, no newer levels, no merge), decoded columns kept": "raw base DF",
+    "merged table, cache=False (every query decodes Lance pages)": "merged cold",
+    "raw base (same provider), no column cache": "raw base DF cold",
     "raw base (Lance scanner, no merge)": "raw base Lance",
     "pylance LsmScanner: base + unmerged flushed generations (no WAL tail)": "LsmScanner",
     "window dedup (row_number() = 1) over the union of all levels, DataFusion": "window DF",
@@ -58,7 +64,7 @@ ANCHOR_TARGET = 1.25  # merged <= 1.25x the raw base (bench_read.py's target)
 
 
 def _is_speedup(group: str) -> bool:
-    return group.endswith("_over_merged")
+    return "_over_merged" in group
 
 
 def _num(v: Any) -> float | None:

@@ -177,9 +177,13 @@ class SnapshotCache:
     blooms: dict[str, object] = field(default_factory=dict)
     base_keys: dict[int, pa.Table] = field(default_factory=dict)
     base_runs: dict[tuple[object, ...], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
-    #: Decoded rows of small generation fragments, by (dataset URI, fragment id): flushed
-    #: generations never change, so their rows are read once and kept (bounded in size).
-    generation_rows: dict[tuple[str, int], pa.Table] = field(default_factory=dict)
+    #: Decoded columns of Lance fragments (base and generations), by
+    #: :func:`memwal_query.sources.fragment_cache_key`: column name -> array, plus
+    #: ``_rowaddr``. Fragments never change, so they are decoded once (bounded in size).
+    fragment_columns: dict[tuple[object, ...], dict[str, pa.ChunkedArray]] = field(default_factory=dict)
+    resident_bytes: int = 0
+    #: Fragments whose columns did not fit the budget: scanned through Lance.
+    over_budget: set[tuple[object, ...]] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def keep_generations(self, uris: set[str]) -> None:
@@ -188,8 +192,13 @@ class SnapshotCache:
             for d in (self.generations, self.generation_keys):
                 for uri in [u for u in d if u not in uris]:
                     del d[uri]
-            for key in [k for k in self.generation_rows if k[0] not in uris]:
-                del self.generation_rows[key]
+
+    def keep_fragments(self, keys: set[tuple[object, ...]]) -> None:
+        """Forget decoded columns of fragments the newest snapshot does not read."""
+        with self.lock:
+            for key in [k for k in self.fragment_columns if k not in keys]:
+                self.resident_bytes -= sum(a.nbytes for a in self.fragment_columns.pop(key).values())
+            self.over_budget &= keys
 
 
 def primary_key_of(schema: pa.Schema) -> tuple[str, ...]:

@@ -42,8 +42,10 @@ log = logging.getLogger("memwal_query")
 
 HIDDEN_COLUMNS = ("_gen", "_rowaddr", "_region")
 SCAN_BATCH_ROWS = 65536
-RESIDENT_MAX_ROWS = 200_000  # generation fragments up to this size are kept decoded
-RESIDENT_MAX_BYTES = 512 << 20  # per table lineage (SnapshotCache)
+#: Decoded columns kept per table lineage (:class:`SnapshotCache`): fragments are
+#: immutable, so a column of a fragment is decoded from Lance once and later scans of
+#: any snapshot of the lineage filter it in memory. Beyond the budget, scans read Lance.
+RESIDENT_MAX_BYTES = 512 << 20
 _COUNT_CHUNK = 1 << 20
 
 
@@ -73,6 +75,20 @@ def _drop_mask(rowaddr: pa.Array | pa.ChunkedArray, drop: np.ndarray) -> pa.Arra
     idx = np.searchsorted(drop, ra)
     idx[idx == drop.size] = 0
     return pa.array(drop[idx] != ra)
+
+
+def fragment_cache_key(source_uri: str, frag: lance.fragment.LanceFragment) -> tuple[object, ...]:
+    """What identifies a Lance fragment's rows: its dataset, id, data files and deletion file."""
+    meta = frag.metadata
+    d = meta.deletion_file
+    deletion = None if d is None else (d.read_version, d.id, d.num_deleted_rows)
+    return (source_uri, int(frag.fragment_id), tuple(f.path for f in frag.data_files()), deletion)
+
+
+def _mentions(expr: pc.Expression, names: Sequence[str]) -> list[str]:
+    """Columns an expression may refer to (by name in its text: more is harmless)."""
+    text = str(expr)
+    return [n for n in names if n in text]
 
 
 def _in_fragment(drop: np.ndarray, frag: lance.fragment.LanceFragment) -> np.ndarray:
@@ -239,49 +255,64 @@ class _LanceFragment(_Fragment):
         self.gen = gen
         self.region = region
         self.label = label
-        self.resident: SnapshotCache | None = None  # where small generation rows are kept decoded
-        self.source_uri = str(dataset.uri)  # the snapshot's name for the generation (cache key)
-        self._live: pa.Table | None = None
+        self.resident: SnapshotCache | None = None  # where decoded columns are kept
+        self.source_uri = str(dataset.uri)  # the snapshot's name for the dataset (cache key)
+        self._key: tuple[object, ...] | None = None
+        self._keep: pa.Array | None = None  # this snapshot's drop list as a mask over cached rows
 
     def __repr__(self) -> str:
         return f"<memwal fragment {self.label} dropped={self.drop.size}>"
 
     def __getstate__(self) -> dict[str, object]:
         # shipped fragments (Spark tasks) carry no process-local cache
-        return {**self.__dict__, "resident": None, "_live": None}
+        return {**self.__dict__, "resident": None, "_keep": None}
 
-    def _resident_rows(self) -> pa.Table | None:
-        """This generation fragment's live rows, decoded once and kept (small fragments only).
+    def _resident(self, names: list[str]) -> pa.Table | None:
+        """Live rows of columns ``names`` (and ``_rowaddr``), decoded once per table lineage.
 
-        Flushed generations never change, so their rows are cached by dataset and fragment
-        in the table's :class:`SnapshotCache` (shared with refreshed snapshots, bounded by
-        ``RESIDENT_MAX_BYTES``); each snapshot applies its own drop list once. Scanning
-        dozens of small generations then costs in-memory filters instead of a Lance scan
-        each (measured ~2 ms per generation).
+        Fragments never change (a new deletion file makes a new cache key), so their
+        columns are kept in the table's :class:`SnapshotCache` (shared with refreshed
+        snapshots, bounded by ``RESIDENT_MAX_BYTES``) and each snapshot applies its own
+        drop list once. A query then filters memory instead of decoding Lance pages.
         """
-        if self._live is not None:
-            return self._live
         cache = self.resident
-        if cache is None or self.gen == 0 or self.rows_hint() > RESIDENT_MAX_ROWS:
+        if cache is None:
             return None
-        key = (self.source_uri, int(self.fragment.fragment_id))
+        if self._key is None:
+            self._key = fragment_cache_key(self.source_uri, self.fragment)
+        key = self._key
         with cache.lock:
-            rows = cache.generation_rows.get(key)
-        if rows is None:
+            if key in cache.over_budget:
+                return None
+            entry = dict(cache.fragment_columns.get(key, {}))
+        missing = [c for c in names if c not in entry]
+        if missing or "_rowaddr" not in entry:
             try:
-                rows = self.fragment.to_table(with_row_address=True)
+                t = self.fragment.to_table(columns=missing, with_row_address=True)
             except (ValueError, OSError, RuntimeError, pa.ArrowException) as err:
                 if _is_gone(err):
                     raise self._gone(err) from err
                 raise
+            known = entry.get("_rowaddr")
+            if known is not None and not known.equals(t.column("_rowaddr")):
+                return None  # not the rows cached for this key: read Lance (never seen)
+            add = {c: t.column(c) for c in [*missing, "_rowaddr"] if c not in entry}
+            size = sum(a.nbytes for a in add.values())
+            entry.update(add)
             with cache.lock:
-                used = sum(t.nbytes for t in cache.generation_rows.values())
-                if used + rows.nbytes > RESIDENT_MAX_BYTES:
-                    return None
-                cache.generation_rows[key] = rows
+                if cache.resident_bytes + size > RESIDENT_MAX_BYTES:
+                    cache.over_budget.add(key)  # this scan uses what it decoded; later ones read Lance
+                else:
+                    stored = cache.fragment_columns.setdefault(key, {})
+                    cache.resident_bytes += sum(a.nbytes for c, a in add.items() if c not in stored)
+                    for c, a in add.items():
+                        stored.setdefault(c, a)
+        addr = entry["_rowaddr"]
+        rows = pa.table({**{c: entry[c] for c in names}, "_rowaddr": addr})
         if self.drop.size:
-            rows = rows.filter(_drop_mask(rows.column("_rowaddr"), self.drop))
-        self._live = rows
+            if self._keep is None:
+                self._keep = _drop_mask(addr, self.drop)
+            rows = rows.filter(self._keep)
         return rows
 
     def _resident_batches(
@@ -334,8 +365,11 @@ class _LanceFragment(_Fragment):
             read = list(owner.data_schema.names)
         need_addr = self.drop.size > 0 or "_rowaddr" in cols or post is not None
         size = max(batch_size or 0, SCAN_BATCH_ROWS)
-        if post is None and self.gen > 0:
-            rows = self._resident_rows()
+        if post is None:
+            names = read
+            if filt is not None:
+                names = [*read, *[c for c in _mentions(filt, owner.data_schema.names) if c not in read]]
+            rows = self._resident(names)
             if rows is not None:
                 resident = self._resident_batches(rows, cols, lance_filter, out, size)
                 if resident is not None:
@@ -515,7 +549,9 @@ class MergedDataset(pds.Dataset):  # type: ignore[misc]
         drop = self.merge.base_drop
         base = self.snapshot.base
         for f in base.get_fragments():
-            frags.append(_LanceFragment(self.context, base, f, _in_fragment(drop, f), 0, None, f"base/{f.fragment_id}"))
+            frag = _LanceFragment(self.context, base, f, _in_fragment(drop, f), 0, None, f"base/{f.fragment_id}")
+            frag.resident, frag.source_uri = self._resident, self.snapshot.uri
+            frags.append(frag)
         for region in self.snapshot.regions:
             for g in region.generations:
                 gdrop = self.merge.generation_drop.get(g.uri, np.empty(0, dtype=np.uint64))

@@ -39,7 +39,7 @@ from memwal_query.regionspec.spec import (
     parse_result_type,
 )
 from memwal_query.snapshot import Consistency, LiveMemTable, Snapshot, SnapshotCache, load_snapshot
-from memwal_query.sources import MergedDataset
+from memwal_query.sources import MergedDataset, fragment_cache_key
 
 __all__ = ["Table", "open_table", "OpenTimings"]
 
@@ -161,14 +161,17 @@ class Table:
         return self._storage.stats
 
     # -- DataFusion ---------------------------------------------------------
-    def dataset(self, *, hidden_columns: bool = False, prune: bool = True) -> MergedDataset:
+    def dataset(self, *, hidden_columns: bool = False, prune: bool = True, cache: bool = True) -> MergedDataset:
         """The merged table as a ``pyarrow.dataset.Dataset`` DataFusion can scan.
 
         Args:
             hidden_columns: Add ``_gen``, ``_rowaddr``, ``_region``.
             prune: Skip regions a pushed-down filter cannot match (region pruning).
+            cache: Keep the columns a scan decodes in memory (shared by refreshed
+                snapshots of this table, up to ``memwal_query.sources.RESIDENT_MAX_BYTES``),
+                so later queries filter memory instead of decoding Lance pages again.
         """
-        key = (hidden_columns, prune)
+        key = (hidden_columns, prune, cache)
         ds = self._datasets.get(key)
         if ds is None:
             ds = MergedDataset(
@@ -177,13 +180,19 @@ class Table:
                 with_hidden=hidden_columns,
                 region_filter=self._plan_pushed_filter if prune else None,
                 catchup=None if hidden_columns else self._catchup_for_filter,
-                resident=self._cache,
+                resident=self._cache if cache else None,
             )
             self._datasets[key] = ds
         return ds
 
     def register(
-        self, ctx: datafusion.SessionContext, name: str, *, hidden_columns: bool = False, prune: bool = True
+        self,
+        ctx: datafusion.SessionContext,
+        name: str,
+        *,
+        hidden_columns: bool = False,
+        prune: bool = True,
+        cache: bool = True,
     ) -> None:
         """Register the merged table in a DataFusion session.
 
@@ -193,6 +202,7 @@ class Table:
             hidden_columns: Add ``_gen`` (0 = base), ``_rowaddr`` and ``_region``
                 for debugging.
             prune: Skip regions the query's filters cannot match (default True).
+            cache: Keep decoded columns in memory for later queries (see :meth:`dataset`).
 
         Raises:
             InvalidArgumentError: ``ctx`` is not a ``datafusion.SessionContext``.
@@ -208,7 +218,7 @@ class Table:
             ctx.deregister_table(name)
         except Exception:  # noqa: BLE001 - not registered yet
             pass
-        ctx.register_dataset(name, self.dataset(hidden_columns=hidden_columns, prune=prune))
+        ctx.register_dataset(name, self.dataset(hidden_columns=hidden_columns, prune=prune, cache=cache))
         from memwal_query.sql_functions import register_functions
 
         register_functions(ctx, {name: self})
@@ -624,6 +634,15 @@ def _open(
             continue
         t2 = time.perf_counter()
         cache.keep_generations({g.uri for r in snap.regions for g in r.generations})
+        cache.keep_fragments(
+            {fragment_cache_key(snap.uri, f) for f in snap.base.get_fragments()}
+            | {
+                fragment_cache_key(g.uri, f)
+                for r in snap.regions
+                for g in r.generations
+                for f in g.dataset.get_fragments()
+            }
+        )
         return Table(snap, merge, cache, storage, live, OpenTimings(t1 - t0, t2 - t1))
     raise AssertionError("unreachable")
 

@@ -12,6 +12,8 @@ import pyarrow.compute as pc
 import pytest
 
 import memwal_query as mq
+import memwal_query.sources as sources_mod
+from memwal_query.sources import fragment_cache_key
 
 from lsm_model import PK, ModelTable, sort_table
 
@@ -191,7 +193,26 @@ def test_drop_mask_on_ordered_and_unordered_batches() -> None:
     assert np.array_equal(_drop_mask(pa.array(shuffled), drop).to_numpy(zero_copy_only=False), ~np.isin(shuffled, drop))
 
 
-def test_small_generations_are_decoded_once_and_forgotten_when_merged(
+def _count_decodes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[str, ...]]]:
+    reads: list[tuple[str, tuple[str, ...]]] = []
+    real = lance.fragment.LanceFragment.to_table
+
+    def counting(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        reads.append((str(self._ds.uri), tuple(kwargs.get("columns") or ())))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(lance.fragment.LanceFragment, "to_table", counting)
+    return reads
+
+
+def _fragment_count(table: mq.Table) -> int:
+    snap = table.snapshot
+    return len(snap.base.get_fragments()) + sum(
+        len(g.dataset.get_fragments()) for r in snap.regions for g in r.generations
+    )
+
+
+def test_fragment_columns_are_decoded_once_and_forgotten_when_unused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("v", pa.int64())])
@@ -199,26 +220,52 @@ def test_small_generations_are_decoded_once_and_forgotten_when_merged(
     t.put([{"id": i, "v": i * 10} for i in range(50, 180)])
     t.flush()
     table = mq.open_table(t.uri)
-    reads: list[str] = []
-    real = lance.fragment.LanceFragment.to_table
-
-    def counting(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-        reads.append(str(self._ds.uri))
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(lance.fragment.LanceFragment, "to_table", counting)
+    reads = _count_decodes(monkeypatch)
     want = sort_table(t.expected(), ["id"])
-    for query in ("SELECT * FROM t", "SELECT * FROM t WHERE v >= 600", "SELECT * FROM t"):
+    for query in ("SELECT * FROM t", "SELECT * FROM t WHERE v >= 600", "SELECT id FROM t", "SELECT * FROM t"):
         got = sort_table(table.sql(query).to_arrow_table(), ["id"])
-        assert got.equals(want if "WHERE" not in query else want.filter(pc.field("v") >= 600))
+        expect = want.filter(pc.field("v") >= 600) if "WHERE" in query else want
+        assert got.equals(expect if "id FROM" not in query else expect.select(["id"]))
     gens = {g.uri for r in table.snapshot.regions for g in r.generations}
-    assert gens and len(reads) == len(gens)  # once each, then memory
-    assert {k[0] for k in table._cache.generation_rows} == gens
-    again = table.refresh()  # nothing changed: a new snapshot reuses the decoded rows
-    assert sort_table(again.to_arrow(), ["id"]).equals(want) and len(reads) == len(gens)
+    assert gens and len(reads) == _fragment_count(table)  # once each, then memory
+    assert {k[0] for k in table._cache.fragment_columns} == gens | {table.uri}
+    again = table.refresh()  # nothing changed: a new snapshot reuses the decoded columns
+    assert sort_table(again.to_arrow(), ["id"]).equals(want) and len(reads) == _fragment_count(table)
     for r in t.regions():
         t.merge(r, 1)
     table = table.refresh()
     assert not table.snapshot.regions[0].generations
-    assert not table._cache.generation_rows  # merged generations are forgotten
+    # merged generations and rewritten base fragments are forgotten
+    current = {fragment_cache_key(table.uri, f) for f in table.snapshot.base.get_fragments()}
+    assert set(table._cache.fragment_columns) <= current
+    assert table._cache.resident_bytes == sum(
+        a.nbytes for cols in table._cache.fragment_columns.values() for a in cols.values()
+    )
     assert sort_table(table.to_arrow(), ["id"]).equals(want)
+
+
+def test_fragment_columns_decoded_as_queries_need_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A query decodes only its columns (filter columns included); a later query adds the
+    missing ones; beyond the budget scans read Lance (same answers)."""
+    schema = pa.schema(
+        [pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("v", pa.int64()), pa.field("w", pa.string())]
+    )
+    base = pa.table({"id": range(200), "v": range(200), "w": [str(i) for i in range(200)]}, schema=schema)
+    t = ModelTable(str(tmp_path / "t"), schema, base, bucket=("id", 2))
+    t.put([{"id": i, "v": -i, "w": "new"} for i in range(150, 250)])
+    t.delete([(3,), (160,)])
+    t.flush()
+    table = mq.open_table(t.uri)
+    reads = _count_decodes(monkeypatch)
+    want = sort_table(t.expected(), ["id"])
+    got = table.sql("SELECT id FROM t WHERE v < 100").to_arrow_table()
+    assert sorted(got.column("id").to_pylist()) == sorted(r["id"] for r in want.to_pylist() if r["v"] < 100)
+    n = _fragment_count(table)
+    assert len(reads) == n and all(set(cols) == {"id", "v"} for _, cols in reads)
+    assert sort_table(table.sql("SELECT * FROM t").to_arrow_table(), ["id"]).equals(want)
+    assert len(reads) == 2 * n and all(cols == ("w",) for _, cols in reads[n:])
+    monkeypatch.setattr(sources_mod, "RESIDENT_MAX_BYTES", 0)
+    small = mq.open_table(t.uri)
+    for _ in range(2):
+        assert sort_table(small.sql("SELECT * FROM t WHERE w <> 'x'").to_arrow_table(), ["id"]).equals(want)
+    assert small._cache.fragment_columns == {} and len(small._cache.over_budget) == n
