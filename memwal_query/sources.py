@@ -268,12 +268,13 @@ class _LanceFragment(_Fragment):
         return {**self.__dict__, "resident": None, "_keep": None}
 
     def _resident(self, names: list[str]) -> pa.Table | None:
-        """Live rows of columns ``names`` (and ``_rowaddr``), decoded once per table lineage.
+        """Rows of columns ``names`` (and ``_rowaddr``), decoded once per table lineage.
 
         Fragments never change (a new deletion file makes a new cache key), so their
         columns are kept in the table's :class:`SnapshotCache` (shared with refreshed
-        snapshots, bounded by ``RESIDENT_MAX_BYTES``) and each snapshot applies its own
-        drop list once. A query then filters memory instead of decoding Lance pages.
+        snapshots, bounded by ``RESIDENT_MAX_BYTES``); the snapshot's drop list is applied
+        by :meth:`_resident_batches` together with the query's filter. A query then
+        filters memory instead of decoding Lance pages.
         """
         cache = self.resident
         if cache is None:
@@ -307,22 +308,25 @@ class _LanceFragment(_Fragment):
                     cache.resident_bytes += sum(a.nbytes for c, a in add.items() if c not in stored)
                     for c, a in add.items():
                         stored.setdefault(c, a)
-        addr = entry["_rowaddr"]
-        rows = pa.table({**{c: entry[c] for c in names}, "_rowaddr": addr})
-        if self.drop.size:
-            if self._keep is None:
-                self._keep = _drop_mask(addr, self.drop)
-            rows = rows.filter(self._keep)
-        return rows
+        return pa.table({**{c: entry[c] for c in names}, "_rowaddr": entry["_rowaddr"]})
 
     def _resident_batches(
         self, rows: pa.Table, cols: list[str], filt: pc.Expression | None, out: pa.Schema, size: int
     ) -> Iterator[pa.RecordBatch] | None:
+        keep = None
+        if self.drop.size:
+            if self._keep is None:  # the drop list as a mask over the cached rows, once per snapshot
+                self._keep = _drop_mask(rows.column("_rowaddr"), self.drop)
+            keep = self._keep
         if filt is not None:
+            # one pass: only rows that match and survive the merge are copied
+            cond = filt if keep is None else filt & pc.field("__keep")
             try:
-                rows = rows.filter(filt)
+                rows = (rows if keep is None else rows.append_column("__keep", keep)).filter(cond)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError):
                 return None  # let Lance evaluate it
+        elif keep is not None:
+            rows = rows.filter(keep)
         return (
             res
             for b in rows.to_batches(max_chunksize=size)

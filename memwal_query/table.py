@@ -104,7 +104,7 @@ class Table:
         self._storage = storage
         self._live = tuple(live)
         self.timings = timings
-        self._datasets: dict[tuple[bool, bool], MergedDataset] = {}
+        self._datasets: dict[tuple[bool, bool, bool], MergedDataset] = {}
         self._field_names: dict[int, str] | None = None
         self._region_values: dict[str, RegionValues | None] | None = None
         self._last_lookup: object = None
