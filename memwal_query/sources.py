@@ -91,6 +91,11 @@ def _mentions(expr: pc.Expression, names: Sequence[str]) -> list[str]:
     return [n for n in names if n in text]
 
 
+def _as_expression(filt: object) -> pc.Expression:
+    """A pushed filter as an Expression (DataFusion may hand a simplified constant scalar)."""
+    return filt if isinstance(filt, pc.Expression) else pc.scalar(filt)
+
+
 def _in_fragment(drop: np.ndarray, frag: lance.fragment.LanceFragment) -> np.ndarray:
     """The part of a sorted row-address list that falls in ``frag`` (addresses are fragment id << 32 | offset)."""
     lo = np.searchsorted(drop, np.uint64(frag.fragment_id << 32))
@@ -310,18 +315,30 @@ class _LanceFragment(_Fragment):
                         stored.setdefault(c, a)
         return pa.table({**{c: entry[c] for c in names}, "_rowaddr": entry["_rowaddr"]})
 
+    def _keep_mask(self, rows: pa.Table) -> pa.Array | None:
+        """The drop list as a mask over cached rows (computed once per snapshot); None: keep all."""
+        if not self.drop.size:
+            return None
+        if self._keep is None:
+            self._keep = _drop_mask(rows.column("_rowaddr"), self.drop)
+        return self._keep
+
+    def survivors(self, names: list[str]) -> pa.Table | None:
+        """Cached rows of ``names`` that survive the merge (None when not cached)."""
+        rows = self._resident(names)
+        if rows is None:
+            return None
+        keep = self._keep_mask(rows)
+        return (rows if keep is None else rows.filter(keep)).select(names)
+
     def _resident_batches(
         self, rows: pa.Table, cols: list[str], filt: pc.Expression | None, out: pa.Schema, size: int
     ) -> Iterator[pa.RecordBatch] | None:
-        keep = None
-        if self.drop.size:
-            if self._keep is None:  # the drop list as a mask over the cached rows, once per snapshot
-                self._keep = _drop_mask(rows.column("_rowaddr"), self.drop)
-            keep = self._keep
+        keep = self._keep_mask(rows)
         if filt is not None:
             # one pass: only rows that match and survive the merge are copied
-            cond = filt if keep is None else filt & pc.field("__keep")
             try:
+                cond = _as_expression(filt) if keep is None else _as_expression(filt) & pc.field("__keep")
                 rows = (rows if keep is None else rows.append_column("__keep", keep)).filter(cond)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError):
                 return None  # let Lance evaluate it
@@ -464,19 +481,70 @@ class _GroupFragment(_Fragment):
     generations would cost more in partitions than in rows.
     """
 
-    def __init__(self, owner: ScanContext, parts: list[_Fragment]) -> None:
+    def __init__(self, owner: ScanContext, parts: list[_Fragment], memo: dict[object, pa.Table] | None = None) -> None:
         super().__init__(owner)
         self.parts = parts
+        self._memo = memo
 
     def __repr__(self) -> str:
         return f"<memwal group of {len(self.parts)} small sources>"
 
+    def __getstate__(self) -> dict[str, object]:
+        return {**self.__dict__, "_memo": None}
+
     def live_rows(self) -> int:
         return sum(p.live_rows() for p in self.parts)
+
+    def _combined(self, names: list[str]) -> pa.Table | None:
+        """Surviving rows of every part (columns ``names``) as one table, built once per
+        snapshot from cached columns: one filter per query instead of one per source."""
+        if self._memo is None or self._owner.with_hidden:
+            return None
+        key = (tuple(id(p) for p in self.parts), tuple(names))
+        got = self._memo.get(key)
+        if got is not None:
+            return got
+        target = pa.schema([self._owner.data_schema.field(n) for n in names])
+        tables = []
+        for p in self.parts:
+            if isinstance(p, _MemoryFragment):
+                t: pa.Table | None = p.table.select(names)
+            elif isinstance(p, _LanceFragment):
+                t = p.survivors(names)
+            else:
+                t = None
+            if t is None:
+                return None
+            try:
+                tables.append(t.cast(target))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+                return None
+        combined = pa.concat_tables(tables) if tables else target.empty_table()
+        if len(self._memo) >= 64:  # distinct pruning patterns: keep the memo small
+            self._memo.clear()
+        self._memo[key] = combined
+        return combined
 
     def _batches(
         self, cols: list[str], filt: pc.Expression | None, out: pa.Schema, batch_size: int | None
     ) -> Iterator[pa.RecordBatch]:
+        names = (
+            cols
+            if filt is None
+            else [*cols, *[c for c in _mentions(filt, self._owner.data_schema.names) if c not in cols]]
+        )
+        rows = self._combined(names)
+        if rows is not None and filt is not None:
+            try:
+                rows = rows.filter(_as_expression(filt))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError):
+                rows = None  # let each source evaluate it
+        if rows is not None:
+            for b in rows.to_batches(max_chunksize=max(batch_size or 0, SCAN_BATCH_ROWS)):
+                res = self._finish(b, cols, 0, None, None, out)
+                if res is not None:
+                    yield res
+            return
         for p in self.parts:
             yield from p._batches(cols, filt, out, batch_size)
 
@@ -485,7 +553,7 @@ SMALL_SOURCE_ROWS = 200_000
 GROUP_ROWS = 1_000_000
 
 
-def _pack_small(frags: list[_Fragment]) -> list[_Fragment]:
+def _pack_small(frags: list[_Fragment], memo: dict[object, pa.Table] | None = None) -> list[_Fragment]:
     """Base fragments stay one partition each; small sources share partitions."""
     out: list[_Fragment] = []
     group: list[_Fragment] = []
@@ -496,12 +564,12 @@ def _pack_small(frags: list[_Fragment]) -> list[_Fragment]:
             out.append(f)
             continue
         if group and rows + n > GROUP_ROWS:
-            out.append(group[0] if len(group) == 1 else _GroupFragment(group[0]._owner, group))
+            out.append(group[0] if len(group) == 1 else _GroupFragment(group[0]._owner, group, memo))
             group, rows = [], 0
         group.append(f)
         rows += n
     if group:
-        out.append(group[0] if len(group) == 1 else _GroupFragment(group[0]._owner, group))
+        out.append(group[0] if len(group) == 1 else _GroupFragment(group[0]._owner, group, memo))
     return out
 
 
@@ -529,6 +597,7 @@ class MergedDataset(pds.Dataset):  # type: ignore[misc]
         self._catchup = catchup
         self._resident = resident
         self._catchup_frags: dict[str, list[_Fragment]] = {}
+        self._group_memo: dict[object, pa.Table] = {}  # combined small sources (see _GroupFragment)
         self.last_plan: Plan | None = None
         self.last_catchup: CatchupPlan | None = None
         self.data_schema = snapshot.schema
@@ -572,7 +641,7 @@ class MergedDataset(pds.Dataset):  # type: ignore[misc]
         :mod:`memwal_query.planner.pruning`) contribute no fragment; the decision is
         kept in :attr:`last_plan`.
         """
-        frags = _pack_small(self.source_fragments(filter))
+        frags = _pack_small(self.source_fragments(filter), self._group_memo if self._resident is not None else None)
         # DataFusion needs at least one partition (an empty table, or every source pruned).
         return frags or [_MemoryFragment(self.context, self._empty_rows(), "")]
 

@@ -269,3 +269,28 @@ def test_fragment_columns_decoded_as_queries_need_them(tmp_path: Path, monkeypat
     for _ in range(2):
         assert sort_table(small.sql("SELECT * FROM t WHERE w <> 'x'").to_arrow_table(), ["id"]).equals(want)
     assert small._cache.fragment_columns == {} and len(small._cache.over_budget) == n
+
+
+def test_small_sources_combined_once_per_snapshot_and_column_set(tmp_path: Path) -> None:
+    """Generations and MemTable rows packed into one partition are combined (surviving rows
+    only) once per column set; filters, constant filters and updates across them stay right."""
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("v", pa.int64())])
+    t = ModelTable(str(tmp_path / "t"), schema, pa.table({"id": range(300), "v": range(300)}), bucket=("id", 2))
+    for g in range(3):  # three generations per region, each updating keys the next one updates again
+        t.put([{"id": i, "v": 1000 * (g + 1) + i} for i in range(g * 40, g * 40 + 120)])
+        t.delete([(i,) for i in range(g * 50 + 5, g * 50 + 9)])
+        t.flush()
+    t.put([{"id": i, "v": -i} for i in range(100, 130)])  # live MemTable rows (WAL tail)
+    table = mq.open_table(t.uri)
+    want = sort_table(t.expected(), ["id"])
+    ds = table.dataset()
+    for sql, expect in [
+        ("SELECT * FROM t", want),
+        ("SELECT * FROM t WHERE v >= 2000", want.filter(pc.field("v") >= 2000)),
+        ("SELECT id FROM t WHERE v < 0", want.filter(pc.field("v") < 0).select(["id"])),
+        ("SELECT * FROM t WHERE id = 0 AND id = 1", want.slice(0, 0)),
+    ]:
+        assert sort_table(table.sql(sql).to_arrow_table(), ["id"]).equals(expect), sql
+    assert ds._group_memo, "small sources were not combined"
+    assert all(set(k[1]) <= {"id", "v"} for k in ds._group_memo)
+    t.flush()
