@@ -498,8 +498,8 @@ class _GroupFragment(_Fragment):
     def _combined(self, names: list[str]) -> pa.Table | None:
         """Surviving rows of every part (columns ``names``) as one table, built once per
         snapshot from cached columns: one filter per query instead of one per source."""
-        if self._memo is None or self._owner.with_hidden:
-            return None
+        if self._memo is None or self._owner.with_hidden or not names:
+            return None  # (no columns: a zero-column table would lose its row count)
         key = (tuple(id(p) for p in self.parts), tuple(names))
         got = self._memo.get(key)
         if got is not None:
