@@ -264,22 +264,22 @@ class _LanceFragment(_Fragment):
         self.source_uri = str(dataset.uri)  # the snapshot's name for the dataset (cache key)
         self._key: tuple[object, ...] | None = None
         self._keep: pa.Array | None = None  # this snapshot's drop list as a mask over cached rows
+        self._surviving: dict[str, pa.ChunkedArray] = {}  # cached columns with the mask applied
 
     def __repr__(self) -> str:
         return f"<memwal fragment {self.label} dropped={self.drop.size}>"
 
     def __getstate__(self) -> dict[str, object]:
         # shipped fragments (Spark tasks) carry no process-local cache
-        return {**self.__dict__, "resident": None, "_keep": None}
+        return {**self.__dict__, "resident": None, "_keep": None, "_surviving": {}}
 
     def _resident(self, names: list[str]) -> pa.Table | None:
         """Rows of columns ``names`` (and ``_rowaddr``), decoded once per table lineage.
 
         Fragments never change (a new deletion file makes a new cache key), so their
         columns are kept in the table's :class:`SnapshotCache` (shared with refreshed
-        snapshots, bounded by ``RESIDENT_MAX_BYTES``); the snapshot's drop list is applied
-        by :meth:`_resident_batches` together with the query's filter. A query then
-        filters memory instead of decoding Lance pages.
+        snapshots, bounded by ``RESIDENT_MAX_BYTES``); :meth:`survivors` applies the
+        snapshot's drop list. A query then filters memory instead of decoding Lance pages.
         """
         cache = self.resident
         if cache is None:
@@ -324,26 +324,34 @@ class _LanceFragment(_Fragment):
         return self._keep
 
     def survivors(self, names: list[str]) -> pa.Table | None:
-        """Cached rows of ``names`` that survive the merge (None when not cached)."""
+        """Cached rows of ``names`` (and ``_rowaddr``) that survive the merge (None when not cached).
+
+        The drop list is applied once per snapshot and column (a column copy lives as long
+        as this snapshot's dataset): a later query filters only its own predicate, as over
+        the raw base.
+        """
         rows = self._resident(names)
         if rows is None:
             return None
         keep = self._keep_mask(rows)
-        return (rows if keep is None else rows.filter(keep)).select(names)
+        if keep is None:
+            return rows
+        out = {}
+        for c in rows.column_names:
+            col = self._surviving.get(c)
+            if col is None:
+                col = self._surviving[c] = pc.filter(rows.column(c), keep)
+            out[c] = col
+        return pa.table(out)
 
     def _resident_batches(
         self, rows: pa.Table, cols: list[str], filt: pc.Expression | None, out: pa.Schema, size: int
     ) -> Iterator[pa.RecordBatch] | None:
-        keep = self._keep_mask(rows)
         if filt is not None:
-            # one pass: only rows that match and survive the merge are copied
             try:
-                cond = _as_expression(filt) if keep is None else _as_expression(filt) & pc.field("__keep")
-                rows = (rows if keep is None else rows.append_column("__keep", keep)).filter(cond)
+                rows = rows.filter(_as_expression(filt))
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError):
                 return None  # let Lance evaluate it
-        elif keep is not None:
-            rows = rows.filter(keep)
         return (
             res
             for b in rows.to_batches(max_chunksize=size)
@@ -390,7 +398,7 @@ class _LanceFragment(_Fragment):
             names = read
             if filt is not None:
                 names = [*read, *[c for c in _mentions(filt, owner.data_schema.names) if c not in read]]
-            rows = self._resident(names)
+            rows = self.survivors(names)
             if rows is not None:
                 resident = self._resident_batches(rows, cols, lance_filter, out, size)
                 if resident is not None:
@@ -511,6 +519,7 @@ class _GroupFragment(_Fragment):
                 t: pa.Table | None = p.table.select(names)
             elif isinstance(p, _LanceFragment):
                 t = p.survivors(names)
+                t = None if t is None else t.select(names)
             else:
                 t = None
             if t is None:
