@@ -85,10 +85,13 @@ def fragment_cache_key(source_uri: str, frag: lance.fragment.LanceFragment) -> t
     return (source_uri, int(frag.fragment_id), tuple(f.path for f in frag.data_files()), deletion)
 
 
-def _mentions(expr: pc.Expression, names: Sequence[str]) -> list[str]:
-    """Columns an expression may refer to (by name in its text: more is harmless)."""
-    text = str(expr)
-    return [n for n in names if n in text]
+def _scan_columns(cols: list[str], filt: object, names: Sequence[str]) -> list[str]:
+    """``cols`` plus the columns of ``names`` the filter may refer to (by name in its text:
+    more is harmless), the columns a cached scan needs."""
+    if filt is None:
+        return cols
+    text = str(filt)
+    return [*cols, *[n for n in names if n in text and n not in cols]]
 
 
 def _as_expression(filt: object) -> pc.Expression:
@@ -395,10 +398,7 @@ class _LanceFragment(_Fragment):
         need_addr = self.drop.size > 0 or "_rowaddr" in cols or post is not None
         size = max(batch_size or 0, SCAN_BATCH_ROWS)
         if post is None:
-            names = read
-            if filt is not None:
-                names = [*read, *[c for c in _mentions(filt, owner.data_schema.names) if c not in read]]
-            rows = self.survivors(names)
+            rows = self.survivors(_scan_columns(read, filt, owner.data_schema.names))
             if rows is not None:
                 resident = self._resident_batches(rows, cols, lance_filter, out, size)
                 if resident is not None:
@@ -537,12 +537,7 @@ class _GroupFragment(_Fragment):
     def _batches(
         self, cols: list[str], filt: pc.Expression | None, out: pa.Schema, batch_size: int | None
     ) -> Iterator[pa.RecordBatch]:
-        names = (
-            cols
-            if filt is None
-            else [*cols, *[c for c in _mentions(filt, self._owner.data_schema.names) if c not in cols]]
-        )
-        rows = self._combined(names)
+        rows = self._combined(_scan_columns(cols, filt, self._owner.data_schema.names))
         if rows is not None and filt is not None:
             try:
                 rows = rows.filter(_as_expression(filt))

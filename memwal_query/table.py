@@ -634,15 +634,16 @@ def _open(
             continue
         t2 = time.perf_counter()
         cache.keep_generations({g.uri for r in snap.regions for g in r.generations})
-        cache.keep_fragments(
-            {fragment_cache_key(snap.uri, f) for f in snap.base.get_fragments()}
-            | {
-                fragment_cache_key(g.uri, f)
-                for r in snap.regions
-                for g in r.generations
-                for f in g.dataset.get_fragments()
-            }
-        )
+        if cache.fragment_columns or cache.over_budget:  # a fresh open has nothing to forget
+            cache.keep_fragments(
+                {fragment_cache_key(snap.uri, f) for f in snap.base.get_fragments()}
+                | {
+                    fragment_cache_key(g.uri, f)
+                    for r in snap.regions
+                    for g in r.generations
+                    for f in g.dataset.get_fragments()
+                }
+            )
         return Table(snap, merge, cache, storage, live, OpenTimings(t1 - t0, t2 - t1))
     raise AssertionError("unreachable")
 

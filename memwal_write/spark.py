@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import pickle
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -311,17 +312,29 @@ class _WriteJob:
     fail_after_puts: int | None = None
 
 
-def _fenced(err: BaseException) -> bool:
-    return "fenced" in str(err).lower()
+@contextmanager
+def _fencing_explained(uri: str) -> Iterator[None]:
+    """Re-raise a writer's "fenced" error with what it means for a write job."""
+    try:
+        yield
+    except MemWalError as err:
+        if "fenced" not in str(err).lower():
+            raise
+        msg = (
+            f"a region writer of {uri} was fenced: another writer claimed the region (a concurrent write job, "
+            "or a task attempt still running). Rows this attempt wrote are in the WAL and are replayed by the "
+            f"newer writer; run one write job per table at a time. Cause: {err}"
+        )
+        raise MemWalError(msg) from err
 
 
-def _fence_error(uri: str, err: BaseException) -> MemWalError:
-    msg = (
-        f"a region writer of {uri} was fenced: another writer claimed the region (a concurrent write job, "
-        "or a task attempt still running). Rows this attempt wrote are in the WAL and are replayed by the newer "
-        f"writer; run one write job per table at a time. Cause: {err}"
-    )
-    return MemWalError(msg)
+def _with_task_columns(stats: pa.Table, dropped: int, partition: int, attempt: int) -> pa.Table:
+    """Per-region writer statistics as :data:`WRITE_STATS_SCHEMA` (duplicates on the first row)."""
+    n = stats.num_rows
+    stats = stats.append_column("duplicates_dropped", pa.array([dropped if i == 0 else 0 for i in range(n)]))
+    stats = stats.append_column("task_partition", pa.array([partition] * n, pa.int32()))
+    stats = stats.append_column("task_attempt", pa.array([attempt] * n, pa.int32()))
+    return stats.cast(WRITE_STATS_SCHEMA)
 
 
 def _check_routing(writer: RoutedWriter, batch: pa.Table) -> None:
@@ -357,15 +370,11 @@ def _write_partition(
         data = pa.concat_tables(buffer).select(list(job.columns))
         buffer.clear()
         buffered = 0
-        try:
+        with _fencing_explained(job.uri):
             if job.mode == "put":
                 writer.put(data)
             else:
                 writer.delete(data)
-        except MemWalError as err:
-            if _fenced(err):
-                raise _fence_error(job.uri, err) from err
-            raise
         puts += 1
         if job.fail_after_puts is not None and attempt == 0 and puts >= job.fail_after_puts:
             msg = f"injected failure of task {partition} attempt {attempt} after {puts} put(s)"
@@ -399,12 +408,8 @@ def _write_partition(
         flush()
         if writer is None:
             return
-        try:
+        with _fencing_explained(job.uri):
             writer.close()
-        except MemWalError as err:
-            if _fenced(err):
-                raise _fence_error(job.uri, err) from err
-            raise
         stats = writer.stats()
     except BaseException:
         if writer is not None:
@@ -413,11 +418,7 @@ def _write_partition(
             except MemWalError:
                 pass
         raise
-    n = stats.num_rows
-    stats = stats.append_column("duplicates_dropped", pa.array([dedup.dropped if i == 0 else 0 for i in range(n)]))
-    stats = stats.append_column("task_partition", pa.array([partition] * n, pa.int32()))
-    stats = stats.append_column("task_attempt", pa.array([attempt] * n, pa.int32()))
-    yield from stats.cast(WRITE_STATS_SCHEMA).to_batches()
+    yield from _with_task_columns(stats, dedup.dropped, partition, attempt).to_batches()
 
 
 def _task_fn(job: _WriteJob) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
@@ -480,19 +481,9 @@ def _write_on_driver(
         max_workers=None,
         **probe.writer_options,
     )
-    try:
-        with w:
-            (w.put if mode == "put" else w.delete)(rows)
-    except MemWalError as err:
-        if _fenced(err):
-            raise _fence_error(probe.uri, err) from err
-        raise
-    stats = w.stats()
-    n = stats.num_rows
-    stats = stats.append_column("duplicates_dropped", pa.array([dedup.dropped if i == 0 else 0 for i in range(n)]))
-    stats = stats.append_column("task_partition", pa.array([0] * n, pa.int32()))
-    stats = stats.append_column("task_attempt", pa.array([0] * n, pa.int32()))
-    return stats.cast(WRITE_STATS_SCHEMA)
+    with _fencing_explained(probe.uri), w:
+        (w.put if mode == "put" else w.delete)(rows)
+    return _with_task_columns(w.stats(), dedup.dropped, 0, 0)
 
 
 def _run_write(
