@@ -106,6 +106,21 @@ def _in_fragment(drop: np.ndarray, frag: lance.fragment.LanceFragment) -> np.nda
     return drop[lo:hi]
 
 
+def _one_chunk(col: pa.ChunkedArray) -> pa.ChunkedArray:
+    """``col`` as one contiguous chunk when it fits one Arrow array.
+
+    Lance decodes ~8k-row chunks; kept columns are filtered by every later query, and
+    each output chunk is one Python round trip into DataFusion: one chunk per fragment
+    makes a filtered scan of a cached fragment one kernel call and a few batches.
+    """
+    if col.num_chunks <= 1:
+        return col
+    try:
+        return pa.chunked_array([col.combine_chunks()], col.type)
+    except (pa.ArrowInvalid, pa.ArrowCapacityError):  # e.g. > 2 GiB of string data
+        return col
+
+
 def _is_gone(err: BaseException) -> bool:
     text = str(err).lower()
     return "not found" in text or "no such file" in text
@@ -305,7 +320,7 @@ class _LanceFragment(_Fragment):
             known = entry.get("_rowaddr")
             if known is not None and not known.equals(t.column("_rowaddr")):
                 return None  # not the rows cached for this key: read Lance (never seen)
-            add = {c: t.column(c) for c in [*missing, "_rowaddr"] if c not in entry}
+            add = {c: _one_chunk(t.column(c)) for c in [*missing, "_rowaddr"] if c not in entry}
             size = sum(a.nbytes for a in add.values())
             entry.update(add)
             with cache.lock:
@@ -529,6 +544,7 @@ class _GroupFragment(_Fragment):
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
                 return None
         combined = pa.concat_tables(tables) if tables else target.empty_table()
+        combined = pa.table({c: _one_chunk(combined.column(c)) for c in combined.column_names})
         if len(self._memo) >= 64:  # distinct pruning patterns: keep the memo small
             self._memo.clear()
         self._memo[key] = combined
