@@ -49,6 +49,7 @@ import json
 import math
 import os
 import platform
+import random
 import resource
 import shutil
 import statistics
@@ -82,7 +83,7 @@ PK = {"lance-schema:unenforced-primary-key": "true"}
 CATEGORIES = [f"cat{i:02d}" for i in range(20)]
 DEPARTMENTS = ["north", "south", "east", "west", "online"]
 SLOW_CALL_S = 60.0
-FAST_MIN_RUNS = 7  # timed runs for calls under a second: cheap, and steadier on a busy machine
+FAST_MIN_RUNS = 15  # timed runs for calls under a second: cheap, and steadier on a busy machine
 TABLE_LAYOUT_VERSION = 1  # bump when build_table() changes what it writes
 
 # Writers of the live WAL tail: kept referenced and never closed (closing flushes).
@@ -274,7 +275,11 @@ def measure(fn: Callable[[], Any], repeat: int) -> Timing:
 
 
 def measure_interleaved(fns: Mapping[str, Callable[[], Any]], repeat: int) -> dict[str, Timing]:
-    """Time several calls in turn (a, b, a, b, ...) so that load from other work hits them alike.
+    """Time several calls in turn (a, b, b, a, ...) so that load from other work hits them alike.
+
+    The order is shuffled every round (seeded): a call that always ran right after a
+    cold scan (caches and allocator state spoiled) would be measured slower than the
+    others for that alone.
 
     One warm-up each; then ``repeat`` rounds, at least ``FAST_MIN_RUNS`` when every
     warm-up took under a second, and a single run when a warm-up took over 60 s.
@@ -290,8 +295,11 @@ def measure_interleaved(fns: Mapping[str, Callable[[], Any]], repeat: int) -> di
         return {n: Timing(warm[n], [warm[n]], note, values[n]) for n in fns}
     rounds = repeat if max(warm.values()) > 1000 else max(repeat, FAST_MIN_RUNS)
     runs: dict[str, list[float]] = {n: [] for n in fns}
+    order = list(fns.items())
+    rng = random.Random(len(order))
     for _ in range(rounds):
-        for name, fn in fns.items():
+        rng.shuffle(order)
+        for name, fn in order:
             t0 = time.perf_counter()
             values[name] = fn()
             runs[name].append((time.perf_counter() - t0) * 1000)

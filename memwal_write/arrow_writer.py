@@ -33,7 +33,7 @@ from memwal_query.format.decode import (
     lance_manifest_file_name,
 )
 from memwal_query.format.storage import Storage
-from memwal_query.regionspec.spec import evaluate_spec, lance_field_ids, region_groups
+from memwal_query.regionspec.spec import evaluate_spec, lance_field_ids, region_runs
 from memwal_query.snapshot import primary_key_of
 from memwal_write.routing import field_entries, region_id_for
 
@@ -199,19 +199,32 @@ class RoutedWriter:
         return w
 
     # -- routing ---------------------------------------------------------------
-    def _route(self, table: pa.Table) -> list[tuple[str, tuple[Any, ...], pa.Table]]:
+    def region_values(self, table: pa.Table) -> pa.Table | None:
+        """The region spec's values for every row (``None``: every row goes to one region)."""
         if self.region_id is not None or self.spec is None:
-            rid = str(self.region_id)
-            return [(rid, (), table)]
-        values = evaluate_spec(self.spec, table, self._field_names)
+            return None
+        return evaluate_spec(self.spec, table, self._field_names)
+
+    def _route(self, table: pa.Table, values: pa.Table | None = None) -> list[tuple[str, pa.Table]]:
+        """Each region's rows, in their original order (one copy of the rows at most).
+
+        ``values``: :meth:`region_values` of ``table`` when the caller has them; rows
+        already in region order (as a caller sorting by them leaves them) are sliced.
+        """
+        if self.region_id is not None or self.spec is None:
+            return [(str(self.region_id), table)]
+        if values is None:
+            values = evaluate_spec(self.spec, table, self._field_names)
         types = [values.schema.field(i).type for i in range(values.num_columns)]
-        out = []
-        groups = region_groups(values)
-        for key, rows in groups.items():
+        order, runs = region_runs(values)
+        ordered = table if order is None else table.take(order)
+        parts: dict[str, list[pa.Table]] = {}
+        for key, start, stop in runs:
             rid = region_id_for(self.spec, key, types)
             self._ensure_region(rid, key, types)
-            out.append((rid, key, table if len(groups) == 1 else table.take(rows)))
-        return out
+            # one region in several runs (values equal only as a region, e.g. NaN): in order
+            parts.setdefault(rid, []).append(ordered.slice(start, stop - start))
+        return [(rid, ts[0] if len(ts) == 1 else pa.concat_tables(ts)) for rid, ts in parts.items()]
 
     def _ensure_region(self, region_id: str, key: tuple[Any, ...], types: list[Any]) -> None:
         if region_id in self._stats:
@@ -258,9 +271,18 @@ class RoutedWriter:
             for f in [pool.submit(fn, rid, part) for rid, part in parts]:
                 f.result()
 
-    def put(self, data: Any) -> None:
-        """Upsert rows (later rows of the same key win)."""
+    def put(self, data: Any, *, region_values: pa.Table | None = None) -> None:
+        """Upsert rows (later rows of the same key win).
+
+        Args:
+            data: The rows (Arrow table / batch / reader, pandas).
+            region_values: :meth:`region_values` of ``data``, when already computed
+                (rows sorted by them are routed without a copy).
+        """
         table = conform(_to_table(data), self.dataset.schema, what=f"put into {self.uri}")
+        if region_values is not None and region_values.num_rows != table.num_rows:
+            msg = f"region_values has {region_values.num_rows} rows for {table.num_rows} rows of data"
+            raise InvalidArgumentError(msg)
 
         def put_region(rid: str, part: pa.Table) -> None:
             w = self._writers[rid]
@@ -275,10 +297,15 @@ class RoutedWriter:
                 st.rows_put += chunk.num_rows
                 st.puts += 1
 
-        self._each_region([(rid, part) for rid, _, part in self._route(table)], put_region)
+        self._each_region(self._route(table, region_values), put_region)
 
-    def delete(self, keys: Any) -> None:
-        """Delete rows by primary key (only the key columns are read)."""
+    def delete(self, keys: Any, *, region_values: pa.Table | None = None) -> None:
+        """Delete rows by primary key (only the key columns are read).
+
+        Args:
+            keys: The primary key columns of the rows to delete.
+            region_values: :meth:`region_values` of ``keys``, when already computed.
+        """
         table = conform(_to_table(keys), self.dataset.schema, what=f"delete from {self.uri}", keys=self.primary_key)
         full = pa.table(
             {
@@ -298,7 +325,10 @@ class RoutedWriter:
                     raise MemWalError(msg) from err
                 self._stats[rid].rows_deleted += chunk.num_rows
 
-        self._each_region([(rid, part) for rid, _, part in self._route(full)], delete_region)
+        if region_values is not None and region_values.num_rows != full.num_rows:
+            msg = f"region_values has {region_values.num_rows} rows for {full.num_rows} keys"
+            raise InvalidArgumentError(msg)
+        self._each_region(self._route(full, region_values), delete_region)
 
     def stats(self) -> pa.Table:
         """Per-region write statistics."""

@@ -39,10 +39,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from memwal_query.conform import conform
 from memwal_query.errors import InvalidArgumentError, MemWalError
 from memwal_query.format.decode import RegionSpec
 from memwal_query.regionspec.murmur3 import hash_int32_words
-from memwal_query.regionspec.spec import evaluate_spec, region_groups
+from memwal_query.regionspec.spec import equal_next, evaluate_spec, region_groups
 from memwal_write.arrow_writer import REGION_STATS_SCHEMA, RoutedWriter
 from memwal_write.routing import region_id_for
 
@@ -222,15 +223,6 @@ def _spark_routing(
 
 
 # -- in-task dedup ----------------------------------------------------------------------------
-def _equal_next(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    """``out[i]`` = row i equals row i+1 (NULL equals NULL), length n-1."""
-    a = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    x, y = a.slice(0, len(a) - 1), a.slice(1)
-    eq = pc.fill_null(pc.equal(x, y), False)
-    both_null = pc.and_(pc.is_null(x), pc.is_null(y))
-    return np.asarray(pc.or_(eq, both_null).to_numpy(zero_copy_only=False), dtype=bool)
-
-
 @dataclass
 class _Dedup:
     """Keeps the newest row of each key from key-sorted batches (streaming)."""
@@ -265,21 +257,22 @@ class _Dedup:
     def _same_key(self, t: pa.Table) -> np.ndarray:
         same = np.ones(max(t.num_rows - 1, 0), dtype=bool)
         for k in self.key:
-            same &= _equal_next(t.column(k))
+            same &= equal_next(t.column(k))
         return same
 
-    def _resolve(self, t: pa.Table, same: np.ndarray) -> pa.Table:
-        if not same.any():
-            return t
+    def _duplicates(
+        self, t: pa.Table, same: np.ndarray, order_col: str | None, rows: Callable[[np.ndarray], pa.Table]
+    ) -> np.ndarray:
+        """Positions of key-sorted ``t`` superseded by the next row (the newest row of a
+        key is the last); ambiguous duplicates are refused. ``rows(positions)``: the whole
+        rows there (tied duplicates must be equal)."""
         dup = np.flatnonzero(same)
-        if self.strict:
+        if self.strict and dup.size:
             ties = dup
-            if self.order_by is not None:
-                ties = dup[_equal_next(t.column(self.order_by))[dup]]
+            if order_col is not None:
+                ties = dup[equal_next(t.column(order_col))[dup]]
             if ties.size:
-                older = t.take(pa.array(ties)).to_pylist()
-                newer = t.take(pa.array(ties + 1)).to_pylist()
-                for a, b in zip(older, newer, strict=True):
+                for a, b in zip(rows(ties).to_pylist(), rows(ties + 1).to_pylist(), strict=True):
                     if a != b:
                         key = {k: a[k] for k in self.key}
                         why = f"with the same {self.order_by!r} value" if self.order_by else "and no order_by= column"
@@ -288,10 +281,43 @@ class _Dedup:
                             "deduplicate the input or pass order_by= (the newest row per key wins)"
                         )
                         raise InvalidArgumentError(msg)
-        keep = np.ones(t.num_rows, dtype=bool)
-        keep[dup] = False  # sorted by (key, order_by): the last row of a run is the newest
         self.dropped += int(dup.size)
+        return dup
+
+    def _resolve(self, t: pa.Table, same: np.ndarray) -> pa.Table:
+        if not same.any():
+            return t
+        dup = self._duplicates(t, same, self.order_by, lambda pos: t.take(pa.array(pos)))
+        keep = np.ones(t.num_rows, dtype=bool)
+        keep[dup] = False
         return t.filter(pa.array(keep))
+
+    def newest_order(self, table: pa.Table) -> pa.Array:
+        """Row indices of ``table`` in key order, the newest row of each key only.
+
+        The whole-table form of :meth:`push` / :meth:`finish` (same rules): only the key
+        and ``order_by`` columns are sorted and compared; the rows are not copied.
+        """
+        keys = [(k, "ascending") for k in self.key]
+        small = table.select(list(self.key))
+        order_col = None
+        if self.order_by is not None:
+            # NULL order_by values sort first (the oldest), as Spark's ascending sort puts them
+            order_col = "__order"
+            small = small.append_column("__valid", pc.is_valid(table.column(self.order_by)))
+            small = small.append_column(order_col, table.column(self.order_by))
+            keys += [("__valid", "ascending"), (order_col, "ascending")]
+        order = pc.sort_indices(small, sort_keys=keys)
+        if table.num_rows < 2:
+            return order
+        ordered = small.take(order)
+        same = self._same_key(ordered)
+        if not same.any():
+            return order
+        dup = self._duplicates(ordered, same, order_col, lambda pos: table.take(order.take(pa.array(pos))))
+        keep = np.ones(table.num_rows, dtype=bool)
+        keep[dup] = False
+        return order.filter(pa.array(keep))
 
 
 # -- the write task ---------------------------------------------------------------------------
@@ -462,17 +488,6 @@ def _write_on_driver(
         text = str(err).splitlines()[0] if str(err) else repr(err)
         msg = f"Spark {mode} into {probe.uri} (via='driver') could not collect the rows: {text}; use via='tasks'"
         raise MemWalError(msg) from err
-    pk = probe.primary_key
-    keys = [(k, "ascending") for k in pk]
-    sortable = table
-    if order_by:
-        # NULL order_by values sort first (the oldest), as Spark's ascending sort puts them
-        sortable = table.append_column("__valid", pc.is_valid(table.column(order_by)))
-        keys += [("__valid", "ascending"), (order_by, "ascending")]
-    table = table.take(pc.sort_indices(sortable, sort_keys=keys))
-    dedup = _Dedup(pk, order_by, mode == "put", probe.uri)
-    parts = [t for t in (dedup.push(table), dedup.finish()) if t is not None and t.num_rows]
-    rows = pa.concat_tables(parts).select(list(columns)) if parts else table.select(list(columns))
     w = RoutedWriter.open(
         probe.uri,
         storage_options=storage_options,
@@ -481,8 +496,25 @@ def _write_on_driver(
         max_workers=None,
         **probe.writer_options,
     )
+    pk = probe.primary_key
+    # Sort and dedupe the keys only, then order the survivors by region (a stable
+    # counting sort of small values): the rows are copied once, and the writer slices
+    # each region's rows instead of copying them again.
+    dedup = _Dedup(pk, order_by, mode == "put", probe.uri)
+    newest = dedup.newest_order(table)
+    typed_keys = conform(table.select(list(pk)), probe.dataset.schema, what=f"{mode} on {probe.uri}", keys=pk)
+    values = w.region_values(typed_keys)
+    routed = None
+    if values is not None:
+        routed = values.take(newest)
+        by_region = pc.sort_indices(routed, sort_keys=[(c, "ascending") for c in routed.column_names])
+        newest, routed = newest.take(by_region), routed.take(by_region)
+    rows = table.select(list(columns)).take(newest)
     with _fencing_explained(probe.uri), w:
-        (w.put if mode == "put" else w.delete)(rows)
+        if mode == "put":
+            w.put(rows, region_values=routed)
+        else:
+            w.delete(rows, region_values=routed)
     return _with_task_columns(w.stats(), dedup.dropped, 0, 0)
 
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from lance.mem_wal import evaluate_sharding_spec
 
 import memwal_query as mq
-from memwal_write import write_arrow
+from memwal_write import RoutedWriter, write_arrow
 
 from lsm_model import PK, sort_table
 
@@ -192,3 +192,28 @@ def test_write_errors_are_clear(bucket_table: tuple[str, Model], tmp_path: Path)
     lance.write_dataset(_rows([1], np.random.default_rng(0), 0), plain)
     with pytest.raises(mq.NotAMemWalTableError):
         write_arrow(plain, _rows([2], np.random.default_rng(0), 0))
+
+
+def test_one_put_keeps_the_last_row_of_a_key_in_every_region(tmp_path: Path) -> None:
+    """Routing reorders rows by region but never rows of one key (the last one wins)."""
+    rng = np.random.default_rng(7)
+    uri = str(tmp_path / "t")
+    lance.write_dataset(_rows(range(100), rng, 0), uri).initialize_mem_wal(bucket_column="id", num_buckets=4)
+    model = Model(SCHEMA)
+    model.put(_rows(range(100), rng, 0))
+    ids = rng.integers(0, 300, 2000)  # many repeats of each key, in a shuffled order
+    batch = _rows(ids, rng, 1)
+    write_arrow(uri, batch)
+    model.put(batch)
+    # rows handed over already sorted by region, with their region values
+    batch2 = _rows(rng.integers(0, 300, 2000), rng, 2)
+    with RoutedWriter.open(uri) as w:
+        values = w.region_values(batch2)
+        assert values is not None
+        order = np.argsort(values.column(0).to_numpy(), kind="stable")
+        with pytest.raises(mq.InvalidArgumentError, match="region_values has 1 rows"):
+            w.put(batch2, region_values=values.slice(0, 1))
+        w.put(batch2.take(order), region_values=values.take(order))
+    model.put(batch2)
+    got = sort_table(mq.open_table(uri).to_arrow(), ["id"])
+    assert got.equals(sort_table(model.table(), ["id"]))

@@ -22,6 +22,7 @@ from memwal_query.regionspec.spec import (
     lance_field_ids,
     parse_result_type,
     region_groups,
+    region_runs,
 )
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "evaluate_field",
     "parse_result_type",
     "region_groups",
+    "region_runs",
     "encode_field_value",
     "decode_field_value",
     "lance_field_ids",

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from memwal_query.errors import InvalidArgumentError
 from memwal_query.format.decode import RegionSpec, ShardingFieldSpec
@@ -213,6 +214,61 @@ def region_groups(values: pa.Table) -> dict[tuple[Any, ...], pa.Int64Array]:
     key_lists = [grouped.column(k).to_pylist() for k in key_names]
     rows = grouped.column("__row_list")
     return {tuple(k[i] for k in key_lists): rows[i].values for i in range(grouped.num_rows)}
+
+
+def equal_next(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """``out[i]``: row ``i`` equals row ``i + 1`` (NULL equals NULL); length ``n - 1``.
+
+    Example:
+        >>> equal_next(pa.array([1, 1, None, None, 2])).tolist()
+        [True, False, True, False]
+    """
+    a = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if len(a) < 2:
+        return np.zeros(0, dtype=bool)
+    x, y = a.slice(0, len(a) - 1), a.slice(1)
+    eq = pc.fill_null(pc.equal(x, y), False)
+    both_null = pc.and_(pc.is_null(x), pc.is_null(y))
+    return np.asarray(pc.or_(eq, both_null).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def region_runs(values: pa.Table) -> tuple[pa.Array | None, list[tuple[tuple[Any, ...], int, int]]]:
+    """Orders rows by region value (a stable sort) and finds each region's run.
+
+    The alternative to :func:`region_groups` when the rows are to be copied once in
+    region order (or are already in it: then nothing is copied).
+
+    Args:
+        values: Evaluated region values, one column per spec field.
+
+    Returns:
+        ``(order, runs)``: ``order`` is the row order (``None`` when the rows are
+        already in it) and ``runs`` lists ``(value tuple, start, stop)`` over the
+        reordered rows, rows of one run in their original order.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> order, runs = region_runs(pa.table({"bucket": pa.array([1, 0, 1], pa.int32())}))
+        >>> order.to_pylist(), runs
+        ([1, 0, 2], [((0,), 0, 1), ((1,), 1, 3)])
+    """
+    n = values.num_rows
+    keys = values.column_names
+    if not keys or n == 0:
+        return None, ([((), 0, n)] if n else [])
+    order: pa.Array | None = pc.sort_indices(values, sort_keys=[(k, "ascending") for k in keys])
+    assert order is not None
+    if bool(np.array_equal(order.to_numpy(), np.arange(n))):
+        order = None
+    ordered = values if order is None else values.take(order)
+    same = np.ones(n - 1, dtype=bool)
+    for k in keys:
+        same &= equal_next(ordered.column(k))
+    starts = np.concatenate([[0], np.flatnonzero(~same) + 1])
+    stops = np.concatenate([starts[1:], [n]])
+    firsts = ordered.take(pa.array(starts)).to_pylist()
+    runs = [(tuple(row[k] for k in keys), int(a), int(b)) for row, a, b in zip(firsts, starts, stops, strict=True)]
+    return order, runs
 
 
 def encode_field_value(value: Any, arrow_type: pa.DataType) -> bytes:

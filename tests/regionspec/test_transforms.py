@@ -23,6 +23,7 @@ from memwal_query.regionspec.spec import (
     lance_field_ids,
     parse_result_type,
     region_groups,
+    region_runs,
 )
 
 N = 10_000
@@ -363,6 +364,38 @@ def test_region_groups() -> None:
     assert got == {(1, "x"): [0, 2], (0, "y"): [1], (None, None): [3], (0, "z"): [4]}
     assert list(got) == [(1, "x"), (0, "y"), (None, None), (0, "z")]
     assert region_groups(pa.table({"b": pa.array([], pa.int32())})) == {}
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_region_runs_equal_region_groups(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = 500
+    b = rng.integers(0, 4, n)
+    s = rng.choice(["x", "y", "z"], n)
+    values = pa.table(
+        {
+            "b": pa.array(b, pa.int32(), mask=rng.random(n) < 0.1),
+            "s": pa.array(s.tolist(), mask=rng.random(n) < 0.1),
+        }
+    )
+    order, runs = region_runs(values)
+    assert order is not None
+    ordered = values.take(order)
+    got = {key: order.to_numpy()[start:stop].tolist() for key, start, stop in runs}
+    want = {k: v.to_pylist() for k, v in region_groups(values).items()}
+    assert got == want  # same regions, rows of each in their original order
+    assert len(runs) == len(want)  # one run per region
+    for key, start, stop in runs:
+        assert {tuple(r.values()) for r in ordered.slice(start, stop - start).to_pylist()} == {key}
+
+
+def test_region_runs_rows_in_order_are_not_reordered() -> None:
+    values = pa.table({"b": pa.array([0, 0, 1, 1, 1, None], pa.int32())})
+    order, runs = region_runs(values)
+    assert order is None
+    assert runs == [((0,), 0, 2), ((1,), 2, 5), ((None,), 5, 6)]
+    assert region_runs(pa.table({"b": pa.array([], pa.int32())})) == (None, [])
+    assert region_runs(pa.table({"b": pa.array([7], pa.int32())})) == (None, [((7,), 0, 1)])
 
 
 @pytest.mark.parametrize(

@@ -308,6 +308,13 @@ def test_write_via_driver_or_tasks_same_rows_and_regions(spark: Any, tmp_path: P
     bad = spark.createDataFrame([(8, "a", 1.0), (8, "b", 1.0)], "id long, cat string, amount double")
     with pytest.raises(InvalidArgumentError, match=r"key \{'id': 8\}"):
         memwal_write.write(bad, uri, via=via)
+    tie = spark.createDataFrame([(9, "a", 1.0, 2), (9, "b", 1.0, 2)], "id long, cat string, amount double, ts int")
+    with pytest.raises(InvalidArgumentError, match=r"key \{'id': 9\}.*same 'ts' value"):
+        memwal_write.write(tie, uri, order_by="ts", via=via)
+    same = spark.createDataFrame([(10, "a", 1.0), (10, "a", 1.0)], "id long, cat string, amount double")
+    stats = memwal_write.write(same, uri, via=via).toArrow()  # identical duplicates: one row
+    assert sum(stats.column("duplicates_dropped").to_pylist()) == 1
+    model.put(pa.table({"id": [10], "cat": ["a"], "amount": [1.0]}, schema=SCHEMA))
     dels = [int(i) for i in rng.choice(2000, 100, replace=False)]
     dstats = memwal_write.delete(spark.createDataFrame([(i,) for i in dels + dels[:5]], "id long"), uri, via=via)
     model.delete(dels)
