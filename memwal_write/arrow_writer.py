@@ -271,14 +271,16 @@ class RoutedWriter:
             for f in [pool.submit(fn, rid, part) for rid, part in parts]:
                 f.result()
 
-    def put(self, data: Any, *, region_values: pa.Table | None = None) -> None:
+    def put(self, data: Any, *, _region_values: pa.Table | None = None) -> None:
         """Upsert rows (later rows of the same key win).
 
         Args:
             data: The rows (Arrow table / batch / reader, pandas).
-            region_values: :meth:`region_values` of ``data``, when already computed
-                (rows sorted by them are routed without a copy).
+            _region_values: Internal (the Spark driver path): :meth:`region_values` of
+                these very rows, already computed; rows sorted by them are routed without
+                a copy. Not checked again: wrong values would split keys across regions.
         """
+        region_values = _region_values
         table = conform(_to_table(data), self.dataset.schema, what=f"put into {self.uri}")
         if region_values is not None and region_values.num_rows != table.num_rows:
             msg = f"region_values has {region_values.num_rows} rows for {table.num_rows} rows of data"
@@ -299,13 +301,14 @@ class RoutedWriter:
 
         self._each_region(self._route(table, region_values), put_region)
 
-    def delete(self, keys: Any, *, region_values: pa.Table | None = None) -> None:
+    def delete(self, keys: Any, *, _region_values: pa.Table | None = None) -> None:
         """Delete rows by primary key (only the key columns are read).
 
         Args:
             keys: The primary key columns of the rows to delete.
-            region_values: :meth:`region_values` of ``keys``, when already computed.
+            _region_values: Internal, as for :meth:`put`.
         """
+        region_values = _region_values
         table = conform(_to_table(keys), self.dataset.schema, what=f"delete from {self.uri}", keys=self.primary_key)
         full = pa.table(
             {

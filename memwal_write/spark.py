@@ -512,9 +512,9 @@ def _write_on_driver(
     rows = table.select(list(columns)).take(newest)
     with _fencing_explained(probe.uri), w:
         if mode == "put":
-            w.put(rows, region_values=routed)
+            w.put(rows, _region_values=routed)
         else:
-            w.delete(rows, region_values=routed)
+            w.delete(rows, _region_values=routed)
     return _with_task_columns(w.stats(), dedup.dropped, 0, 0)
 
 

@@ -212,8 +212,8 @@ def test_one_put_keeps_the_last_row_of_a_key_in_every_region(tmp_path: Path) -> 
         assert values is not None
         order = np.argsort(values.column(0).to_numpy(), kind="stable")
         with pytest.raises(mq.InvalidArgumentError, match="region_values has 1 rows"):
-            w.put(batch2, region_values=values.slice(0, 1))
-        w.put(batch2.take(order), region_values=values.take(order))
+            w.put(batch2, _region_values=values.slice(0, 1))
+        w.put(batch2.take(order), _region_values=values.take(order))
     model.put(batch2)
     got = sort_table(mq.open_table(uri).to_arrow(), ["id"])
     assert got.equals(sort_table(model.table(), ["id"]))
