@@ -9,6 +9,7 @@ always prunable. :func:`write_arrow` is the one-call form.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -205,26 +206,41 @@ class RoutedWriter:
             return None
         return evaluate_spec(self.spec, table, self._field_names)
 
-    def _route(self, table: pa.Table, values: pa.Table | None = None) -> list[tuple[str, pa.Table]]:
-        """Each region's rows, in their original order (one copy of the rows at most).
+    def _route(
+        self, table: pa.Table, values: pa.Table | None = None, rows: pa.Array | None = None
+    ) -> list[tuple[str, Callable[[], pa.Table]]]:
+        """Each region's rows, in their original order, as a function that makes them.
 
-        ``values``: :meth:`region_values` of ``table`` when the caller has them; rows
-        already in region order (as a caller sorting by them leaves them) are sliced.
+        The functions run in the regions' writer threads (:meth:`_each_region`), so the
+        copy of each region's rows is made in parallel. ``values``: :meth:`region_values`
+        when the caller has them; rows already in region order are sliced, not copied.
+        ``rows``: write only these rows of ``table``, in this order (``values`` are then
+        those of ``table.take(rows)``).
         """
+        if (self.region_id is not None or self.spec is None) or (rows is not None and values is None):
+            table, rows = (table if rows is None else table.take(rows)), None
         if self.region_id is not None or self.spec is None:
-            return [(str(self.region_id), table)]
+            return [(str(self.region_id), lambda: table)]
         if values is None:
             values = evaluate_spec(self.spec, table, self._field_names)
         types = [values.schema.field(i).type for i in range(values.num_columns)]
         order, runs = region_runs(values)
-        ordered = table if order is None else table.take(order)
-        parts: dict[str, list[pa.Table]] = {}
+        if rows is not None:
+            order = rows if order is None else rows.take(order)
+        spans: dict[str, list[tuple[int, int]]] = {}
         for key, start, stop in runs:
             rid = region_id_for(self.spec, key, types)
             self._ensure_region(rid, key, types)
             # one region in several runs (values equal only as a region, e.g. NaN): in order
-            parts.setdefault(rid, []).append(ordered.slice(start, stop - start))
-        return [(rid, ts[0] if len(ts) == 1 else pa.concat_tables(ts)) for rid, ts in parts.items()]
+            spans.setdefault(rid, []).append((start, stop))
+
+        def rows_of(region_spans: list[tuple[int, int]]) -> pa.Table:
+            pieces = [
+                table.slice(a, b - a) if order is None else table.take(order.slice(a, b - a)) for a, b in region_spans
+            ]
+            return pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
+
+        return [(rid, functools.partial(rows_of, ss)) for rid, ss in spans.items()]
 
     def _ensure_region(self, region_id: str, key: tuple[Any, ...], types: list[Any]) -> None:
         if region_id in self._stats:
@@ -259,32 +275,42 @@ class RoutedWriter:
         return w
 
     # -- writes ----------------------------------------------------------------
-    def _each_region(self, parts: list[tuple[str, pa.Table]], fn: Callable[[str, pa.Table], None]) -> None:
+    def _each_region(
+        self, parts: list[tuple[str, Callable[[], pa.Table]]], fn: Callable[[str, pa.Table], None]
+    ) -> None:
         """``fn(region, rows)`` for every part, regions in parallel (writers opened first, here)."""
         for rid, _ in parts:
             self._writer(rid)
         if self.max_workers <= 1 or len(parts) <= 1:
-            for rid, part in parts:
-                fn(rid, part)
+            for rid, make in parts:
+                fn(rid, make())
             return
         with ThreadPoolExecutor(min(self.max_workers, len(parts))) as pool:
-            for f in [pool.submit(fn, rid, part) for rid, part in parts]:
+            for f in [pool.submit(lambda r, m: fn(r, m()), rid, make) for rid, make in parts]:
                 f.result()
 
-    def put(self, data: Any, *, _region_values: pa.Table | None = None) -> None:
+    def _parts(
+        self, table: pa.Table, values: pa.Table | None, rows: pa.Array | None
+    ) -> list[tuple[str, Callable[[], pa.Table]]]:
+        n = table.num_rows if rows is None else len(rows)
+        if values is not None and values.num_rows != n:
+            msg = f"region values have {values.num_rows} rows for {n} rows to write to {self.uri}"
+            raise InvalidArgumentError(msg)
+        return self._route(table, values, rows)
+
+    def put(self, data: Any, *, _region_values: pa.Table | None = None, _rows: pa.Array | None = None) -> None:
         """Upsert rows (later rows of the same key win).
 
         Args:
             data: The rows (Arrow table / batch / reader, pandas).
             _region_values: Internal (the Spark driver path): :meth:`region_values` of
-                these very rows, already computed; rows sorted by them are routed without
+                the rows written, already computed; rows sorted by them are routed without
                 a copy. Not checked again: wrong values would split keys across regions.
+            _rows: Internal (the Spark driver path): write only these rows of ``data``,
+                in this order (its deduplicated rows, sorted by region value).
         """
-        region_values = _region_values
         table = conform(_to_table(data), self.dataset.schema, what=f"put into {self.uri}")
-        if region_values is not None and region_values.num_rows != table.num_rows:
-            msg = f"region_values has {region_values.num_rows} rows for {table.num_rows} rows of data"
-            raise InvalidArgumentError(msg)
+        parts = self._parts(table, _region_values, _rows)
 
         def put_region(rid: str, part: pa.Table) -> None:
             w = self._writers[rid]
@@ -299,16 +325,16 @@ class RoutedWriter:
                 st.rows_put += chunk.num_rows
                 st.puts += 1
 
-        self._each_region(self._route(table, region_values), put_region)
+        self._each_region(parts, put_region)
 
-    def delete(self, keys: Any, *, _region_values: pa.Table | None = None) -> None:
+    def delete(self, keys: Any, *, _region_values: pa.Table | None = None, _rows: pa.Array | None = None) -> None:
         """Delete rows by primary key (only the key columns are read).
 
         Args:
             keys: The primary key columns of the rows to delete.
             _region_values: Internal, as for :meth:`put`.
+            _rows: Internal, as for :meth:`put`.
         """
-        region_values = _region_values
         table = conform(_to_table(keys), self.dataset.schema, what=f"delete from {self.uri}", keys=self.primary_key)
         full = pa.table(
             {
@@ -328,10 +354,7 @@ class RoutedWriter:
                     raise MemWalError(msg) from err
                 self._stats[rid].rows_deleted += chunk.num_rows
 
-        if region_values is not None and region_values.num_rows != full.num_rows:
-            msg = f"region_values has {region_values.num_rows} rows for {full.num_rows} keys"
-            raise InvalidArgumentError(msg)
-        self._each_region(self._route(full, region_values), delete_region)
+        self._each_region(self._parts(full, _region_values, _rows), delete_region)
 
     def stats(self) -> pa.Table:
         """Per-region write statistics."""

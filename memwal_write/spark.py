@@ -19,6 +19,11 @@ writer before the new attempt re-writes the same (deduplicated) rows, so no row 
 lost and no older value wins. Speculative execution is refused (two live attempts
 would fence each other).
 
+The driver path (``via="driver"``, and ``via="auto"`` on a local master for rows
+the optimizer estimates small) collects the rows with ``toArrow`` instead, applies
+the same dedupe rules in Arrow and writes every region from the driver (regions in
+parallel threads, one pylance writer each): no shuffle, no Python workers.
+
 Example:
     >>> import pyarrow as pa
     >>> from memwal_write.spark import bucket_partition_seeds
@@ -66,6 +71,10 @@ SEED0_LITERAL = -1693959553
 SPARK_HASH_SEED = 42
 
 PKEY = "__memwal_pkey"
+#: ``via="auto"`` collects to the driver only below this Spark size estimate (the
+#: optimizer's ``sizeInBytes``; file scans report their compressed size, so the rows
+#: may be a few times more).
+AUTO_DRIVER_MAX_BYTES = 256 << 20
 BUCKET = "__memwal_bucket"
 REGION = "__memwal_region"
 
@@ -307,7 +316,9 @@ class _Dedup:
             small = small.append_column("__valid", pc.is_valid(table.column(self.order_by)))
             small = small.append_column(order_col, table.column(self.order_by))
             keys += [("__valid", "ascending"), (order_col, "ascending")]
-        order = pc.sort_indices(small, sort_keys=keys)
+        order = _numeric_key_order(small) if order_col is None else None
+        if order is None:
+            order = pc.sort_indices(small, sort_keys=keys)
         if table.num_rows < 2:
             return order
         ordered = small.take(order)
@@ -318,6 +329,25 @@ class _Dedup:
         keep = np.ones(table.num_rows, dtype=bool)
         keep[dup] = False
         return order.filter(pa.array(keep))
+
+
+def _numeric_key_order(keys: pa.Table) -> pa.Array | None:
+    """Row order sorting one numeric key column without NULLs (numpy's sort, several
+    times Arrow's for integers); ``None`` for other keys.
+
+    The sort need not be stable: rows with equal keys are either equal (any one may
+    stay) or refused as ambiguous, whatever their order.
+    """
+    if keys.num_columns != 1:
+        return None
+    col = keys.column(0)
+    t = col.type
+    if col.null_count or not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_temporal(t)):
+        return None
+    if pa.types.is_float16(t) or pa.types.is_interval(t):
+        return None
+    values = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    return pa.array(np.argsort(values.to_numpy(zero_copy_only=False)), pa.int64())
 
 
 # -- the write task ---------------------------------------------------------------------------
@@ -471,8 +501,40 @@ def _check_speculation(spark: Any, allow: bool) -> None:
         log.warning("spark.speculation is on: speculative write attempts will fence each other and be retried")
 
 
+def _collect(df: Any, uri: str, mode: str, *, auto: bool) -> pa.Table | None:
+    """The rows on the driver (``toArrow``); ``None`` when ``auto`` and they are too
+    large for ``spark.driver.maxResultSize`` (nothing is written before this)."""
+    try:
+        return df.toArrow()
+    except Exception as err:  # Py4J: e.g. spark.driver.maxResultSize exceeded
+        text = str(err).splitlines()[0] if str(err) else repr(err)
+        if auto and "maxResultSize" in str(err):
+            log.info("%s into %s: rows too large to collect (%s); writing from Spark tasks", mode, uri, text)
+            return None
+        msg = f"Spark {mode} into {uri} (via='driver') could not collect the rows: {text}; use via='tasks'"
+        raise MemWalError(msg) from err
+
+
+def _auto_via(df: Any, *, num_partitions: int | None, fail_after_puts: int | None) -> str:
+    """``"driver"`` when Spark runs on this machine (a ``local`` master) and the
+    optimizer estimates the rows below :data:`AUTO_DRIVER_MAX_BYTES`, else ``"tasks"``
+    (also when write tasks were asked for: ``num_partitions`` or the failure hook).
+
+    On one machine the write tasks buy no parallelism the driver's region threads do
+    not have, and pay a shuffle (measured in ``benchmarks/bench_spark.py``).
+    """
+    if num_partitions is not None or fail_after_puts is not None:
+        return "tasks"
+    try:
+        master = str(df.sparkSession.sparkContext.master)
+        size = int(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes())
+    except Exception:  # Spark Connect (no JVM handle), or no estimate
+        return "tasks"
+    return "driver" if master.startswith("local") and size <= AUTO_DRIVER_MAX_BYTES else "tasks"
+
+
 def _write_on_driver(
-    df: Any,
+    table: pa.Table,
     probe: RoutedWriter,
     *,
     mode: str,
@@ -480,14 +542,8 @@ def _write_on_driver(
     order_by: str | None,
     storage_options: Mapping[str, str] | None,
 ) -> pa.Table:
-    """``via="driver"``: collect the rows (``toArrow``), dedupe them in Arrow, write every
-    region from this process (regions in parallel threads, one pylance writer each)."""
-    try:
-        table = df.toArrow()
-    except Exception as err:  # Py4J: e.g. spark.driver.maxResultSize exceeded
-        text = str(err).splitlines()[0] if str(err) else repr(err)
-        msg = f"Spark {mode} into {probe.uri} (via='driver') could not collect the rows: {text}; use via='tasks'"
-        raise MemWalError(msg) from err
+    """``via="driver"``: dedupe the collected rows in Arrow, write every region from
+    this process (regions in parallel threads, one pylance writer each)."""
     w = RoutedWriter.open(
         probe.uri,
         storage_options=storage_options,
@@ -497,9 +553,8 @@ def _write_on_driver(
         **probe.writer_options,
     )
     pk = probe.primary_key
-    # Sort and dedupe the keys only, then order the survivors by region (a stable
-    # counting sort of small values): the rows are copied once, and the writer slices
-    # each region's rows instead of copying them again.
+    # Sort and dedupe the keys only, then order the survivors by region (a stable sort
+    # of small values): the writer copies each region's rows once, in its own thread.
     dedup = _Dedup(pk, order_by, mode == "put", probe.uri)
     newest = dedup.newest_order(table)
     typed_keys = conform(table.select(list(pk)), probe.dataset.schema, what=f"{mode} on {probe.uri}", keys=pk)
@@ -509,12 +564,12 @@ def _write_on_driver(
         routed = values.take(newest)
         by_region = pc.sort_indices(routed, sort_keys=[(c, "ascending") for c in routed.column_names])
         newest, routed = newest.take(by_region), routed.take(by_region)
-    rows = table.select(list(columns)).take(newest)
+    rows = table.select(list(columns))
     with _fencing_explained(probe.uri), w:
         if mode == "put":
-            w.put(rows, _region_values=routed)
+            w.put(rows, _region_values=routed, _rows=newest)
         else:
-            w.delete(rows, _region_values=routed)
+            w.delete(rows, _region_values=routed, _rows=newest)
     return _with_task_columns(w.stats(), dedup.dropped, 0, 0)
 
 
@@ -531,16 +586,14 @@ def _run_write(
     allow_speculation: bool,
     fail_after_puts: int | None,
     writer_options: Mapping[str, Any],
-    via: str = "tasks",
+    via: str = "auto",
 ) -> Any:
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    if via not in ("tasks", "driver"):
-        msg = f"via must be 'tasks' or 'driver', got {via!r}"
+    if via not in ("auto", "tasks", "driver"):
+        msg = f"via must be 'auto', 'tasks' or 'driver', got {via!r}"
         raise InvalidArgumentError(msg)
     spark = df.sparkSession
-    if via == "tasks":
-        _check_speculation(spark, allow_speculation)
     probe = RoutedWriter.open(
         uri, storage_options=storage_options, region_id=region_id, max_rows_per_put=max_rows_per_put, **writer_options
     )
@@ -564,9 +617,13 @@ def _run_write(
         columns = pk
         df = df.select(*pk)
     out_schema = from_arrow_schema(WRITE_STATS_SCHEMA)
-    if via == "driver":
+    auto = via == "auto"
+    if auto:
+        via = _auto_via(df, num_partitions=num_partitions, fail_after_puts=fail_after_puts)
+    table = _collect(df, probe.uri, mode, auto=auto) if via == "driver" else None
+    if table is not None:
         stats = _write_on_driver(
-            df,
+            table,
             probe,
             mode=mode,
             columns=columns,
@@ -574,6 +631,7 @@ def _run_write(
             storage_options=storage_options,
         )
         return spark.createDataFrame(stats, out_schema)
+    _check_speculation(spark, allow_speculation)
     spec = None if region_id is not None else probe.spec
     routed, routing = _spark_routing(df, spec, probe._field_names, schema, num_partitions)
     sort = [PKEY, *pk, *([order_by] if order_by and mode == "put" else [])]
@@ -626,7 +684,7 @@ def write(
     num_partitions: int | None = None,
     max_rows_per_put: int | None = None,
     allow_speculation: bool = False,
-    via: str = "tasks",
+    via: str = "auto",
     _fail_first_attempt_after_puts: int | None = None,
     **writer_options: Any,
 ) -> Any:
@@ -641,6 +699,10 @@ def write(
     every region from the driver process, regions in parallel: no shuffle and no
     Python worker round trip, the faster choice on one machine (``local[*]``) for data
     that fits in the driver; the same rows land in the same regions either way.
+    ``via="auto"`` (the default) takes the driver path when Spark runs locally and the
+    optimizer's size estimate of ``df`` is at most :data:`AUTO_DRIVER_MAX_BYTES` (rows
+    that then exceed ``spark.driver.maxResultSize`` are written by tasks instead),
+    and the task path otherwise (a cluster, no estimate, or ``num_partitions`` given).
 
     Args:
         df: A ``pyspark.sql.DataFrame`` with the table's columns (missing nullable
@@ -655,8 +717,8 @@ def write(
             else ``spark.sql.shuffle.partitions``).
         max_rows_per_put: Rows per pylance ``put`` (default: the writer's memtable row limit).
         allow_speculation: Only warn (instead of failing) when ``spark.speculation`` is on.
-        via: ``"tasks"`` (default: Spark tasks write, scales with the cluster) or
-            ``"driver"`` (collect, then write from the driver).
+        via: ``"auto"`` (default, see above), ``"tasks"`` (Spark tasks write, scales
+            with the cluster) or ``"driver"`` (collect, then write from the driver).
         _fail_first_attempt_after_puts: Testing hook: the first attempt of every task
             raises after this many puts.
         **writer_options: Passed to ``LanceDataset.mem_wal_writer``.
@@ -699,7 +761,7 @@ def delete(
     num_partitions: int | None = None,
     max_rows_per_put: int | None = None,
     allow_speculation: bool = False,
-    via: str = "tasks",
+    via: str = "auto",
     **writer_options: Any,
 ) -> Any:
     """Delete the keys of a Spark DataFrame (its primary key columns) from a MemWAL table.
@@ -715,7 +777,7 @@ def delete(
         num_partitions: Write tasks.
         max_rows_per_put: Keys per pylance ``delete`` call.
         allow_speculation: Only warn when ``spark.speculation`` is on.
-        via: ``"tasks"`` or ``"driver"``, as for :func:`write`.
+        via: ``"auto"``, ``"tasks"`` or ``"driver"``, as for :func:`write`.
         **writer_options: Passed to ``LanceDataset.mem_wal_writer``.
 
     Returns:

@@ -211,9 +211,29 @@ def test_one_put_keeps_the_last_row_of_a_key_in_every_region(tmp_path: Path) -> 
         values = w.region_values(batch2)
         assert values is not None
         order = np.argsort(values.column(0).to_numpy(), kind="stable")
-        with pytest.raises(mq.InvalidArgumentError, match="region_values has 1 rows"):
+        with pytest.raises(mq.InvalidArgumentError, match="region values have 1 rows for 2000"):
             w.put(batch2, _region_values=values.slice(0, 1))
         w.put(batch2.take(order), _region_values=values.take(order))
     model.put(batch2)
+    # only some rows, given by index in region order (the Spark driver path): the last
+    # row of each key of batch3 is put, then half of the keys are deleted
+    batch3 = _rows(rng.integers(0, 300, 2000), rng, 3)
+    ids3 = batch3.column("id").to_numpy()
+    _, first_from_end = np.unique(ids3[::-1], return_index=True)
+    last = np.sort(len(ids3) - 1 - first_from_end)
+    gone = np.unique(ids3)[::2]
+    with RoutedWriter.open(uri) as w:
+        values = w.region_values(batch3)
+        assert values is not None
+        rows = pa.array(last[np.argsort(values.column(0).to_numpy()[last], kind="stable")])
+        w.put(batch3, _region_values=values.take(rows), _rows=rows)
+        keys = pa.table({"id": pa.array(np.repeat(gone, 2))})
+        kvalues = w.region_values(keys)
+        assert kvalues is not None
+        krows = pa.array(np.argsort(kvalues.column(0).to_numpy(), kind="stable")[::2])
+        w.delete(keys, _region_values=kvalues.take(krows), _rows=krows)
+    model.put(batch3)
+    assert sorted(np.repeat(gone, 2)[krows.to_numpy()].tolist()) == gone.tolist()
+    model.delete(pa.table({"id": gone}))
     got = sort_table(mq.open_table(uri).to_arrow(), ["id"])
     assert got.equals(sort_table(model.table(), ["id"]))

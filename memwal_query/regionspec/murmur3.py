@@ -38,23 +38,39 @@ _F1 = np.uint32(0x85EBCA6B)
 _F2 = np.uint32(0xC2B2AE35)
 
 
+# The mixing steps work in place on their first argument (a fresh array the caller
+# owns): a hash of n values then touches a few n-sized buffers instead of allocating
+# one per arithmetic step.
 def _rotl(x: U32, r: int) -> U32:
-    return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
+    high = x >> np.uint32(32 - r)
+    x <<= np.uint32(r)
+    x |= high
+    return x
 
 
 def _mix_k1(k: U32) -> U32:
-    return _rotl(k * _C1, 15) * _C2
+    k *= _C1
+    _rotl(k, 15)
+    k *= _C2
+    return k
 
 
 def _mix_h1(h: U32, k: U32) -> U32:
-    return _rotl(h ^ k, 13) * _M5 + _N1
+    h ^= k
+    _rotl(h, 13)
+    h *= _M5
+    h += _N1
+    return h
 
 
 def _fmix(h: U32, length: npt.NDArray[np.uint32] | int) -> U32:
-    h = h ^ np.asarray(length, dtype=np.uint32)
-    h = (h ^ (h >> np.uint32(16))) * _F1
-    h = (h ^ (h >> np.uint32(13))) * _F2
-    return h ^ (h >> np.uint32(16))
+    h ^= np.asarray(length, dtype=np.uint32)
+    h ^= h >> np.uint32(16)
+    h *= _F1
+    h ^= h >> np.uint32(13)
+    h *= _F2
+    h ^= h >> np.uint32(16)
+    return h
 
 
 def _seeds(seed: Seed, n: int) -> U32:
@@ -78,7 +94,7 @@ def hash_int32_words(words: npt.NDArray[np.uint32], seed: Seed = 0) -> npt.NDArr
         >>> int(h[0]) == mmh3.hash((7).to_bytes(4, "little"), 3)
         True
     """
-    w = np.asarray(words, dtype=np.uint32)
+    w = np.array(words, dtype=np.uint32)  # a copy: mixed in place
     h = _mix_h1(_seeds(seed, len(w)), _mix_k1(w))
     return _fmix(h, 4).view(np.int32)
 

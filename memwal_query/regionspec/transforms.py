@@ -133,8 +133,11 @@ def _bucket_of(h: npt.NDArray[np.int32], valid: npt.NDArray[np.bool_], num_bucke
     if not 0 < num_buckets <= 0x7FFFFFFF:
         msg = f"num_buckets must be a positive int32, got {num_buckets}"
         raise InvalidArgumentError(msg)
-    b = (h & np.int32(0x7FFFFFFF)) % np.int32(num_buckets)
-    return pa.array(np.where(valid, b, 0).astype(np.int32), type=pa.int32())
+    b = h & np.int32(0x7FFFFFFF)
+    b %= np.int32(num_buckets)
+    if not valid.all():
+        b[~valid] = 0
+    return pa.array(b, type=pa.int32())
 
 
 def bucket(arr: pa.Array | pa.ChunkedArray, num_buckets: int) -> pa.Int32Array:

@@ -22,7 +22,7 @@ from memwal_query.errors import InvalidArgumentError, MemWalError
 from memwal_query.format.decode import RegionSpec, ShardingFieldSpec
 from memwal_query.planner.plan import REGION_NAMESPACE
 from memwal_query.regionspec.spec import evaluate_spec
-from memwal_write.spark import _hashable, _write_partition, _WriteJob, bucket_column
+from memwal_write.spark import _Dedup, _hashable, _write_partition, _WriteJob, bucket_column
 
 from lsm_model import PK, sort_table
 
@@ -120,7 +120,7 @@ def test_write_upsert_delete_matches_model(spark: Any, tmp_path: Path) -> None:
     uri, model = _table(tmp_path)
     rng = np.random.default_rng(3)
     ups = _rows(rng.choice(2000, 700, replace=False), 1.0)
-    stats = memwal_write.write(_spark_df(spark, ups), uri, max_rows_per_put=120).toArrow()
+    stats = memwal_write.write(_spark_df(spark, ups), uri, max_rows_per_put=120, via="tasks").toArrow()
     model.put(ups)
     assert sum(stats.column("rows_put").to_pylist()) == ups.num_rows
     # one task per bucket region, regions named by the shared convention
@@ -131,7 +131,8 @@ def test_write_upsert_delete_matches_model(spark: Any, tmp_path: Path) -> None:
     dels = [int(i) for i in rng.choice(2000, 150, replace=False)]
     batch_conf = "spark.sql.execution.arrow.maxRecordsPerBatch"
     before = spark.conf.get(batch_conf)
-    dstats = memwal_write.delete(spark.createDataFrame([(i,) for i in dels + dels[:10]], "id long"), uri).toArrow()
+    dkeys = spark.createDataFrame([(i,) for i in dels + dels[:10]], "id long")
+    dstats = memwal_write.delete(dkeys, uri, via="tasks").toArrow()
     model.delete(dels)
     assert sum(dstats.column("rows_deleted").to_pylist()) == len(dels)
     assert spark.conf.get(batch_conf) == before  # raised for the write job only
@@ -183,7 +184,7 @@ def test_retried_tasks_give_model_rows(spark: Any, tmp_path: Path) -> None:
 
     ups2 = _rows(range(0, 300), 3.0)
     df = _spark_df(spark, ups2).repartition(3).mapInArrow(flaky, "id long, cat string, amount double")
-    memwal_write.write(df, uri)
+    memwal_write.write(df, uri, via="tasks")
     model.put(ups2)
     assert _read(uri).equals(model.table())
 
@@ -322,3 +323,72 @@ def test_write_via_driver_or_tasks_same_rows_and_regions(spark: Any, tmp_path: P
     assert _read(uri).equals(model.table())
     with pytest.raises(InvalidArgumentError, match="via must be"):
         memwal_write.write(bad, uri, via="executors")
+
+
+@pytest.mark.parametrize(
+    "key_type", [pa.int64(), pa.int32(), pa.uint16(), pa.float64(), pa.timestamp("us"), pa.date32(), pa.string()]
+)
+def test_driver_dedupe_keeps_one_row_per_key_in_key_order(key_type: pa.DataType) -> None:
+    """``_Dedup.newest_order`` (numpy's sort for one numeric key, Arrow's otherwise):
+    every key once, in key order; equal duplicates collapse, different ones are refused."""
+    rng = np.random.default_rng(5)
+    raw = rng.integers(0, 3000, 20_000)
+    base = pa.array(raw)
+    if pa.types.is_string(key_type):
+        keys = base.cast(pa.string())
+    else:
+        keys = base.cast(pa.int32()).cast(key_type) if pa.types.is_date32(key_type) else base.cast(key_type)
+    t = pa.table({"k": keys, "v": pa.array(raw * 3)})  # duplicates of a key are equal rows
+    model = dict(zip(keys.to_pylist(), t.column("v").to_pylist(), strict=True))
+    dedup = _Dedup(("k",), None, True, "mem://t")
+    kept = t.take(dedup.newest_order(t))
+    expected = sorted(model)
+    assert kept.column("k").to_pylist() == expected
+    assert kept.column("v").to_pylist() == [model[k] for k in expected]
+    assert dedup.dropped == t.num_rows - len(expected)
+    clash = pa.concat_tables([t, t.slice(7, 1).set_column(1, "v", pa.array([-1]))])
+    with pytest.raises(InvalidArgumentError, match="appears more than once"):
+        _Dedup(("k",), None, True, "mem://t").newest_order(clash)
+
+
+def test_auto_writes_from_the_driver_on_a_local_master(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``via="auto"`` (the default): the driver path for a local master and a small size
+    estimate, tasks otherwise; a collect over ``spark.driver.maxResultSize`` falls back
+    to tasks (nothing was written), other collect errors are raised."""
+    from memwal_write import spark as mws
+
+    small = spark.range(0, 1000).selectExpr("id", "cast(id % 5 as string) as cat", "id * 1.0 as amount")
+    assert mws._auto_via(small, num_partitions=None, fail_after_puts=None) == "driver"
+    assert mws._auto_via(small, num_partitions=4, fail_after_puts=None) == "tasks"
+    assert mws._auto_via(small, num_partitions=None, fail_after_puts=1) == "tasks"
+    monkeypatch.setattr(mws, "AUTO_DRIVER_MAX_BYTES", 100)
+    assert mws._auto_via(small, num_partitions=None, fail_after_puts=None) == "tasks"
+    monkeypatch.undo()
+
+    class TooBig:
+        def toArrow(self) -> pa.Table:  # noqa: N802
+            raise RuntimeError("Total size of serialized results is bigger than spark.driver.maxResultSize")
+
+    assert mws._collect(TooBig(), "u", "put", auto=True) is None
+    with pytest.raises(MemWalError, match="could not collect.*maxResultSize"):
+        mws._collect(TooBig(), "u", "put", auto=False)
+
+    # the default write on this local session goes through the driver: one stats row
+    # per region, all from "task" 0; rows equal the model
+    uri, model = _table(tmp_path)
+    collected: list[int] = []
+    real = mws._collect
+
+    def spy(df: Any, uri: str, mode: str, *, auto: bool) -> pa.Table | None:
+        out = real(df, uri, mode, auto=auto)
+        collected.append(0 if out is None else out.num_rows)
+        return out
+
+    monkeypatch.setattr(mws, "_collect", spy)
+    stats = memwal_write.write(small, uri).toArrow()
+    assert collected == [1000]
+    assert set(stats.column("task_partition").to_pylist()) == {0}
+    model.put(small.toArrow().cast(SCHEMA))
+    assert _read(uri).equals(model.table())
