@@ -227,6 +227,10 @@ class RoutedWriter:
         order, runs = region_runs(values)
         if rows is not None:
             order = rows if order is None else rows.take(order)
+        if order is not None:
+            # one buffer per column: a take from many chunks (toArrow gives one per
+            # Arrow batch) costs several times a take from one
+            table = table.combine_chunks()
         spans: dict[str, list[tuple[int, int]]] = {}
         for key, start, stop in runs:
             rid = region_id_for(self.spec, key, types)
