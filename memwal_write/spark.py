@@ -71,7 +71,7 @@ SEED0_LITERAL = -1693959553
 SPARK_HASH_SEED = 42
 
 PKEY = "__memwal_pkey"
-#: ``via="auto"`` collects to the driver only below this Spark size estimate (the
+#: ``via="auto"`` collects to the driver only up to this Spark size estimate (the
 #: optimizer's ``sizeInBytes``; file scans report their compressed size, so the rows
 #: may be a few times more).
 AUTO_DRIVER_MAX_BYTES = 256 << 20
@@ -332,8 +332,8 @@ class _Dedup:
 
 
 def _numeric_key_order(keys: pa.Table) -> pa.Array | None:
-    """Row order sorting one numeric key column without NULLs (numpy's sort, several
-    times Arrow's for integers); ``None`` for other keys.
+    """Row order sorting one numeric key column without NULLs (numpy's ``argsort``:
+    2-15x faster than Arrow's ``sort_indices`` on 2M int64 keys); ``None`` for other keys.
 
     The sort need not be stable: rows with equal keys are either equal (any one may
     stay) or refused as ambiguous, whatever their order.
@@ -517,7 +517,7 @@ def _collect(df: Any, uri: str, mode: str, *, auto: bool) -> pa.Table | None:
 
 def _auto_via(df: Any, *, num_partitions: int | None, fail_after_puts: int | None) -> str:
     """``"driver"`` when Spark runs on this machine (a ``local`` master) and the
-    optimizer estimates the rows below :data:`AUTO_DRIVER_MAX_BYTES`, else ``"tasks"``
+    optimizer estimates the rows at most :data:`AUTO_DRIVER_MAX_BYTES`, else ``"tasks"``
     (also when write tasks were asked for: ``num_partitions`` or the failure hook).
 
     On one machine the write tasks buy no parallelism the driver's region threads do
