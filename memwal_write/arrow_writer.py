@@ -314,22 +314,7 @@ class RoutedWriter:
                 in this order (its deduplicated rows, sorted by region value).
         """
         table = conform(_to_table(data), self.dataset.schema, what=f"put into {self.uri}")
-        parts = self._parts(table, _region_values, _rows)
-
-        def put_region(rid: str, part: pa.Table) -> None:
-            w = self._writers[rid]
-            st = self._stats[rid]
-            for off in range(0, part.num_rows, self.max_rows_per_put):
-                chunk = part.slice(off, self.max_rows_per_put)
-                try:
-                    w.put(chunk)
-                except (OSError, RuntimeError) as err:
-                    msg = f"put of {chunk.num_rows} rows into region {rid} of {self.uri} failed: {err}"
-                    raise MemWalError(msg) from err
-                st.rows_put += chunk.num_rows
-                st.puts += 1
-
-        self._each_region(parts, put_region)
+        self._each_region(self._parts(table, _region_values, _rows), functools.partial(self._write_region, "put"))
 
     def delete(self, keys: Any, *, _region_values: pa.Table | None = None, _rows: pa.Array | None = None) -> None:
         """Delete rows by primary key (only the key columns are read).
@@ -346,19 +331,28 @@ class RoutedWriter:
                 for f in self.dataset.schema
             }
         )
+        self._each_region(self._parts(full, _region_values, _rows), functools.partial(self._write_region, "delete"))
 
-        def delete_region(rid: str, part: pa.Table) -> None:
-            w = self._writers[rid]
-            for off in range(0, part.num_rows, self.max_rows_per_put):
-                chunk = part.slice(off, self.max_rows_per_put).select(list(self.primary_key))
-                try:
-                    w.delete(chunk)
-                except (OSError, RuntimeError) as err:
-                    msg = f"delete of {chunk.num_rows} keys in region {rid} of {self.uri} failed: {err}"
-                    raise MemWalError(msg) from err
-                self._stats[rid].rows_deleted += chunk.num_rows
-
-        self._each_region(self._parts(full, _region_values, _rows), delete_region)
+    def _write_region(self, op: str, rid: str, part: pa.Table) -> None:
+        """``op`` ("put" / "delete") one region's rows, ``max_rows_per_put`` at a time."""
+        w = self._writers[rid]
+        st = self._stats[rid]
+        for off in range(0, part.num_rows, self.max_rows_per_put):
+            chunk = part.slice(off, self.max_rows_per_put)
+            try:
+                if op == "put":
+                    w.put(chunk)
+                else:
+                    w.delete(chunk.select(list(self.primary_key)))
+            except (OSError, RuntimeError) as err:
+                what = f"put of {chunk.num_rows} rows into" if op == "put" else f"delete of {chunk.num_rows} keys in"
+                msg = f"{what} region {rid} of {self.uri} failed: {err}"
+                raise MemWalError(msg) from err
+            if op == "put":
+                st.rows_put += chunk.num_rows
+                st.puts += 1
+            else:
+                st.rows_deleted += chunk.num_rows
 
     def stats(self) -> pa.Table:
         """Per-region write statistics."""

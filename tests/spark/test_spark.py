@@ -392,3 +392,27 @@ def test_auto_writes_from_the_driver_on_a_local_master(
     assert set(stats.column("task_partition").to_pylist()) == {0}
     model.put(small.toArrow().cast(SCHEMA))
     assert _read(uri).equals(model.table())
+
+
+@pytest.mark.parametrize("via", ["tasks", "driver"])
+def test_write_to_a_named_region_of_a_table_without_spec(spark: Any, tmp_path: Path, via: str) -> None:
+    """Tables without a region spec: every row goes to the region the caller names (both
+    paths), and a write that names none is refused before anything is written."""
+    uri = str(tmp_path / "t")
+    base = _rows(range(50), 0.0)
+    lance.write_dataset(base, uri).initialize_mem_wal()
+    model = Model()
+    model.put(base)
+    region = str(uuid.uuid4())
+    ups = _rows(np.r_[np.arange(30, 90), np.arange(30, 40)], 1.0)  # keys 30-39 twice, equal rows
+    with pytest.raises(InvalidArgumentError, match="no region spec"):
+        memwal_write.write(_spark_df(spark, ups), uri, via=via)
+    stats = memwal_write.write(_spark_df(spark, ups), uri, region_id=region, via=via).toArrow()
+    model.put(ups)
+    assert set(stats.column("region_id").to_pylist()) == {region}
+    assert sum(stats.column("rows_put").to_pylist()) == 60
+    memwal_write.delete(
+        spark.createDataFrame([(i,) for i in range(0, 100, 7)], "id long"), uri, region_id=region, via=via
+    )
+    model.delete(list(range(0, 100, 7)))
+    assert _read(uri).equals(model.table())
