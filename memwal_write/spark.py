@@ -507,7 +507,9 @@ def _collect(df: Any, uri: str, mode: str, *, auto: bool) -> pa.Table | None:
     try:
         return df.toArrow()
     except Exception as err:  # Py4J: e.g. spark.driver.maxResultSize exceeded
-        text = str(err).splitlines()[0] if str(err) else repr(err)
+        lines = [ln.strip(" :") for ln in str(err).splitlines() if ln.strip(" :")]
+        # Py4J's first line only names the Java call; the cause is further down
+        text = next((ln for ln in lines if "maxResultSize" in ln), lines[0] if lines else repr(err))
         if auto and "maxResultSize" in str(err):
             log.info("%s into %s: rows too large to collect (%s); writing from Spark tasks", mode, uri, text)
             return None

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
+import subprocess
+import sys
 import threading
 import uuid
 from pathlib import Path
@@ -367,12 +370,16 @@ def test_auto_writes_from_the_driver_on_a_local_master(
     assert mws._auto_via(small, num_partitions=None, fail_after_puts=None) == "tasks"
     monkeypatch.undo()
 
-    class TooBig:
+    class TooBig:  # what Py4J raises (measured with spark.driver.maxResultSize=1m)
         def toArrow(self) -> pa.Table:  # noqa: N802
-            raise RuntimeError("Total size of serialized results is bigger than spark.driver.maxResultSize")
+            raise RuntimeError(
+                "An error occurred while calling o46.getResult.\n: org.apache.spark.SparkException: Job aborted "
+                "due to stage failure: Total size of serialized results of 1 tasks (2.3 MiB) is bigger than "
+                "spark.driver.maxResultSize (1024.0 KiB)\n\tat org.apache.spark..."
+            )
 
     assert mws._collect(TooBig(), "u", "put", auto=True) is None
-    with pytest.raises(MemWalError, match="could not collect.*maxResultSize"):
+    with pytest.raises(MemWalError, match=r"could not collect the rows: org.apache.spark.SparkException: Job .*1024"):
         mws._collect(TooBig(), "u", "put", auto=False)
 
     # the default write on this local session goes through the driver: one stats row
@@ -416,3 +423,40 @@ def test_write_to_a_named_region_of_a_table_without_spec(spark: Any, tmp_path: P
     )
     model.delete(list(range(0, 100, 7)))
     assert _read(uri).equals(model.table())
+
+
+FALLBACK_SCRIPT = """
+import sys, lance, pyarrow as pa
+from pyspark.sql import SparkSession
+import memwal_write
+spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+         .config("spark.driver.maxResultSize", "1m").getOrCreate())
+spark.sparkContext.setLogLevel("OFF")
+pk = {"lance-schema:unenforced-primary-key": "true"}
+schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=pk), pa.field("v", pa.string())])
+uri = sys.argv[1]
+lance.write_dataset(schema.empty_table(), uri).initialize_mem_wal(bucket_column="id", num_buckets=4)
+df = spark.range(0, 200_000, numPartitions=4).selectExpr("id", "repeat('x', 20) as v")
+stats = memwal_write.write(df, uri).toArrow()  # auto: driver chosen, collect refused, tasks write
+print("PARTITIONS", sorted(set(stats.column("task_partition").to_pylist())))
+spark.stop()
+"""
+
+
+@pytest.mark.slow
+def test_auto_falls_back_to_tasks_past_max_result_size(tmp_path: Path) -> None:
+    """A real ``spark.driver.maxResultSize`` refusal (its own Spark session, in a
+    subprocess): ``via="auto"`` picked the driver, the collect failed, the tasks wrote
+    every row."""
+    uri = str(tmp_path / "t")
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    out = subprocess.run(
+        [sys.executable, "-c", FALLBACK_SCRIPT, uri], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "PARTITIONS [0, 1, 2, 3]" in out.stdout
+    got = mq.open_table(uri).to_arrow()
+    assert got.num_rows == 200_000
+    assert sorted(got.column("id").to_pylist()) == list(range(200_000))
