@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows", type=int, default=2_000_000)
     p.add_argument("--regions", type=int, default=8)
     p.add_argument("--cores", type=int, default=2)
-    p.add_argument("--repeat", type=int, default=3, help="runs per measurement (the median is reported)")
+    p.add_argument("--repeat", type=int, default=5, help="runs per measurement (the median is reported)")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "spark.json"))
     args = p.parse_args(argv)
     spark = _spark(args.cores, args.regions)
@@ -166,6 +166,33 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {name:<40} {s:8.2f} s  {rows / s:>12,.0f} rows/s", flush=True)
         return out
 
+    per_round: dict[str, list[float]] = {}
+
+    def rounds(cases: list[tuple[str, Any, Any]]) -> dict[str, Any]:
+        """``--repeat`` rounds of every case (name, fn, setup), the order rotated each
+        round; the first case is the anchor: per-round ratios anchor time / case time go
+        to ``per_round``. Returns each case's last ``setup()`` value."""
+        runs: dict[str, list[float]] = {name: [] for name, _, _ in cases}
+        out: dict[str, Any] = {}
+        for i in range(args.repeat):
+            for name, fn, setup in cases[i % len(cases) :] + cases[: i % len(cases)]:
+                arg = setup()
+                t0 = time.perf_counter()
+                fn(arg)
+                runs[name].append(time.perf_counter() - t0)
+                out[name] = arg
+        anchor = runs[cases[0][0]]
+        for name, _, _ in cases:
+            s = _median(runs[name])
+            results[name] = {
+                "seconds": round(s, 3),
+                "rows_per_s": round(rows / s),
+                "runs_s": [round(r, 3) for r in runs[name]],
+            }
+            per_round[name] = [a / r for a, r in zip(anchor, runs[name], strict=True)]
+            print(f"  {name:<40} {s:8.2f} s  {rows / s:>12,.0f} rows/s", flush=True)
+        return out
+
     def fresh(kind: str) -> Any:
         return lambda: _new_table(root, f"{kind}{next(counter)}", args.regions)
 
@@ -173,25 +200,39 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{rows:,} rows, {args.regions} bucket regions, local[{args.cores}], median of {args.repeat}")
     # JIT-warm the source plan once (the first Spark job over a new plan shape pays seconds)
     _source(spark, rows).toArrow()
-    uri = timed(
-        "spark -> memwal_write.write(via='tasks')",
-        lambda u: (memwal_write.write(_source(spark, rows), u, via="tasks"), u)[1],
-        fresh("memwal"),
+    # The write paths and their anchor run in rounds, one of each per round in a rotating
+    # order, so drift of this machine's speed hits all alike; the targets use the median
+    # of the per-round ratios to the anchor.
+    plain_name = "spark -> toArrow + lance.write_dataset"
+    paired = rounds(
+        [
+            (
+                plain_name,
+                lambda d: lance.write_dataset(_source(spark, rows).toArrow().cast(SCHEMA), d),
+                lambda: f"{root}/plain-spark{next(counter)}",
+            ),
+            (
+                "spark -> memwal_write.write() (auto)",
+                lambda u: memwal_write.write(_source(spark, rows), u),
+                fresh("auto"),
+            ),
+            (
+                "spark -> memwal_write.write(via='driver')",
+                lambda u: memwal_write.write(_source(spark, rows), u, via="driver"),
+                fresh("driver"),
+            ),
+            (
+                "spark -> memwal_write.write(via='tasks')",
+                lambda u: memwal_write.write(_source(spark, rows), u, via="tasks"),
+                fresh("memwal"),
+            ),
+        ]
     )
+    uri = paired["spark -> memwal_write.write(via='tasks')"]
     timed(
         "spark -> shuffle by region, no write",
         lambda u: _shuffle_only(spark, _source(spark, rows), u),
         fresh("shuffle"),
-    )
-    timed(
-        "spark -> memwal_write.write(via='driver')",
-        lambda u: memwal_write.write(_source(spark, rows), u, via="driver"),
-        fresh("driver"),
-    )
-    timed(
-        "spark -> memwal_write.write() (auto)",
-        lambda u: memwal_write.write(_source(spark, rows), u),
-        fresh("auto"),
     )
     timed(
         "spark -> applyInArrow(write_arrow)",
@@ -199,11 +240,6 @@ def main(argv: list[str] | None = None) -> int:
         fresh("apply"),
     )
     data = timed("spark -> toArrow (collect only)", lambda: _source(spark, rows).toArrow())
-    timed(
-        "spark -> toArrow + lance.write_dataset",
-        lambda d: lance.write_dataset(_source(spark, rows).toArrow().cast(SCHEMA), d),
-        lambda: f"{root}/plain-spark{next(counter)}",
-    )
     data = data.cast(SCHEMA)
     timed(
         "lance.write_dataset (in memory)",
@@ -239,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     ratios: dict[str, Any] = {}
     for key, name in paths.items():
         ratios[f"{key}_rows_per_s"] = r[name]["rows_per_s"]
-        ratios[f"{key}_vs_spark_plain_lance_write"] = round(r[name]["rows_per_s"] / plain["rows_per_s"], 3)
+        # median of the per-round ratios (each round timed the anchor and this path together)
+        ratios[f"{key}_vs_spark_plain_lance_write"] = round(_median(per_round[name]), 3)
     ratios.update(
         {
             "write_vs_in_memory_lance_write": round(

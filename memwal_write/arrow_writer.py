@@ -166,8 +166,9 @@ class RoutedWriter:
             region_id: Write every row to this region (tables without a region spec).
             max_rows_per_put: Rows per ``put`` (default: the writers' ``max_memtable_rows``).
             max_workers: Regions one ``put`` / ``close`` writes at the same time (threads;
-                ``None``: the number of CPUs, at most 8). Rows of one region are always
-                put in order by one thread.
+                ``None``: the number of CPUs, at least 8: a durable ``put`` waits for its
+                WAL flush, so more regions in flight than cores keep the cores busy).
+                Rows of one region are always put in order by one thread.
             **writer_options: Passed to ``LanceDataset.mem_wal_writer`` (``durable_write``,
                 ``max_memtable_rows`` ...).
         """
@@ -194,7 +195,7 @@ class RoutedWriter:
         if max_workers is not None and max_workers < 1:
             msg = f"max_workers must be >= 1 or None, got {max_workers}"
             raise InvalidArgumentError(msg)
-        workers = max_workers if max_workers is not None else min(8, os.cpu_count() or 1)
+        workers = max_workers if max_workers is not None else max(8, os.cpu_count() or 1)
         w = cls(storage.uri, ds, storage, spec, pk, rows, dict(writer_options), region_id, workers)
         w._field_names = lance_field_ids(ds)
         return w
@@ -421,7 +422,7 @@ def write_arrow(
         storage_options: Object store options.
         region_id: Target region for tables without a region spec.
         max_rows_per_put: Rows per ``put`` call.
-        max_workers: Regions written at the same time (default: CPUs, at most 8).
+        max_workers: Regions written at the same time (default: CPUs, at least 8).
         **writer_options: Passed to ``LanceDataset.mem_wal_writer``.
 
     Returns:

@@ -36,6 +36,7 @@ from __future__ import annotations
 import logging
 import pickle
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -555,17 +556,17 @@ def _write_on_driver(
         **probe.writer_options,
     )
     pk = probe.primary_key
-    # Sort and dedupe the keys only, then order the survivors by region (a stable sort
-    # of small values): the writer copies each region's rows once, in its own thread.
+    # Sort and dedupe the keys only (numpy / Arrow sorts release the GIL) while the
+    # region values of all rows are computed in a second thread; the writer then orders
+    # the surviving rows by region (a stable sort of small values) and copies each
+    # region's rows once, in its own thread.
     dedup = _Dedup(pk, order_by, mode == "put", probe.uri)
-    newest = dedup.newest_order(table)
     typed_keys = conform(table.select(list(pk)), probe.dataset.schema, what=f"{mode} on {probe.uri}", keys=pk)
-    values = w.region_values(typed_keys)
-    routed = None
-    if values is not None:
-        routed = values.take(newest)
-        by_region = pc.sort_indices(routed, sort_keys=[(c, "ascending") for c in routed.column_names])
-        newest, routed = newest.take(by_region), routed.take(by_region)
+    with ThreadPoolExecutor(1) as pool:
+        values_future = pool.submit(w.region_values, typed_keys)
+        newest = dedup.newest_order(table)
+        values = values_future.result()
+    routed = None if values is None else values.take(newest)
     rows = table.select(list(columns))
     with _fencing_explained(probe.uri), w:
         if mode == "put":
