@@ -164,6 +164,12 @@ def main(argv: list[str] | None = None) -> int:
     rows, results = args.rows, {}
     counter = iter(range(1_000_000))
 
+    def record(name: str, runs: list[float], label: str | None = None) -> None:
+        """Store the median of ``runs`` under ``name`` and print it."""
+        s = _median(runs)
+        results[name] = {"seconds": round(s, 3), "rows_per_s": round(rows / s), "runs_s": [round(r, 3) for r in runs]}
+        print(f"  {label or name:<40} {s:8.2f} s  {rows / s:>12,.0f} rows/s", flush=True)
+
     def timed(name: str, fn: Any, setup: Any = None) -> Any:
         """Median of ``--repeat`` runs; ``setup()`` (untimed) gives each run its argument."""
         runs, out = [], None
@@ -173,9 +179,7 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             out = fn(arg) if setup is not None else fn()
             runs.append(time.perf_counter() - t0)
-        s = _median(runs)
-        results[name] = {"seconds": round(s, 3), "rows_per_s": round(rows / s), "runs_s": [round(r, 3) for r in runs]}
-        print(f"  {name:<40} {s:8.2f} s  {rows / s:>12,.0f} rows/s", flush=True)
+        record(name, runs)
         return out
 
     per_round: dict[str, list[float]] = {}
@@ -196,14 +200,8 @@ def main(argv: list[str] | None = None) -> int:
                 out[name] = arg
         anchor = runs[cases[0][0]]
         for name, _, _ in cases:
-            s = _median(runs[name])
-            results[name] = {
-                "seconds": round(s, 3),
-                "rows_per_s": round(rows / s),
-                "runs_s": [round(r, 3) for r in runs[name]],
-            }
+            record(name, runs[name])
             per_round[name] = [a / r for a, r in zip(anchor, runs[name], strict=True)]
-            print(f"  {name:<40} {s:8.2f} s  {rows / s:>12,.0f} rows/s", flush=True)
         return out
 
     def fresh(kind: str) -> Any:
@@ -273,12 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     upserted = sum(merged.column("rows_upserted").to_pylist())
     print(f"  merge: {merged.num_rows} generations ({', '.join(statuses)}), {upserted:,} rows upserted", flush=True)
     assert upserted >= rows, (upserted, rows, statuses)
-    results["merge_generations_spark"] = {
-        "seconds": round(s, 3),
-        "rows_per_s": round(rows / s),
-        "runs_s": [round(s, 3)],
-    }
-    print(f"  {'merge_generations_spark (one run)':<40} {s:8.2f} s  {rows / s:>12,.0f} rows/s", flush=True)
+    record("merge_generations_spark", [s], "merge_generations_spark (one run)")
     single = timed("read merged: single process", lambda: mq.open_table(uri).to_arrow())
     got = timed("read merged: read_spark", lambda: memwal_write.read_spark(spark, uri).toArrow())
     assert got.num_rows == single.num_rows == rows, (got.num_rows, single.num_rows)

@@ -218,10 +218,12 @@ class RoutedWriter:
         ``rows``: write only these rows of ``table``, in this order (``values`` are then
         those of ``table.take(rows)``).
         """
-        if (self.region_id is not None or self.spec is None) or (rows is not None and values is None):
-            table, rows = (table if rows is None else table.take(rows)), None
-        if self.region_id is not None or self.spec is None:
+        one_region = self.region_id is not None or self.spec is None
+        if rows is not None and (one_region or values is None):
+            table, rows = table.take(rows), None
+        if one_region:
             return [(str(self.region_id), lambda: table)]
+        assert self.spec is not None
         if values is None:
             values = evaluate_spec(self.spec, table, self._field_names)
         types = [values.schema.field(i).type for i in range(values.num_columns)]
