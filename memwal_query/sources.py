@@ -34,6 +34,7 @@ from memwal_query.catchup import CatchupPlan
 from memwal_query.errors import InvalidArgumentError, MemWalError
 from memwal_query.merge import MergeState
 from memwal_query.planner.plan import Plan
+from memwal_query.scan_gate import guarded
 from memwal_query.snapshot import GenerationSource, Snapshot, SnapshotCache
 
 __all__ = ["HIDDEN_COLUMNS", "MergedDataset", "ScanContext", "hidden_fields"]
@@ -141,7 +142,9 @@ class _Scan:
     _batches: Iterator[pa.RecordBatch] | None = None
 
     def to_batches(self) -> Iterator[pa.RecordBatch]:
-        return self._batches if self._batches is not None else iter(())
+        # DataFusion pulls these on its own threads: guarded, so none is left running
+        # Python when the interpreter exits (see scan_gate).
+        return guarded(self._batches) if self._batches is not None else iter(())
 
     def to_table(self) -> pa.Table:
         return pa.Table.from_batches(list(self.to_batches()), schema=self.projected_schema)

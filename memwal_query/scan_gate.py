@@ -1,0 +1,111 @@
+"""Scans handed to DataFusion end before the interpreter does.
+
+DataFusion runs each partition's scan on its own (tokio) threads and calls back into
+Python for every batch. A query that stops early (``LIMIT``) returns while such a call
+may still be decoding a Lance fragment with the GIL released. If the interpreter then
+finalizes, CPython ends that thread when it asks for the GIL back (``pthread_exit``);
+the forced unwind meets native frames that cannot unwind and the process aborts
+(``FATAL: exception not rethrown``, exit 134) after printing a correct answer.
+
+Every batch iterator DataFusion receives from this package goes through
+:func:`guarded`. At interpreter exit (``atexit`` runs before finalization) the gate
+closes: a scan asking for its next batch ends at once, and the exit waits for the
+calls already in flight to return, handing the GIL to threads queued for it so they
+see the gate closed too. Scans abandoned by a finished query therefore never run
+Python after finalization has begun.
+
+Example:
+    >>> list(guarded(iter([1, 2, 3])))
+    [1, 2, 3]
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+import time
+from collections.abc import Iterator
+from typing import TypeVar, cast
+
+__all__ = ["guarded", "EXIT_WAIT_SECONDS"]
+
+T = TypeVar("T")
+
+#: The longest an exiting interpreter waits for scan calls in flight (one fragment
+#: decode each); past it, exit goes on.
+EXIT_WAIT_SECONDS = 60.0
+#: How long the GIL is handed to other threads after the last call in flight returned:
+#: threads queued for the GIL in front of a scan call get it and find the gate closed.
+_SETTLE_SECONDS = 0.02
+
+
+class _Gate:
+    """Counts scan calls in flight; closed once, at exit."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._active = 0
+        self._knocks = 0
+        self._closed = False
+
+    def enter(self) -> bool:
+        """Start a scan call; ``False`` when the gate is closed (the scan must end)."""
+        with self._cond:
+            if self._closed:
+                self._knocks += 1
+                return False
+            self._active += 1
+            return True
+
+    def leave(self) -> None:
+        """A scan call returned."""
+        with self._cond:
+            self._active -= 1
+            self._cond.notify_all()
+
+    def close(self, timeout: float = EXIT_WAIT_SECONDS) -> bool:
+        """Close the gate and wait until no scan call is in flight or knocking.
+
+        Returns:
+            Whether every call in flight returned within ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            self._closed = True
+            while True:
+                while self._active:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    self._cond.wait(left)
+                knocks = self._knocks
+                # Waiting releases the GIL: a thread queued for it runs its scan call now.
+                self._cond.wait(_SETTLE_SECONDS)
+                if not self._active and self._knocks == knocks:
+                    return True
+                if time.monotonic() >= deadline:
+                    return False
+
+
+_GATE = _Gate()
+atexit.register(_GATE.close)
+
+
+def guarded(batches: Iterator[T]) -> Iterator[T]:
+    """``batches``, ending at once when the interpreter exits; each step counted in flight.
+
+    Args:
+        batches: A scan's batch iterator.
+
+    Yields:
+        The items of ``batches`` until it ends or the interpreter starts exiting.
+    """
+    end = object()
+    while _GATE.enter():
+        try:
+            item = next(batches, end)
+        finally:
+            _GATE.leave()
+        if item is end:
+            return
+        yield cast(T, item)

@@ -1,0 +1,91 @@
+"""A process that ends right after a LIMIT query exits 0 (see ``memwal_query.scan_gate``).
+
+Before the scan gate, DataFusion threads still decoding an abandoned partition were
+killed by the interpreter's finalization and the process aborted (exit 134) after
+printing correct rows: every run on these tables did. Each run here is a fresh
+process; the rows it prints are checked against the dict model.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from builders import build_events, events_schema, rows
+from lsm_model import ModelTable
+
+SCRIPT = """
+import json, sys, datafusion, memwal_query as mq
+t = mq.open_table(sys.argv[1])
+ctx = datafusion.SessionContext()
+t.register(ctx, "t", cache=sys.argv[3] == "1")
+print(json.dumps(ctx.sql(sys.argv[2]).to_arrow_table().to_pylist()))
+"""
+
+# (query, limit, predicate on a model row)
+SHAPES: list[tuple[str, int, Any]] = [
+    ("SELECT id, cat, amount, qty FROM t LIMIT 2", 2, lambda r: True),
+    ("SELECT * FROM t WHERE amount > 10 LIMIT 5", 5, lambda r: r["amount"] is not None and r["amount"] > 10),
+    ("SELECT id, cat, amount, qty FROM t WHERE cat = 'b' LIMIT 1", 1, lambda r: r["cat"] == "b"),
+]
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    root = tmp_path_factory.mktemp("exit")
+    levels = build_events(str(root / "levels"), seed=3)  # generations, a merge, an open writer's WAL tail
+    base = pa.Table.from_pylist(rows(range(20_000), 0, np.random.default_rng(1)), schema=events_schema())
+    plain = ModelTable(str(root / "plain"), events_schema(), base, bucket=("id", 4))  # nothing newer than the base
+    yield {"levels": levels, "plain": plain}
+    levels.flush()
+
+
+def _run(argv: list[str]) -> list[dict[str, Any]]:
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stderr[-500:]}"
+    assert "FATAL" not in proc.stderr
+    return json.loads(proc.stdout)  # type: ignore[no-any-return]
+
+
+def _check(got: list[dict[str, Any]], model: ModelTable, limit: int, pred: Any) -> None:
+    live = {k[0]: r for k, r in model.model.items() if pred(r)}
+    assert len(got) == min(limit, len(live))
+    for r in got:
+        assert r["id"] in live and r == {c: live[r["id"]][c] for c in r}
+
+
+def _argv(how: str, uri: str, query: str) -> list[str]:
+    if how == "cli":
+        return [sys.executable, "-m", "memwal_query.cli", "sql", uri, query, "--format", "json"]
+    return [sys.executable, "-c", SCRIPT, uri, query, "1" if how == "cached" else "0"]
+
+
+@pytest.mark.parametrize("shape", range(len(SHAPES)))
+@pytest.mark.parametrize("name", ["levels", "plain"])
+def test_cli_exits_cleanly_after_limit(tables: dict[str, ModelTable], name: str, shape: int) -> None:
+    query, limit, pred = SHAPES[shape]
+    _check(_run(_argv("cli", tables[name].uri, query)), tables[name], limit, pred)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["cli", "cached", "uncached"])
+@pytest.mark.parametrize("name", ["levels", "plain"])
+def test_many_runs_exit_cleanly_after_limit(tables: dict[str, ModelTable], name: str, how: str) -> None:
+    """36 fresh processes: 2 tables x 3 query shapes x (CLI, script with cache on / off) x 2."""
+    for _ in range(2):
+        for query, limit, pred in SHAPES:
+            _check(_run(_argv(how, tables[name].uri, query)), tables[name], limit, pred)
+
+
+def test_script_ending_after_limit_query_exits_cleanly(tables: dict[str, ModelTable], tmp_path: Path) -> None:
+    script = tmp_path / "last_query.py"
+    script.write_text(SCRIPT)
+    query, limit, pred = SHAPES[0]
+    _check(_run([sys.executable, str(script), tables["levels"].uri, query, "1"]), tables["levels"], limit, pred)
