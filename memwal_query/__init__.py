@@ -16,7 +16,11 @@ Example:
 
 from __future__ import annotations
 
-from memwal_query.errors import (
+from memwal_query.lance_log import quiet_known_noise
+
+quiet_known_noise()  # before anything imports lance
+
+from memwal_query.errors import (  # noqa: E402
     InvalidArgumentError,
     ManifestError,
     MemWalCorruptionError,
@@ -27,8 +31,8 @@ from memwal_query.errors import (
     TableNotFoundError,
     UnsupportedVersionError,
 )
-from memwal_query.snapshot import LiveMemTable
-from memwal_query.table import Table, open_table
+from memwal_query.snapshot import LiveMemTable  # noqa: E402
+from memwal_query.table import Table, open_table  # noqa: E402
 
 __all__ = [
     "open_table",

@@ -176,6 +176,7 @@ def _run_query(table: Table, query: str) -> pa.RecordBatchReader:
     import datafusion
     import pyarrow as pa
 
+    from memwal_query.engine_errors import engine_error
     from memwal_query.errors import MemWalError
 
     ctx = datafusion.SessionContext()
@@ -189,12 +190,11 @@ def _run_query(table: Table, query: str) -> pa.RecordBatchReader:
     except MemWalError:
         raise
     except Exception as err:  # DataFusion raises plain exceptions for SQL errors
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        msg = f"query failed: {first}"
-        raise MemWalError(msg) from err
+        raise engine_error(err) from err
 
 
 def _batches(reader: pa.RecordBatchReader) -> Iterator[pa.RecordBatch]:
+    from memwal_query.engine_errors import engine_error
     from memwal_query.errors import MemWalError
 
     while True:
@@ -205,9 +205,7 @@ def _batches(reader: pa.RecordBatchReader) -> Iterator[pa.RecordBatch]:
         except MemWalError:
             raise
         except Exception as err:  # an execution error surfaces while streaming
-            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            msg = f"query failed: {first}"
-            raise MemWalError(msg) from err
+            raise engine_error(err) from err
         yield batch
 
 
@@ -429,12 +427,6 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- #
 
 
-def _quiet_lance_logs() -> None:
-    # pylance logs a spurious "Index __lance_mem_wal has no fields" at ERROR level
-    # for every MemWAL table; keep the user's setting if there is one.
-    os.environ.setdefault("LANCE_LOG", "warn,lance::index=off")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``memwal`` console script.
 
@@ -444,7 +436,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         The exit code: 0 ok, 1 error, 2 problems found by ``verify``.
     """
-    _quiet_lance_logs()
     args = build_parser().parse_args(argv)
     from memwal_query.errors import MemWalError
 

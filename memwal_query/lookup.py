@@ -53,6 +53,19 @@ class LookupStats:
     notes: list[str] = field(default_factory=list)
 
 
+def _key_array(values: list[Any], typ: pa.DataType) -> pa.Array:
+    """``values`` as an array of ``typ``; a value that would change (1.5 as an integer) raises.
+
+    ``pa.array(values, type)`` truncates floats into integer types silently: a lookup of
+    1.5 would return key 1.
+    """
+    arr = pa.array(values, typ)
+    floats = [v for v in values if isinstance(v, float | np.floating)]
+    if floats and not pa.types.is_floating(typ):
+        pa.array(floats).cast(typ)  # safe cast: ArrowInvalid on truncation
+    return arr
+
+
 def normalize_keys(keys: Any, schema: pa.Schema, pk: Sequence[str]) -> pa.Table:
     """Keys as a table of the primary-key columns, cast to their types, deduplicated.
 
@@ -80,8 +93,8 @@ def normalize_keys(keys: Any, schema: pa.Schema, pk: Sequence[str]) -> pa.Table:
             raise InvalidArgumentError(msg)
         values = list(keys) if isinstance(keys, (list, tuple, set, np.ndarray)) else [keys]
         try:
-            table = pa.table({pk[0]: pa.array(values, types[pk[0]])})
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as err:
+            table = pa.table({pk[0]: _key_array(values, types[pk[0]])})
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError) as err:
             msg = f"lookup keys {values[:5]!r} do not fit the key column {pk[0]!r} of type {types[pk[0]]}: {err}"
             raise InvalidArgumentError(msg) from err
     missing = [k for k in pk if k not in table.column_names]

@@ -31,6 +31,7 @@ import pyarrow.dataset as pds
 from lance.dataset import serialize_row_addrs
 
 from memwal_query.catchup import CatchupPlan
+from memwal_query.engine_errors import recorded
 from memwal_query.errors import InvalidArgumentError, MemWalError
 from memwal_query.merge import MergeState
 from memwal_query.planner.plan import Plan
@@ -143,8 +144,9 @@ class _Scan:
 
     def to_batches(self) -> Iterator[pa.RecordBatch]:
         # DataFusion pulls these on its own threads: guarded, so none is left running
-        # Python when the interpreter exits (see scan_gate).
-        return guarded(self._batches) if self._batches is not None else iter(())
+        # Python when the interpreter exits (see scan_gate); our errors are recorded
+        # so they come back out of DataFusion as raised (see engine_errors).
+        return guarded(recorded(self._batches)) if self._batches is not None else iter(())
 
     def to_table(self) -> pa.Table:
         return pa.Table.from_batches(list(self.to_batches()), schema=self.projected_schema)

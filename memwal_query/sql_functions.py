@@ -15,7 +15,7 @@ must not be re-entered from inside a query).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import datafusion
@@ -23,7 +23,8 @@ import pyarrow as pa
 import pyarrow.dataset as pds
 from datafusion import udtf
 
-from memwal_query.errors import InvalidArgumentError
+from memwal_query.engine_errors import raised_in_engine
+from memwal_query.errors import InvalidArgumentError, MemWalError
 
 if TYPE_CHECKING:
     from memwal_query.table import Table
@@ -51,6 +52,36 @@ def _table(tables: Mapping[str, Table], e: Any, fn: str) -> Table:
     return table
 
 
+def _int(e: Any, what: str) -> int:
+    v = _value(e, what)
+    if isinstance(v, bool) or not isinstance(v, int):
+        msg = f"{what} must be an integer, got {v!r}"
+        raise InvalidArgumentError(msg)
+    return v
+
+
+def _register(ctx: datafusion.SessionContext, name: str, fn: Callable[..., pa.Table], usage: str) -> None:
+    """Register ``fn`` as the SQL table function ``name``.
+
+    Its errors come back out of DataFusion as raised (:mod:`memwal_query.engine_errors`):
+    ours as they are, anything else (a literal of the wrong type) as an
+    :class:`InvalidArgumentError` naming the function and its usage.
+    """
+
+    def call(*args: Any) -> datafusion.Table:
+        try:
+            result = fn(*args)
+        except MemWalError as err:
+            raised_in_engine(err)
+            raise
+        except (TypeError, ValueError, OverflowError, pa.ArrowException) as err:
+            msg = f"{name}: {' '.join(str(err).split()) or type(err).__name__}; usage: {usage}"
+            raise raised_in_engine(InvalidArgumentError(msg)) from err
+        return datafusion.Table(pds.dataset(result))
+
+    ctx.register_udtf(udtf(call, name))
+
+
 def register_functions(ctx: datafusion.SessionContext, tables: Mapping[str, Table]) -> None:
     """Make ``memwal_knn`` and ``memwal_lookup`` available in ``ctx`` for ``tables``.
 
@@ -68,27 +99,29 @@ def register_functions(ctx: datafusion.SessionContext, tables: Mapping[str, Tabl
     registry = dict(tables)
     setattr(ctx, _ATTR, registry)
 
-    def knn(*args: Any) -> datafusion.Table:
-        if len(args) < 4:
-            msg = "memwal_knn(table, column, query_vector, k [, filter [, nprobes]]) takes at least 4 arguments"
+    knn_usage = "memwal_knn(table, column, [vector], k [, filter [, nprobes]])"
+
+    def knn(*args: Any) -> pa.Table:
+        if not 4 <= len(args) <= 6:
+            msg = f"{knn_usage} takes 4 to 6 arguments, got {len(args)}"
             raise InvalidArgumentError(msg)
         table = _table(registry, args[0], "memwal_knn")
         column = _value(args[1], "memwal_knn: the column")
         query = _value(args[2], "memwal_knn: the query vector")
-        k = _value(args[3], "memwal_knn: k")
+        k = _int(args[3], "memwal_knn: k")
         filt = _value(args[4], "memwal_knn: the filter") if len(args) > 4 else None
-        nprobes = _value(args[5], "memwal_knn: nprobes") if len(args) > 5 else None
-        result = table.nearest(str(column), query, int(k), filter=filt or None, nprobes=nprobes, _in_query=True)
-        return datafusion.Table(pds.dataset(result))
+        nprobes = _int(args[5], "memwal_knn: nprobes") if len(args) > 5 else None
+        return table.nearest(str(column), query, k, filter=filt or None, nprobes=nprobes, _in_query=True)
 
-    def lookup(*args: Any) -> datafusion.Table:
+    lookup_usage = "memwal_lookup(table, [key, ...])"
+
+    def lookup(*args: Any) -> pa.Table:
         if len(args) != 2:
-            msg = "memwal_lookup(table, [key, ...]) takes 2 arguments"
+            msg = f"{lookup_usage} takes 2 arguments, got {len(args)}"
             raise InvalidArgumentError(msg)
         table = _table(registry, args[0], "memwal_lookup")
         keys = _value(args[1], "memwal_lookup: the keys")
-        result = table.lookup(keys if isinstance(keys, list) else [keys])
-        return datafusion.Table(pds.dataset(result))
+        return table.lookup(keys if isinstance(keys, list) else [keys])
 
-    ctx.register_udtf(udtf(knn, "memwal_knn"))
-    ctx.register_udtf(udtf(lookup, "memwal_lookup"))
+    _register(ctx, "memwal_knn", knn, knn_usage)
+    _register(ctx, "memwal_lookup", lookup, lookup_usage)

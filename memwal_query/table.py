@@ -22,6 +22,7 @@ from memwal_query.catchup import (
     still_readable,
 )
 from memwal_query.compat import check_datafusion_supported
+from memwal_query.engine_errors import engine_error
 from memwal_query.errors import InvalidArgumentError, MemWalError
 from memwal_query.format.decode import ShardingFieldSpec
 from memwal_query.format.storage import Storage
@@ -231,7 +232,12 @@ class Table:
         """
         ctx = ctx or datafusion.SessionContext()
         self.register(ctx, name)
-        return ctx.sql(query)
+        try:
+            return ctx.sql(query)
+        except MemWalError:
+            raise
+        except Exception as err:  # DataFusion's; ours raised inside it come back as they were
+            raise engine_error(err) from err
 
     def to_arrow(self, columns: Sequence[str] | None = None) -> pa.Table:
         """The whole merged table (or some columns) as an Arrow table."""

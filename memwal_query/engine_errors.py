@@ -1,0 +1,88 @@
+"""Our errors back out of DataFusion, as they were raised.
+
+DataFusion calls into this package (SQL table functions while it plans, fragment
+scans while it executes) and turns an exception raised there into its own
+``Exception`` whose text is ``Execution error: PyErr { type: ..., value: ...,
+traceback: Some("Traceback ...") }``: a thousand characters in which our one-line
+message is buried. Every :class:`MemWalError` raised inside such a callback passes
+through :func:`raised_in_engine`, which keeps it (the few most recent, per process);
+where a query comes back to us (``Table.sql``, the CLI), :func:`engine_error`
+finds the error DataFusion is reporting and hands back the original exception.
+
+Example:
+    >>> from memwal_query.errors import InvalidArgumentError
+    >>> err = raised_in_engine(InvalidArgumentError("unknown column 'v' in t"))
+    >>> wrapped = Exception(f"Execution error: PyErr {{ value: {err!r}, traceback: None }}")
+    >>> engine_error(wrapped) is err
+    True
+    >>> str(engine_error(Exception("SQL error: ParserError(...)")))
+    'query failed: SQL error: ParserError(...)'
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import deque
+from collections.abc import Iterator
+from typing import TypeVar
+
+from memwal_query.errors import MemWalError
+
+__all__ = ["engine_error", "raised_in_engine", "recorded"]
+
+T = TypeVar("T")
+
+_KEPT = 32
+_recent: deque[MemWalError] = deque(maxlen=_KEPT)
+_lock = threading.Lock()
+# DataFusion's rendering of a Python exception: keep only its value.
+_PYERR = re.compile(r"PyErr \{ type: <class '[^']*'>, value: (?P<value>.*?), traceback: ", re.S)
+
+
+def raised_in_engine(err: MemWalError) -> MemWalError:
+    """Keep ``err``, raised inside a DataFusion callback, so :func:`engine_error` finds it.
+
+    Args:
+        err: The error about to be raised.
+
+    Returns:
+        ``err`` itself (``raise raised_in_engine(err)``).
+    """
+    with _lock:
+        _recent.append(err)
+    return err
+
+
+def recorded(items: Iterator[T]) -> Iterator[T]:
+    """``items``; a :class:`MemWalError` they raise is kept for :func:`engine_error`."""
+    try:
+        yield from items
+    except MemWalError as err:
+        raised_in_engine(err)
+        raise
+
+
+def engine_error(exc: BaseException) -> MemWalError:
+    """The :class:`MemWalError` behind a DataFusion exception, or a one-line one from its text.
+
+    Args:
+        exc: What DataFusion raised.
+
+    Returns:
+        The original error when one of ours raised inside DataFusion is what ``exc``
+        reports; otherwise a :class:`MemWalError` ``query failed: ...`` with the
+        first line of DataFusion's message (a Python exception's value only).
+    """
+    text = str(exc)
+    with _lock:
+        for err in reversed(_recent):
+            msg = str(err)
+            if msg and (msg in text or repr(msg)[1:-1] in text):
+                _recent.remove(err)
+                return err
+    m = _PYERR.search(text)
+    if m is not None:
+        text = text[: m.start()] + m.group("value")
+    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    return MemWalError(f"query failed: {first}")
