@@ -26,6 +26,8 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
+from memwal_query.text import counted
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -305,7 +307,8 @@ def _inspect_text(d: dict[str, Any]) -> str:
     fr = d["freshness"]["newest_region_manifest"]
     lines = [
         f"memwal table {d['uri']}",
-        f"  base version {d['base_version']}: {d['base_rows']:,} rows in {d['base_fragments']} fragments, "
+        f"  base version {d['base_version']}: {counted(d['base_rows'], 'row')} in "
+        f"{counted(d['base_fragments'], 'fragment')}, "
         f"{d['base_rows_masked']:,} masked by newer versions",
         f"  live rows (merged): {d['live_rows']:,}; primary key: {', '.join(d['primary_key'])}; "
         f"consistency: {d['consistency']}",
@@ -363,14 +366,14 @@ def _inspect_text(d: dict[str, Any]) -> str:
             " ".join(f"g{g['generation']}:{g['rows']}" for g in r["unmerged_generations"]) or "-"
         )
         rows["WAL tail"].append(
-            f"{wal['tail_entries']} entr{'y' if wal['tail_entries'] == 1 else 'ies'} / {wal['tail_rows']} rows"
+            f"{counted(wal['tail_entries'], 'entry', 'entries')} / {counted(wal['tail_rows'], 'row')}"
             if wal["tail_read"]
             else "not read"
         )
         rows["MemTable live"].append(r["memtable_live_rows"])
     table = pa.table({k: pa.array([None if v is None else v for v in vs]) for k, vs in rows.items()})
     lines.append(format_text_table(table, max_cell=60).rsplit("\n", 1)[0])
-    lines.append(f"{len(d['regions'])} regions")
+    lines.append(counted(len(d["regions"]), "region"))
     return "\n".join(lines)
 
 

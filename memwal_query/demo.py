@@ -1,19 +1,24 @@
 """The demo: write a MemWAL table with pylance's own writer, then query it merged.
 
-Run ``python -m memwal_query.demo [DIR]``. It creates a small events table (base
-rows, several flushed generations per region, updates, deletes, one generation
-merged into the base, and a writer left open so its WAL tail is live), registers
-the merged table in DataFusion, runs a few queries and prints ``explain()``.
+Run ``python -m memwal_query.demo [DIR]`` (``./dev demo``). It creates an events table
+(base rows, several flushed generations per region, updates, deletes, one generation
+merged into the base, and a writer left open so its WAL tail is live) with a vector
+column ``vec`` (clustered by category) and a text column ``note``, then queries the
+merged table: SQL, a point lookup, a vector search, ``explain()``; and prints the
+commands to try next.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import datafusion
 import lance
@@ -21,7 +26,10 @@ import numpy as np
 import pyarrow as pa
 from lance.mem_wal import ShardWriter, evaluate_sharding_spec
 
-__all__ = ["events_schema", "write_demo_table", "bucket_region_id", "main"]
+if TYPE_CHECKING:
+    from memwal_query.table import Table
+
+__all__ = ["events_schema", "category_centroids", "write_demo_table", "bucket_region_id", "main", "DIM", "CATEGORIES"]
 
 PK = {"lance-schema:unenforced-primary-key": "true"}
 # Region naming convention for regions created from a bucket spec (FORMAT.md).
@@ -33,27 +41,50 @@ def bucket_region_id(bucket: int) -> str:
     return str(uuid.uuid5(_REGION_NS, f"bucket-{bucket}"))
 
 
+#: Dimension of the demo's ``vec`` column.
+DIM = 16
+CATEGORIES = ("books", "games", "music", "sport", "tools")
+# Words of the ``note`` column, drawn with Zipf-like weights (a few words are common).
+_WORDS = (
+    "great fast delivery price quality gift late refund broken recommend cheap again "
+    "box color size perfect love slow support return small works battery manual"
+).split()
+
+
 def events_schema() -> pa.Schema:
-    """Schema of the demo table: ``id`` (primary key), category, amount, ts."""
+    """Schema of the demo table: ``id`` (primary key), category, amount, ts, vec, note."""
     return pa.schema(
         [
             pa.field("id", pa.int64(), nullable=False, metadata=PK),
             pa.field("category", pa.string()),
             pa.field("amount", pa.float64()),
             pa.field("ts", pa.timestamp("us")),
+            pa.field("vec", pa.list_(pa.float32(), DIM)),
+            pa.field("note", pa.string()),
         ]
     )
 
 
+def category_centroids() -> np.ndarray:
+    """One centre per category (rows of a category cluster around it, 4 sub-clusters each)."""
+    return np.random.default_rng(12345).normal(size=(len(CATEGORIES) * 4, DIM)).astype(np.float32)
+
+
 def _rows(rng: np.random.Generator, ids: np.ndarray, tag: int) -> pa.Table:
     n = len(ids)
-    cats = np.array(["books", "games", "music", "sport", "tools"])
+    cat = rng.integers(0, len(CATEGORIES), n)
+    centre = category_centroids()[cat * 4 + rng.integers(0, 4, n)]
+    vec = (centre + rng.normal(scale=0.25, size=(n, DIM))).astype(np.float32)
+    weights = 1.0 / np.arange(1, len(_WORDS) + 1)
+    words = np.array(_WORDS)[rng.choice(len(_WORDS), size=(n, 4), p=weights / weights.sum())]
     return pa.table(
         {
             "id": pa.array(ids, pa.int64()),
-            "category": pa.array(cats[rng.integers(0, len(cats), n)]),
+            "category": pa.array(np.array(CATEGORIES)[cat]),
             "amount": pa.array(np.round(rng.random(n) * 100 + tag, 2)),
             "ts": pa.array(np.full(n, 1_700_000_000_000_000 + tag, dtype="datetime64[us]")),
+            "vec": pa.FixedSizeListArray.from_arrays(pa.array(vec.ravel()), DIM),
+            "note": pa.array([" ".join(w) for w in words]),
         },
         schema=events_schema(),
     )
@@ -162,6 +193,52 @@ def _merge_first_generations(uri: str) -> None:
     merge_generations(uri, max_generations=1)
 
 
+def _step(text: str) -> float:
+    print(text, end=" ", flush=True)
+    return time.perf_counter()
+
+
+def _done(t0: float) -> None:
+    print(f"done in {time.perf_counter() - t0:.1f} s", flush=True)
+
+
+def _show(title: str, rows: pa.Table) -> None:
+    from memwal_query.display import format_text_table
+
+    print(f"\n{title}\n{format_text_table(rows)}")
+
+
+def _queries(table: Table) -> None:
+    ctx = datafusion.SessionContext()
+    table.register(ctx, "events")
+    for q in [
+        "SELECT count(*) AS live_rows FROM events",
+        "SELECT category, count(*) AS n, round(sum(amount), 2) AS total FROM events GROUP BY category "
+        "ORDER BY category",
+        "SELECT id, category, amount, note FROM events WHERE id = 42",
+        "SELECT count(*) AS refunds FROM events WHERE note LIKE '%refund%'",
+    ]:
+        _show(q, ctx.sql(q).to_arrow_table())
+    _show("table.lookup([42, 43])", table.lookup([42, 43], columns=["id", "category", "amount", "note"]))
+    query = category_centroids()[0]  # the centre of a "books" cluster
+    hits = table.nearest("vec", query, k=5, filter="category = 'books'")
+    _show("table.nearest('vec', query, k=5, filter=\"category = 'books'\")", hits.drop_columns(["vec", "ts"]))
+    print(f"\n{table.explain()}")
+
+
+def _next_steps(uri: str) -> None:
+    bin_dir = os.path.dirname(sys.executable)
+    rel = os.path.relpath(bin_dir)
+    if not rel.startswith(".."):
+        bin_dir = rel
+    print("\nNext, try:")
+    print(f'  {bin_dir}/memwal sql {uri} "SELECT category, count(*) FROM t GROUP BY category"')
+    print(f"  {bin_dir}/memwal inspect {uri}")
+    print(f"  {bin_dir}/python -c 'import memwal_query as mq; print(mq.open_table(\"{uri}\").lookup(7))'")
+    print(f"  notebooks: {bin_dir}/pip install jupyterlab && {bin_dir}/jupyter lab notebooks/01_quickstart.ipynb")
+    print("  the README's examples run on this table (events = the table above)")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m memwal_query.demo``."""
     import memwal_query as mq
@@ -172,27 +249,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--regions", type=int, default=4)
     args = p.parse_args(argv)
     root = args.dir or tempfile.mkdtemp(prefix="memwal-demo-")
-    uri = f"{root.rstrip('/')}/events"
-    t0 = time.perf_counter()
+    uri = f"{os.path.abspath(root).rstrip('/')}/events"
+    if os.path.exists(uri):
+        p.error(f"{uri} exists already: name another directory")
+    t0 = _step(
+        f"writing {uri} with pylance's MemWAL writer ({args.base_rows:,} base rows, {args.regions} regions, "
+        "3 rounds of updates and deletes, one merge, a writer left open) ..."
+    )
     write_demo_table(uri, base_rows=args.base_rows, regions=args.regions, leave_open=True)
-    print(f"wrote {uri} with pylance's MemWAL writer in {time.perf_counter() - t0:.1f} s")
-    t0 = time.perf_counter()
-    table = mq.open_table(uri)
-    print(f"opened snapshot in {(time.perf_counter() - t0) * 1000:.0f} ms\n")
-    ctx = datafusion.SessionContext()
-    table.register(ctx, "events")
-    for q in [
-        "SELECT count(*) AS live_rows FROM events",
-        "SELECT category, count(*) AS n, round(sum(amount), 2) AS total "
-        "FROM events GROUP BY category ORDER BY category",
-        "SELECT * FROM events WHERE id = 42",
-    ]:
-        print(q)
-        ctx.sql(q).show()
-    print(table.explain())
-    for w in OPEN_WRITERS:
-        w.close()
-    OPEN_WRITERS.clear()
+    _done(t0)
+    try:
+        t0 = _step("opening a snapshot ...")
+        table = mq.open_table(uri)
+        _done(t0)
+        _queries(table)
+    finally:
+        for w in OPEN_WRITERS:
+            w.close()
+        OPEN_WRITERS.clear()
+    _next_steps(uri)
     return 0
 
 

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from memwal_query.text import counted
+
 if TYPE_CHECKING:
     from memwal_query.table import Table
 
@@ -312,7 +314,10 @@ def table_html(table: Table) -> str:
                 (_e(d["consistency"]), False),
                 (_freshness_text(table), False),
                 (
-                    _e(f"{d['base_rows']:,} rows, {d['base_fragments']} fragments, {d['base_rows_masked']:,} masked"),
+                    _e(
+                        f"{counted(d['base_rows'], 'row')}, {counted(d['base_fragments'], 'fragment')}, "
+                        f"{d['base_rows_masked']:,} masked"
+                    ),
                     False,
                 ),
             ]
@@ -324,7 +329,7 @@ def table_html(table: Table) -> str:
         gens = ", ".join(f"g{g['generation']}: {g['rows']:,}" for g in unmerged) or "-"
         wal = r["wal"]
         if wal["tail_read"]:
-            tail = f"{wal['tail_entries']} entries, {wal['tail_rows']:,} rows"
+            tail = f"{counted(wal['tail_entries'], 'entry', 'entries')}, {counted(wal['tail_rows'], 'row')}"
         else:
             tail = "not read (eventual)"
         rows.append(
@@ -355,7 +360,7 @@ def _plan_html(table: Table, predicate: str) -> tuple[str, str]:
         rows.append([(_short(rid), False), (_e("read" + note), False)])
     for p in plan.pruned:
         rows.append([(_short(p.region_id), False), (_e(f"pruned: {p.reason}"), False)])
-    head = _e(f"predicate {predicate}: {len(plan.regions)} regions read, {len(plan.pruned)} pruned")
+    head = _e(f"predicate {predicate}: {counted(len(plan.regions), 'region')} read, {len(plan.pruned)} pruned")
     return f"<br><span>{head}</span>" + _rows_table(["region", "decision"], rows), plan.explain()
 
 
@@ -435,7 +440,7 @@ def explain_html(table: Table, predicate: str | None = None) -> str:
             )
     sources = _rows_table(["region", "source", "rows", "dropped (superseded/deleted/masked)", "status"], rows)
     head = _e(
-        f"{len(snap.regions)} regions · consistency {snap.consistency} · merge computed in "
+        f"{counted(len(snap.regions), 'region')} · consistency {snap.consistency} · merge computed in "
         f"{merge.seconds * 1000:.1f} ms"
     )
     text = explain_table(table)

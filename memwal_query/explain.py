@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from memwal_query.text import counted
+
 if TYPE_CHECKING:
     from memwal_query.snapshot import Snapshot
     from memwal_query.table import Table
@@ -20,9 +22,11 @@ def _spec_text(table: Table, spec_id: int) -> str:
         if spec.spec_id == spec_id:
             parts = []
             for f in spec.fields:
-                params = ",".join(f"{k}={v}" for k, v in sorted(f.parameters.items()))
-                how = f.transform or f"expr({f.expression})"
-                parts.append(f"{f.field_id}={how}(fields {list(f.source_ids)}{', ' + params if params else ''})")
+                names = table.field_names()
+                args = [names.get(i, f"field {i}") for i in f.source_ids]
+                args += [v for _, v in sorted(f.parameters.items())]
+                how = f"{f.transform}({', '.join(args)})" if f.transform else f.expression
+                parts.append(f"{f.field_id} = {how}")
             return f"spec {spec_id}: " + "; ".join(parts)
     return f"spec {spec_id} (not in the MemWAL index)"
 
@@ -35,8 +39,9 @@ def explain_table(table: Table) -> str:
     base_rows = snap.base.count_rows()
     lines = [
         f"memwal table {snap.uri}",
-        f"  base version {snap.base_version}: {base_rows} rows in {len(snap.base.get_fragments())} fragments; "
-        f"{merge.base_shadowed_rows} rows masked by newer versions",
+        f"  base version {snap.base_version}: {counted(base_rows, 'row')} in "
+        f"{counted(len(snap.base.get_fragments()), 'fragment')}; "
+        f"{counted(merge.base_shadowed_rows, 'row')} masked by newer versions",
         f"  primary key: {', '.join(snap.primary_key)}",
         f"  consistency: {snap.consistency} ({snap.consistency_source}; {_cut_text(snap)})",
         f"  regions: {len(snap.regions)}; merge computed in {merge.seconds * 1000:.1f} ms",
@@ -71,16 +76,18 @@ def explain_table(table: Table) -> str:
         for g in r.generations:
             drop = merge.generation_drop.get(g.uri)
             dropped = int(drop.size) if drop is not None else 0
-            lines.append(f"    generation {g.generation}: {g.num_rows} rows, {dropped} superseded/deleted dropped")
+            lines.append(
+                f"    generation {g.generation}: {counted(g.num_rows, 'row')}, {dropped:,} superseded/deleted dropped"
+            )
         for s in r.skipped:
-            lines.append(f"    generation {s.generation}: skipped ({s.reason})")
+            lines.append(f"    generation {s.generation}: skipped: {s.reason}")
         if r.memtable is not None:
             mt = r.memtable
             kept = merge.memtables.get(r.region_id)
             pos = f", WAL positions {mt.wal_positions[0]}..{mt.wal_positions[1]}" if mt.wal_positions else ""
             lines.append(
-                f"    memtable ({mt.origin}{pos}): {mt.table.num_rows} rows, "
-                f"{kept.num_rows if kept is not None else 0} live after dedup"
+                f"    memtable ({mt.origin}{pos}): {counted(mt.table.num_rows, 'row')}, "
+                f"{kept.num_rows if kept is not None else 0:,} live after dedup"
             )
         elif snap.consistency == "eventual":
             lines.append("    memtable: not read (eventual consistency)")
@@ -91,8 +98,8 @@ def explain_table(table: Table) -> str:
         st = merge.region_stats.get(r.region_id)
         if st is not None:
             lines.append(
-                f"    dedup: {st.newer_rows} newer rows -> {st.live_keys} live keys, "
-                f"{st.deleted_keys} deleted keys, {st.superseded_rows} superseded rows"
+                f"    dedup: {counted(st.newer_rows, 'newer row')} -> {counted(st.live_keys, 'live key')}, "
+                f"{counted(st.deleted_keys, 'deleted key')}, {counted(st.superseded_rows, 'superseded row')}"
             )
     lines.append(f"  DataFusion partitions: {len(ds.get_fragments())}")
     return "\n".join(lines)

@@ -261,7 +261,8 @@ class Table:
             )
         return self._region_values
 
-    def _fields(self) -> dict[int, str]:
+    def field_names(self) -> dict[int, str]:
+        """Lance field id -> column name, for the columns region specs refer to."""
         if self._field_names is None:
             self._field_names = lance_field_ids(self._snapshot.base)
         return self._field_names
@@ -271,7 +272,7 @@ class Table:
             self._snapshot,
             predicate,
             self.region_values(),
-            self._fields(),
+            self.field_names(),
             _transform,
             allow_expressions=not in_query,
         )
@@ -311,7 +312,7 @@ class Table:
         """
         snap = self._snapshot
         values = self.region_values()
-        names = self._fields()
+        names = self.field_names()
         out: dict[str, pa.Table] = {}
         evaluated: dict[int, pa.Table] = {}
         for r in snap.regions:

@@ -51,6 +51,7 @@ from memwal_query.format.decode import (
 from memwal_query.format.storage import Storage
 from memwal_query.format.wal import WalEntry, read_wal_entry, wal_entry_path
 from memwal_query.regionspec.spec import decode_field_value, lance_field_ids, parse_result_type
+from memwal_query.text import counted
 
 __all__ = ["Finding", "VerifyReport", "verify_table", "Progress"]
 
@@ -99,8 +100,10 @@ class VerifyReport:
         """One line: ``ok: ...`` or ``N problems: ...`` with what was checked."""
         c = self.checked
         what = (
-            f"base version {self.base_version}, {c['regions']} regions, {c['region_manifests']} region manifests, "
-            f"{c['wal_entries']} WAL entries, {c['generations']} generations, {c['specs']} specs checked"
+            f"base version {self.base_version}; checked {counted(c['regions'], 'region')}, "
+            f"{counted(c['region_manifests'], 'region manifest')}, "
+            f"{counted(c['wal_entries'], 'WAL entry', 'WAL entries')}, "
+            f"{counted(c['generations'], 'generation')}, {counted(c['specs'], 'spec')}"
         )
         warn = f", {len(self.warnings)} warning{'s' if len(self.warnings) != 1 else ''}" if self.warnings else ""
         if self.ok:

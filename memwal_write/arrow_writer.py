@@ -33,6 +33,7 @@ from memwal_query.format.decode import (
     decode_mem_wal_index,
     lance_manifest_file_name,
 )
+from memwal_query.format.lance_open import lance_message, open_lance
 from memwal_query.format.storage import Storage
 from memwal_query.regionspec.spec import evaluate_spec, lance_field_ids, region_runs
 from memwal_query.snapshot import primary_key_of
@@ -173,11 +174,7 @@ class RoutedWriter:
                 ``max_memtable_rows`` ...).
         """
         storage = Storage.open(uri, storage_options)
-        try:
-            ds = lance.dataset(storage.uri, storage_options=dict(storage.storage_options) or None)
-        except (ValueError, OSError) as err:
-            msg = f"cannot open table {storage.uri} for writing: {err}"
-            raise MemWalError(msg) from err
+        ds = open_lance(storage, str(uri), " for writing")
         index = _read_index(storage, ds)
         pk = primary_key_of(ds.schema)
         spec = max(index.specs, key=lambda s: s.spec_id) if index.specs else None
@@ -275,7 +272,7 @@ class RoutedWriter:
             try:
                 w = self.dataset.mem_wal_writer(region_id, **self.writer_options)
             except (OSError, ValueError, RuntimeError) as err:
-                msg = f"cannot open a writer for region {region_id} of {self.uri}: {err}"
+                msg = f"cannot open a writer for region {region_id} of {self.uri}: {lance_message(err)}"
                 raise MemWalError(msg) from err
             self._writers[region_id] = w
             self._stats.setdefault(region_id, RegionWriteStats(region_id, ()))
@@ -349,7 +346,7 @@ class RoutedWriter:
                     w.delete(chunk.select(list(self.primary_key)))
             except (OSError, RuntimeError) as err:
                 what = f"put of {chunk.num_rows} rows into" if op == "put" else f"delete of {chunk.num_rows} keys in"
-                msg = f"{what} region {rid} of {self.uri} failed: {err}"
+                msg = f"{what} region {rid} of {self.uri} failed: {lance_message(err)}"
                 raise MemWalError(msg) from err
             if op == "put":
                 st.rows_put += chunk.num_rows

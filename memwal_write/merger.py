@@ -52,6 +52,7 @@ from lance.mem_wal import CompactedSsTable
 
 from memwal_query.errors import MemWalError
 from memwal_query.format.decode import FlushedGeneration, MemWalIndex
+from memwal_query.format.lance_open import lance_message, open_lance, require_table
 from memwal_query.format.storage import Storage
 from memwal_query.snapshot import latest_region_manifest, primary_key_of
 from memwal_write.arrow_writer import _read_index
@@ -87,13 +88,8 @@ class GenerationMergeStats:
     seconds: float = 0.0
 
 
-def _open_latest(storage: Storage) -> tuple[lance.LanceDataset, MemWalIndex]:
-    opts = dict(storage.storage_options) or None
-    try:
-        ds = lance.dataset(storage.uri, storage_options=opts)
-    except (ValueError, OSError) as err:
-        msg = f"cannot open table {storage.uri} to merge generations: {err}"
-        raise MemWalError(msg) from err
+def _open_latest(storage: Storage, given: str | None = None) -> tuple[lance.LanceDataset, MemWalIndex]:
+    ds = open_lance(storage, given or storage.uri, " to merge generations")
     return ds, _read_index(storage, ds)
 
 
@@ -116,7 +112,7 @@ def _generation_rows(storage: Storage, region_id: str, gen: FlushedGeneration) -
         # deletion vectors hide rows superseded inside the generation: one row per key
         return lance.dataset(path, storage_options=dict(storage.storage_options) or None).to_table()
     except (ValueError, OSError) as err:
-        msg = f"cannot read generation {gen.generation} of region {region_id} ({path}): {err}"
+        msg = f"cannot read generation {gen.generation} of region {region_id} ({path}): {lance_message(err)}"
         raise MemWalError(msg) from err
 
 
@@ -153,7 +149,8 @@ def _merge_one(storage: Storage, region_id: str, gen: FlushedGeneration, pk: tup
             if _is_conflict(err) and attempt + 1 < _MAX_ATTEMPTS:
                 log.info("commit conflict merging %s/gen%s, retrying: %s", region_id, gen.generation, err)
                 continue
-            msg = f"merging generation {gen.generation} of region {region_id} into {storage.uri} failed: {err}"
+            what = f"merging generation {gen.generation} of region {region_id} into {storage.uri}"
+            msg = f"{what} failed: {lance_message(err)}"
             raise MemWalError(msg) from err
         ds, _ = _open_latest(storage)
         return GenerationMergeStats(
@@ -205,7 +202,7 @@ def merge_generations(
         >>> # merge_generations("s3://bucket/events", max_generations=1)
     """
     storage = Storage.open(uri, storage_options)
-    ds, index = _open_latest(storage)
+    ds, index = _open_latest(storage, str(uri))
     pk = primary_key_of(ds.schema)
     stats: list[GenerationMergeStats] = []
     for region_id in regions if regions is not None else _list_regions(storage):
@@ -260,6 +257,7 @@ def merge_generations_spark(
         >>> # merge_generations_spark(spark, "s3://bucket/events").show()
     """
     storage = Storage.open(uri, storage_options)
+    require_table(storage, str(uri), " to merge generations")
     todo = list(regions) if regions is not None else _list_regions(storage)
     from pyspark.sql.pandas.types import from_arrow_schema
 

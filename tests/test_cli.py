@@ -93,7 +93,8 @@ def test_sql_consistency_and_json_types(demo: str, capsys: pytest.CaptureFixture
     )
     assert code == 0
     (row,) = json.loads(out)
-    assert set(row) == {"id", "category", "amount", "ts"} and isinstance(row["ts"], str)
+    assert set(row) == {"id", "category", "amount", "ts", "vec", "note"} and isinstance(row["ts"], str)
+    assert isinstance(row["vec"], list) and len(row["vec"]) == 16 and all(isinstance(x, float) for x in row["vec"])
 
 
 def test_sql_max_rows(demo: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -53,7 +53,7 @@ def test_explain_html_lists_every_source(table: mq.Table) -> None:
 def test_explain_html_with_predicate(table: mq.Table) -> None:
     out = explain_html(table, "id = 42")
     plan = table.plan("id = 42")
-    assert len(plan.regions) == 1 and "1 regions read, 3 pruned" in out
+    assert len(plan.regions) == 1 and "1 region read, 3 pruned" in out
     for p in plan.pruned:
         assert html.escape(f"pruned: {p.reason}") in out
     # same text as Table.explain(predicate)

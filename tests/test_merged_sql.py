@@ -147,7 +147,7 @@ def test_merged_generations_are_skipped(events) -> None:  # type: ignore[no-unty
         assert r.merged_generation >= 1
         assert all(g.generation > r.merged_generation for g in r.generations)
         assert any("merged into base" in s.reason for s in r.skipped)
-    assert "skipped (merged into base" in table.explain()
+    assert "skipped: merged into base" in table.explain()
 
 
 def test_reader_never_writes(events) -> None:  # type: ignore[no-untyped-def]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from memwal_query.format.decode import RegionSpec
-from memwal_query.planner.predicates import Predicate, Unknown
+from memwal_query.planner.predicates import Predicate, Unknown, to_sql
 from memwal_query.planner.pruning import RegionValues, Transform, region_might_match
 from memwal_query.snapshot import Snapshot
 
@@ -52,7 +52,10 @@ class Plan:
 
     def explain(self) -> str:
         """Readable summary of the pruning decision."""
-        lines = [f"predicate: {self.predicate}", f"regions read: {len(self.regions)}, pruned: {len(self.pruned)}"]
+        lines = [
+            f"predicate: {to_sql(self.predicate)}",
+            f"regions read: {len(self.regions)}, pruned: {len(self.pruned)}",
+        ]
         for r in self.regions:
             note = " (spec values unknown: never pruned)" if r in self.unknown_values else ""
             lines.append(f"  read   {r}{note}")
@@ -71,7 +74,7 @@ def _bucket_convention(region_id: str, spec: RegionSpec) -> RegionValues | None:
         return None
     for b in range(n):
         if str(uuid.uuid5(REGION_NAMESPACE, f"bucket-{b}")) == region_id:
-            return RegionValues({f.field_id: b}, "naming convention (bucket)")
+            return RegionValues({f.field_id: b}, "bucket region naming convention")
     return None
 
 
@@ -131,5 +134,5 @@ def plan_regions(
             keep.append(r.region_id)
         else:
             vals = ", ".join(f"{k}={v!r}" for k, v in rv.values.items())
-            pruned.append(PrunedRegion(r.region_id, f"spec values {vals} ({rv.source}) cannot match"))
+            pruned.append(PrunedRegion(r.region_id, f"spec values {vals} cannot match (learned from the {rv.source})"))
     return Plan(predicate, tuple(keep), tuple(p.region_id for p in pruned), tuple(pruned), tuple(unknown))

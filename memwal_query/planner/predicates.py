@@ -14,6 +14,8 @@ Example:
 
 from __future__ import annotations
 
+import datetime as dt
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -30,6 +32,7 @@ __all__ = [
     "Unknown",
     "to_nnf",
     "columns_of",
+    "to_sql",
 ]
 
 Op = Literal["=", "!=", "<", "<=", ">", ">="]
@@ -136,3 +139,54 @@ def columns_of(p: Predicate) -> set[str]:
     if isinstance(p, Not):
         return columns_of(p.child)
     return set()
+
+
+_PLAIN_NAME = re.compile(r"[a-z_][a-z0-9_]*")
+
+
+def _name(column: str) -> str:
+    return column if _PLAIN_NAME.fullmatch(column) else '"' + column.replace('"', '""') + '"'
+
+
+def _literal(value: pa.Scalar) -> str:
+    v = value.as_py() if isinstance(value, pa.Scalar) else value
+    if v is None:
+        return "NULL"
+    if isinstance(v, bool):
+        return "TRUE" if v else "FALSE"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, bytes):
+        return f"X'{v.hex()}'"
+    if isinstance(v, dt.datetime):
+        return f"TIMESTAMP '{v.isoformat(sep=' ')}'"
+    if isinstance(v, dt.date):
+        return f"DATE '{v.isoformat()}'"
+    return "'" + str(v).replace("'", "''") + "'"
+
+
+def to_sql(p: Predicate) -> str:
+    """The predicate as SQL text (for explanations).
+
+    Example:
+        >>> import pyarrow as pa
+        >>> to_sql(Or((Compare("id", "=", pa.scalar(1)), And((InSet("c", (pa.scalar("a"),)), IsNull("x", True))))))
+        "id = 1 OR c IN ('a') AND x IS NOT NULL"
+        >>> either = Or((Compare("a", "<", pa.scalar(2)), Unknown("f(a)")))
+        >>> to_sql(And((either, Not(Compare("b", ">=", pa.scalar(1.5))))))
+        '(a < 2 OR <not understood: f(a)>) AND NOT b >= 1.5'
+    """
+    if isinstance(p, Compare):
+        return f"{_name(p.column)} {p.op} {_literal(p.value)}"
+    if isinstance(p, InSet):
+        return f"{_name(p.column)} {'NOT IN' if p.negated else 'IN'} ({', '.join(_literal(v) for v in p.values)})"
+    if isinstance(p, IsNull):
+        return f"{_name(p.column)} IS {'NOT NULL' if p.negated else 'NULL'}"
+    if isinstance(p, And):
+        return " AND ".join(f"({to_sql(c)})" if isinstance(c, Or) else to_sql(c) for c in p.children) or "TRUE"
+    if isinstance(p, Or):
+        return " OR ".join(to_sql(c) for c in p.children) or "FALSE"
+    if isinstance(p, Not):
+        inner = to_sql(p.child)
+        return f"NOT ({inner})" if isinstance(p.child, And | Or) else f"NOT {inner}"
+    return f"<not understood: {p.text}>" if p.text else "<not understood>"

@@ -1,0 +1,76 @@
+"""Opening a Lance table for memwal, with errors that name what the user gave.
+
+Lance's errors carry the Rust source lines they were raised at
+(``.../rust/lance-table/src/io/commit.rs:653:26``) and name local paths without their
+leading ``/``; a missing table is a generic ``ValueError``. Readers, writers and the
+merger open tables through :func:`open_lance`: a missing table is a
+:class:`TableNotFoundError` naming the URI as the user wrote it; any other failure a
+:class:`ManifestError` with Lance's message cleaned by :func:`lance_message`.
+
+Example:
+    >>> lance_message(ValueError("Not found: t/_versions, /src/lance/rust/io/commit.rs:653:26"))
+    'Not found: t/_versions'
+"""
+
+from __future__ import annotations
+
+import re
+
+import lance
+
+from memwal_query.errors import ManifestError, TableNotFoundError
+from memwal_query.format.storage import Storage
+
+__all__ = ["lance_message", "open_lance", "require_table"]
+
+# ", /any/path/file.rs:12:34" (a Rust source location Lance appends to its errors)
+_RUST_LOCATION = re.compile(r",?\s*[^\s,]*\.rs:\d+:\d+")
+
+
+def lance_message(err: BaseException) -> str:
+    """Lance's error text on one line, without the Rust source locations it carries."""
+    text = _RUST_LOCATION.sub("", str(err))
+    return " ".join(text.split()) or type(err).__name__
+
+
+def _named(given: str, storage: Storage) -> str:
+    return given if given.rstrip("/") == storage.uri.rstrip("/") else f"{given} ({storage.uri})"
+
+
+def require_table(storage: Storage, given: str, purpose: str = "") -> None:
+    """Raise :class:`TableNotFoundError` unless a Lance table is at ``storage``.
+
+    Args:
+        storage: The table root.
+        given: The URI as the caller wrote it (named in the error).
+        purpose: What the table was opened for, e.g. ``" for writing"``.
+    """
+    if not storage.exists("_versions"):
+        msg = f"no Lance table at {_named(given, storage)}{purpose} (no _versions directory)"
+        raise TableNotFoundError(msg)
+
+
+def open_lance(storage: Storage, given: str, purpose: str = "", version: int | None = None) -> lance.LanceDataset:
+    """The Lance dataset at ``storage`` (its latest version, or ``version``).
+
+    Args:
+        storage: The table root.
+        given: The URI as the caller wrote it (named in errors).
+        purpose: What the table is opened for, e.g. ``" for writing"``.
+        version: A version to open (default: the latest).
+
+    Raises:
+        TableNotFoundError: No Lance table there (or no such version).
+        ManifestError: Lance cannot open it.
+    """
+    require_table(storage, given, purpose)
+    try:
+        return lance.dataset(storage.uri, version=version, storage_options=dict(storage.storage_options) or None)
+    except (ValueError, OSError, RuntimeError) as err:
+        text = lance_message(err)
+        at = f"{_named(given, storage)}" + (f" (version {version})" if version is not None else "")
+        if "not found" in text.lower():
+            msg = f"no Lance table at {at}{purpose}: {text}"
+            raise TableNotFoundError(msg) from err
+        msg = f"cannot open Lance table at {at}{purpose}: {text}"
+        raise ManifestError(msg) from err
