@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 from memwal_query.errors import (
+    GenerationLostError,
     InvalidArgumentError,
     ManifestError,
     MemWalCorruptionError,
@@ -40,6 +41,7 @@ __all__ = [
     "NoPrimaryKeyError",
     "ManifestError",
     "MemWalCorruptionError",
+    "GenerationLostError",
     "UnsupportedVersionError",
     "InvalidArgumentError",
     "StorageError",
