@@ -29,10 +29,12 @@ import uuid
 from dataclasses import replace
 
 import lance
+import numpy as np
 import pyarrow as pa
 
 from memwal_query.conform import conform
 from memwal_query.errors import GenerationLostError, MemWalCorruptionError
+from memwal_query.format.decode import FlushedGeneration
 from memwal_query.format.storage import Storage
 from memwal_query.format.wal import TOMBSTONE, GenerationWal, scan_generations
 from memwal_query.snapshot import (
@@ -44,7 +46,13 @@ from memwal_query.snapshot import (
     SnapshotCache,
 )
 
-__all__ = ["REPAIR_HINT", "resolve_missing_generations", "rebuild_rows", "lost_generation_message"]
+__all__ = [
+    "REPAIR_HINT",
+    "resolve_missing_generations",
+    "rebuild_rows",
+    "lost_generation_message",
+    "wal_generation_rows",
+]
 
 log = logging.getLogger("memwal_query")
 
@@ -197,3 +205,40 @@ def _rebuilt_source(
     with cache.lock:
         cache.rebuilt[key] = src
     return src
+
+
+def wal_generation_rows(
+    storage: Storage, region_id: str, gen: FlushedGeneration, schema: pa.Schema, primary_key: tuple[str, ...]
+) -> pa.Table:
+    """A flushed generation's live rows rebuilt from the WAL: what its dataset would read.
+
+    One row per key, the newest (a flushed generation's deletion vector hides the rows
+    superseded inside it), tombstones included. For a merger of a lost generation.
+
+    Args:
+        storage: The table's storage.
+        region_id: Region UUID string.
+        gen: The flushed generation as the region manifest lists it.
+        schema: The base table schema.
+        primary_key: The primary key columns.
+
+    Returns:
+        The base columns plus ``_tombstone``.
+
+    Raises:
+        GenerationLostError: The WAL does not hold every row of the generation.
+    """
+    found = scan_generations(storage, region_id, {gen.generation: gen.physical_rows})[gen.generation]
+    if not found.complete:
+        path = storage.child_uri(f"_mem_wal/{region_id}/{gen.path.strip('/')}")
+        msg = (
+            f"{storage.uri}: region {region_id}: flushed generation {gen.generation} ({path}) cannot be read "
+            f"and the WAL cannot rebuild it: {found.describe()}"
+        )
+        raise GenerationLostError(msg)
+    rows = rebuild_rows(found, region_id, schema, primary_key)
+    order = pa.array(np.arange(rows.num_rows, dtype=np.int64))
+    newest = (
+        rows.select(list(primary_key)).append_column("_i", order).group_by(list(primary_key)).aggregate([("_i", "max")])
+    )
+    return rows.take(pa.array(np.sort(newest.column("_i_max").to_numpy())))
