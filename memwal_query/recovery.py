@@ -66,8 +66,14 @@ def lost_generation_message(table_uri: str, region: RegionSnapshot, lost: Skippe
     """The one-line message of a lost generation: table, region, generation, path, what and why."""
     return (
         f"{table_uri}: region {region.region_id}: flushed generation {lost.generation} ({lost.uri}) is lost: "
-        f"{lost.reason}, and it is not merged (the region's merged generation is {region.merged_generation}); {why}"
+        f"{_one_line(lost.reason)}, and it is not merged (the region's merged generation is "
+        f"{region.merged_generation}); {why}"
     )
+
+
+def _one_line(text: str) -> str:
+    """``text`` without line breaks (storage errors can span lines)."""
+    return " ".join(text.split())
 
 
 def resolve_missing_generations(
@@ -130,8 +136,8 @@ def _resolve_region(
             log.warning("%s", lost_generation_message(snap.uri, region, s, why))
         elif policy == "skip":
             reason = (
-                f"LOST ({s.reason}: {s.uri}), not merged, and {found.describe()}: its rows are missing from this "
-                "snapshot (on_missing_generation='skip')"
+                f"LOST ({_one_line(s.reason)}: {s.uri}), not merged, and {found.describe()}: "
+                "its rows are missing from this snapshot (on_missing_generation='skip')"
             )
             skipped.append(replace(s, reason=reason))
             log.warning(
