@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import datafusion
 import lance
 import pyarrow as pa
 import pytest
@@ -155,6 +156,10 @@ def test_lost_generation_is_rebuilt_from_the_wal(
     keys = [1, 5, 20, 21, 25, 26, 45, 90, 93, 120, 999]
     got = {r["id"]: r for r in t.lookup(keys).to_pylist()}
     assert got == {k: table.model[(k,)] for k in keys if (k,) in table.model}
+    ctx = datafusion.SessionContext()
+    t.register(ctx, "h", hidden_columns=True)
+    only_here = {4: 120, 2: 27}[generation]  # last written by this generation
+    assert ctx.sql(f"SELECT _gen FROM h WHERE id = {only_here}").to_pydict() == {"_gen": [generation]}
     filtered = t.sql("SELECT * FROM t WHERE v >= 2").to_arrow_table().cast(SCHEMA)
     want = _expected(table).filter(pa.compute.greater_equal(_expected(table).column("v"), 2))
     assert sort_table(filtered, ["id"]).equals(want)
