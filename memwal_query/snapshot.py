@@ -52,6 +52,7 @@ __all__ = [
     "Snapshot",
     "SnapshotCache",
     "load_snapshot",
+    "check_missing_generation_policy",
     "primary_key_of",
 ]
 
@@ -392,7 +393,7 @@ def _open_generation(
             if not storage.exists(f"{rel}/_versions"):
                 return gone
             # Possibly being deleted right now (merged + GC): retried with the newest
-            # base; still unreadable and unmerged after that, it is an error.
+            # base; still unreadable and unmerged after that, it is lost (memwal_query.recovery).
             return SkippedGeneration(region_id, gen, f"unreadable: {err}", uri, missing=True)
         with cache.lock:
             cache.generations[uri] = ds
