@@ -21,6 +21,7 @@ from memwal_query.lance_log import quiet_known_noise
 quiet_known_noise()  # before anything imports lance
 
 from memwal_query.errors import (  # noqa: E402
+    GenerationLostError,
     InvalidArgumentError,
     ManifestError,
     MemWalCorruptionError,
@@ -44,6 +45,7 @@ __all__ = [
     "NoPrimaryKeyError",
     "ManifestError",
     "MemWalCorruptionError",
+    "GenerationLostError",
     "UnsupportedVersionError",
     "InvalidArgumentError",
     "StorageError",

@@ -10,7 +10,8 @@ Usage::
 The merged table is registered as ``t`` and under its folder name
 (``/data/events`` -> ``events``). Every subcommand takes ``--storage-option
 KEY=VALUE`` (repeatable; the keys pylance takes); ``sql`` and ``inspect`` take
-``--consistency strong|eventual``.
+``--consistency strong|eventual`` and ``--on-missing-generation recover|error|skip``
+(see :func:`memwal_query.open_table`).
 
 Exit codes: 0 success; 1 error (one line ``memwal: error: ...`` on stderr, never a
 traceback); 2 ``verify`` found problems (or the command line is wrong).
@@ -88,6 +89,13 @@ def build_parser() -> argparse.ArgumentParser:
                 choices=("strong", "eventual"),
                 default="strong",
                 help="strong (default): also replay every region's WAL tail; eventual: flushed generations only",
+            )
+            sp.add_argument(
+                "--on-missing-generation",
+                choices=("recover", "error", "skip"),
+                default="recover",
+                help="an unmerged generation that cannot be read: recover (default) rebuilds it from the WAL or "
+                "fails; error always fails; skip rebuilds it or leaves its rows out",
             )
 
     sql = sub.add_parser("sql", help="run SQL over the merged table (registered as t and as its folder name)")
@@ -171,6 +179,7 @@ def _open(args: argparse.Namespace) -> Table:
         args.uri,
         storage_options=parse_storage_options(args.storage_option),
         consistency=args.consistency,
+        on_missing_generation=args.on_missing_generation,
     )
 
 

@@ -210,10 +210,13 @@ def describe_table(table: Table) -> dict[str, Any]:
                         "generation": g.generation,
                         "rows": g.num_rows,
                         "dropped": int(d.size) if (d := merge.generation_drop.get(g.uri)) is not None else 0,
+                        "rebuilt_from_wal": list(g.wal_positions or ()) if g.rebuilt_from_wal else None,
                     }
                     for g in r.generations
                 ],
-                "skipped_generations": [{"generation": s.generation, "reason": s.reason} for s in r.skipped],
+                "skipped_generations": [
+                    {"generation": s.generation, "reason": s.reason, "lost": s.missing} for s in r.skipped
+                ],
                 "wal": {
                     "replay_after_position": m.replay_after_wal_position if m is not None else None,
                     "position_last_seen": m.wal_position_last_seen if m is not None else None,
@@ -402,7 +405,7 @@ def explain_html(table: Table, predicate: str | None = None) -> str:
                     (_e(f"generation {g.generation}"), False),
                     (f"{g.num_rows:,}", True),
                     (f"{int(drop.size) if drop is not None else 0:,}", True),
-                    (_e("read"), False),
+                    (_e(f"REBUILT from the WAL: {g.lost_uri} is lost" if g.rebuilt_from_wal else "read"), False),
                 ]
             )
         for s in r.skipped:

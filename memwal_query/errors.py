@@ -18,6 +18,7 @@ __all__ = [
     "NoPrimaryKeyError",
     "ManifestError",
     "MemWalCorruptionError",
+    "GenerationLostError",
     "UnsupportedVersionError",
     "InvalidArgumentError",
     "StorageError",
@@ -46,6 +47,16 @@ class ManifestError(MemWalError):
 
 class MemWalCorruptionError(MemWalError):
     """Stored MemWAL data is damaged in a way that cannot be read past safely."""
+
+
+class GenerationLostError(MemWalCorruptionError):
+    """A flushed generation that is not merged yet cannot be read and its rows cannot be served.
+
+    Its directory is missing, unreadable or partly deleted, the base table does not hold
+    its rows (the region's merged generation is below it), and either the region's WAL
+    does not hold every entry needed to rebuild it or ``on_missing_generation="error"``
+    forbade the rebuild.
+    """
 
 
 class UnsupportedVersionError(MemWalError):

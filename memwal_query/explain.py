@@ -6,10 +6,11 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from memwal_query.recovery import REPAIR_HINT
 from memwal_query.text import counted
 
 if TYPE_CHECKING:
-    from memwal_query.snapshot import Snapshot
+    from memwal_query.snapshot import GenerationSource, Snapshot
     from memwal_query.table import Table
 
 __all__ = ["explain_table"]
@@ -46,6 +47,9 @@ def explain_table(table: Table) -> str:
         f"  consistency: {snap.consistency} ({snap.consistency_source}; {_cut_text(snap)})",
         f"  regions: {len(snap.regions)}; merge computed in {merge.seconds * 1000:.1f} ms",
     ]
+    lost = _lost_text(snap)
+    if lost:
+        lines.append(f"  WARNING: {lost}")
     if merge.cross_region_keys:
         lines.append(f"  WARNING: {merge.cross_region_keys} keys have rows in more than one region")
     if snap.index.maintained_indexes:
@@ -79,6 +83,8 @@ def explain_table(table: Table) -> str:
             lines.append(
                 f"    generation {g.generation}: {counted(g.num_rows, 'row')}, {dropped:,} superseded/deleted dropped"
             )
+            if g.rebuilt_from_wal:
+                lines.append(f"      {_rebuilt_text(g)}")
         for s in r.skipped:
             lines.append(f"    generation {s.generation}: skipped: {s.reason}")
         if r.memtable is not None:
@@ -103,6 +109,23 @@ def explain_table(table: Table) -> str:
             )
     lines.append(f"  DataFusion partitions: {len(ds.get_fragments())}")
     return "\n".join(lines)
+
+
+def _lost_text(snap: Snapshot) -> str:
+    """Lost generations (unmerged, unreadable) in one clause; empty when there is none."""
+    rebuilt = [f"{r.region_id[:8]}:{g.generation}" for r in snap.regions for g in r.generations if g.rebuilt_from_wal]
+    left_out = [f"{r.region_id[:8]}:{s.generation}" for r in snap.regions for s in r.skipped if s.missing]
+    parts = []
+    if rebuilt:
+        parts.append(f"lost generation(s) {', '.join(rebuilt)} rebuilt from the WAL")
+    if left_out:
+        parts.append(f"lost generation(s) {', '.join(left_out)} LEFT OUT: their rows are missing")
+    return "; ".join(parts) + " (details below)" if parts else ""
+
+
+def _rebuilt_text(g: GenerationSource) -> str:
+    span = f"WAL positions {g.wal_positions[0]}..{g.wal_positions[1]}" if g.wal_positions else "the WAL (no entry)"
+    return f"REBUILT from {span}: its directory {g.lost_uri} is lost and it is not merged; {REPAIR_HINT}"
 
 
 def _cut_text(snap: Snapshot) -> str:

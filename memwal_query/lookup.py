@@ -158,6 +158,8 @@ def _split_found(rows: pa.Table) -> tuple[pa.Table, pa.Table]:
 
 
 def _bloom(gen: GenerationSource, table: Table) -> BloomFilter | None:
+    if gen.rebuilt_from_wal:
+        return None  # rebuilt from the WAL: no bloom filter
     storage = table._storage  # noqa: SLF001 - same package
     rel = gen.uri[len(storage.uri) + 1 :] + "/bloom_filter.bin"
     cache = table._cache.blooms  # noqa: SLF001

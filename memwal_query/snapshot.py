@@ -14,7 +14,7 @@ import threading
 import uuid as uuidlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol, runtime_checkable
 
 import lance
@@ -43,6 +43,7 @@ from memwal_query.format.wal import TOMBSTONE, WalEntry, WalTail, replay_wal_tai
 
 __all__ = [
     "Consistency",
+    "MissingGenerationPolicy",
     "LiveMemTable",
     "GenerationSource",
     "SkippedGeneration",
@@ -51,12 +52,17 @@ __all__ = [
     "Snapshot",
     "SnapshotCache",
     "load_snapshot",
+    "check_missing_generation_policy",
     "primary_key_of",
 ]
 
 log = logging.getLogger("memwal_query")
 
 Consistency = Literal["strong", "eventual"]
+#: What opening does with a flushed generation that is not merged but cannot be read
+#: (see :func:`memwal_query.open_table`).
+MissingGenerationPolicy = Literal["recover", "error", "skip"]
+MISSING_GENERATION_POLICIES: tuple[str, ...] = ("recover", "error", "skip")
 PK_META = b"lance-schema:unenforced-primary-key"
 PK_POS_META = b"lance-schema:unenforced-primary-key:position"
 #: Passes that re-read the regions a writer moved while a strong snapshot was being read,
@@ -102,6 +108,16 @@ class GenerationSource:
     uri: str
     dataset: lance.LanceDataset = field(repr=False, compare=False)
     num_rows: int
+    #: Where the generation's directory was, when it is lost and ``dataset`` holds its rows
+    #: rebuilt from the region's WAL (:mod:`memwal_query.recovery`); empty otherwise.
+    lost_uri: str = ""
+    #: First and last WAL position the rebuilt rows come from.
+    wal_positions: tuple[int, int] | None = None
+
+    @property
+    def rebuilt_from_wal(self) -> bool:
+        """True when the rows come from the WAL because the directory is lost."""
+        return bool(self.lost_uri)
 
 
 @dataclass(frozen=True)
@@ -111,6 +127,11 @@ class SkippedGeneration:
     region_id: str
     generation: int
     reason: str
+    #: The generation's directory (empty for merged generations, which are not opened).
+    uri: str = ""
+    #: Not merged, yet unreadable: unless a retry or the WAL restores them, its rows are
+    #: missing from the snapshot (:mod:`memwal_query.recovery`).
+    missing: bool = False
 
 
 @dataclass(frozen=True)
@@ -164,6 +185,8 @@ class Snapshot:
     #: reading found no region's WAL grown and no new region); False for eventual reads
     #: and for strong reads of a table whose writers kept every pass from settling.
     consistent_cut: bool = False
+    #: How unmerged generations that cannot be read were handled (``open_table``).
+    on_missing_generation: MissingGenerationPolicy = "recover"
 
 
 @dataclass
@@ -184,6 +207,8 @@ class SnapshotCache:
     resident_bytes: int = 0
     #: Fragments whose columns did not fit the budget: scanned through Lance.
     over_budget: set[tuple[object, ...]] = field(default_factory=set)
+    #: Lost generations rebuilt from the WAL, by (directory URI, WAL positions).
+    rebuilt: dict[tuple[str, tuple[int, ...]], GenerationSource] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def keep_generations(self, uris: set[str]) -> None:
@@ -192,6 +217,8 @@ class SnapshotCache:
             for d in (self.generations, self.generation_keys):
                 for uri in [u for u in d if u not in uris]:
                     del d[uri]
+            for key in [k for k, g in self.rebuilt.items() if g.uri not in uris]:
+                del self.rebuilt[key]
 
     def keep_fragments(self, keys: set[tuple[object, ...]]) -> None:
         """Forget decoded columns of fragments the newest snapshot does not read."""
@@ -350,18 +377,15 @@ def _open_generation(
 ) -> GenerationSource | SkippedGeneration:
     rel = f"_mem_wal/{region_id}/{path.strip('/')}"
     uri = storage.child_uri(rel)
-    gone = SkippedGeneration(region_id, gen, "directory missing (garbage-collected)")
+    gone = SkippedGeneration(region_id, gen, "directory missing", uri, missing=True)
     with cache.lock:
         ds = cache.generations.get(uri)
     fresh = ds is None
     if ds is None:
         if not storage.exists(f"{rel}/_versions"):
-            log.warning(
-                "region %s: flushed generation %d directory %s is gone (garbage-collected); skipped",
-                region_id,
-                gen,
-                uri,
-            )
+            # Merged and garbage-collected since the base version was read, or lost:
+            # load_snapshot retries with the newest base version, then decides.
+            log.info("region %s: flushed generation %d directory %s is missing", region_id, gen, uri)
             return gone
         try:
             ds = lance.dataset(uri, storage_options=dict(storage.storage_options) or None)
@@ -369,8 +393,8 @@ def _open_generation(
             if not storage.exists(f"{rel}/_versions"):
                 return gone
             # Possibly being deleted right now (merged + GC): retried with the newest
-            # base; still unreadable and unmerged after that, it is an error.
-            return SkippedGeneration(region_id, gen, f"unreadable: {err}")
+            # base; still unreadable and unmerged after that, it is lost (memwal_query.recovery).
+            return SkippedGeneration(region_id, gen, f"unreadable: {err}", uri, missing=True)
         with cache.lock:
             cache.generations[uri] = ds
     # A merger may have merged and garbage-collected it since it was opened (a cached
@@ -379,8 +403,8 @@ def _open_generation(
         with cache.lock:
             cache.generations.pop(uri, None)
             cache.generation_keys.pop(uri, None)
-        log.warning("region %s: flushed generation %d at %s is (partly) deleted; skipped", region_id, gen, uri)
-        return gone
+        log.info("region %s: flushed generation %d at %s is (partly) deleted", region_id, gen, uri)
+        return replace(gone, reason="partly deleted (data files missing)")
     return GenerationSource(region_id, gen, uri, ds, ds.count_rows())
 
 
@@ -464,6 +488,7 @@ def load_snapshot(
     cache: SnapshotCache | None = None,
     storage: Storage | None = None,
     max_workers: int = 8,
+    on_missing_generation: MissingGenerationPolicy = "recover",
 ) -> Snapshot:
     """Read a consistent snapshot of a MemWAL table.
 
@@ -477,13 +502,21 @@ def load_snapshot(
         cache: Reused state from an earlier snapshot of the same table.
         storage: A :class:`Storage` to reuse (keeps request counters).
         max_workers: Threads that load regions in parallel.
+        on_missing_generation: ``"recover"``, ``"error"`` or ``"skip"``: what to do with
+            an unmerged generation that stays unreadable after the retry with the newest
+            base version (:func:`memwal_query.open_table` explains them).
 
     Returns:
         The frozen :class:`Snapshot`.
+
+    Raises:
+        GenerationLostError: An unmerged generation cannot be read nor rebuilt (see
+            ``on_missing_generation``).
     """
     if consistency not in ("strong", "eventual"):
         msg = f"consistency must be 'strong' or 'eventual', got {consistency!r}"
         raise InvalidArgumentError(msg)
+    check_missing_generation_policy(on_missing_generation)
     for m in live:
         if not isinstance(m, LiveMemTable):
             msg = f"live MemTables must have region_id, generation and to_batches(); got {type(m).__name__}"
@@ -501,28 +534,25 @@ def load_snapshot(
     attempts = 3 if version is None else 1
     for attempt in range(attempts):
         snap = _load_once(storage, version, consistency, live, cache, max_workers)
-        gone = [
-            s
-            for r in snap.regions
-            for s in r.skipped
-            if s.reason.startswith("directory missing") or s.reason.startswith("unreadable")
-        ]
+        gone = [s for r in snap.regions for s in r.skipped if s.missing]
         if not gone or attempt == attempts - 1:
-            for s in gone:
-                if s.reason.startswith("unreadable"):
-                    msg = f"region {s.region_id}: cannot open flushed generation {s.generation}: {s.reason}"
-                    raise ManifestError(msg)
-                log.warning(
-                    "region %s: flushed generation %d is missing and newer base versions do not merge it; "
-                    "its rows are not visible",
-                    s.region_id,
-                    s.generation,
-                )
-            return snap
+            # Still unreadable and not merged by the newest base version: lost.
+            from memwal_query.recovery import resolve_missing_generations  # imports this module
+
+            return resolve_missing_generations(
+                snap, storage, cache, on_missing_generation, pinned_version=version is not None
+            )
         # A generation disappears when a merger merged it and GC removed it after this
         # snapshot's base version was read: the newest base version holds its rows.
         log.info("generation(s) %s vanished while opening %s; retrying with the newest base version", gone, storage.uri)
     raise AssertionError("unreachable")
+
+
+def check_missing_generation_policy(value: object) -> None:
+    """Raise :class:`InvalidArgumentError` unless ``value`` is a :data:`MissingGenerationPolicy`."""
+    if value not in MISSING_GENERATION_POLICIES:
+        msg = f"on_missing_generation must be 'recover', 'error' or 'skip', got {value!r}"
+        raise InvalidArgumentError(msg)
 
 
 def _load_once(

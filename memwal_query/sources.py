@@ -470,6 +470,21 @@ def _chain_first(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Itera
     yield from rest
 
 
+def _rebuilt_rows(g: GenerationSource, drop: np.ndarray) -> pa.Table:
+    """The surviving rows of a generation rebuilt from the WAL, laid out as MemTable rows.
+
+    They live in memory anyway, and a shipped fragment (Spark tasks) carries them along
+    (the in-process Lance dataset they were put in is not readable elsewhere).
+    """
+    t = g.dataset.to_table(with_row_address=True)
+    if drop.size:
+        t = t.filter(_drop_mask(t.column("_rowaddr"), drop))
+    seq = t.column("_rowaddr")
+    t = t.drop_columns(["_rowaddr"])
+    t = t.append_column("_gen", pa.array(np.full(t.num_rows, g.generation, dtype=np.int64)))
+    return t.append_column("_seq", seq)
+
+
 class _MemoryFragment(_Fragment):
     """A region's surviving MemTable rows."""
 
@@ -653,7 +668,10 @@ class MergedDataset(pds.Dataset):  # type: ignore[misc]
         for region in self.snapshot.regions:
             for g in region.generations:
                 gdrop = self.merge.generation_drop.get(g.uri, np.empty(0, dtype=np.uint64))
-                frags += self._generation_fragments(g, gdrop, "gen", self._resident)
+                if g.rebuilt_from_wal:
+                    frags.append(_MemoryFragment(self.context, _rebuilt_rows(g, gdrop), region.region_id))
+                else:
+                    frags += self._generation_fragments(g, gdrop, "gen", self._resident)
             mem = self.merge.memtables.get(region.region_id)
             if mem is not None and mem.num_rows:
                 frags.append(_MemoryFragment(self.context, mem, region.region_id))

@@ -23,7 +23,7 @@ from memwal_query.catchup import (
 )
 from memwal_query.compat import check_datafusion_supported
 from memwal_query.engine_errors import engine_error
-from memwal_query.errors import InvalidArgumentError, MemWalError
+from memwal_query.errors import GenerationLostError, InvalidArgumentError, MemWalError
 from memwal_query.format.decode import ShardingFieldSpec
 from memwal_query.format.storage import Storage
 from memwal_query.merge import MergeState, compute_merge
@@ -39,7 +39,15 @@ from memwal_query.regionspec.spec import (
     lance_field_ids,
     parse_result_type,
 )
-from memwal_query.snapshot import Consistency, LiveMemTable, Snapshot, SnapshotCache, load_snapshot
+from memwal_query.snapshot import (
+    Consistency,
+    LiveMemTable,
+    MissingGenerationPolicy,
+    Snapshot,
+    SnapshotCache,
+    check_missing_generation_policy,
+    load_snapshot,
+)
 from memwal_query.sources import MergedDataset, fragment_cache_key
 
 __all__ = ["Table", "open_table", "OpenTimings"]
@@ -541,9 +549,20 @@ class Table:
         For pylance's own readers over the same data (``LsmScanner.from_snapshots``,
         ``LsmPointLookupPlanner``, ``LsmVectorSearchPlanner``), e.g. to compare
         answers; they cannot see other writers' MemTables.
+
+        Raises:
+            GenerationLostError: A generation was rebuilt from the WAL (its directory is
+                lost): pylance's readers cannot read it.
         """
         shards = []
         for r in self._snapshot.regions:
+            for g in r.generations:
+                if g.rebuilt_from_wal:
+                    msg = (
+                        f"{self.uri}: region {r.region_id}: generation {g.generation} ({g.lost_uri}) is lost and "
+                        "was rebuilt from the WAL; pylance's readers cannot read it"
+                    )
+                    raise GenerationLostError(msg)
             s = ShardSnapshot(r.region_id).with_spec_id(r.spec_id)
             if r.manifest is not None:
                 paths = {g.generation: g.path for g in r.manifest.flushed_generations}
@@ -567,6 +586,7 @@ class Table:
             live=self._live,
             cache=self._cache,
             version=None,
+            on_missing_generation=self._snapshot.on_missing_generation,
         )
         new.index_catchup = self.index_catchup
         return new
@@ -611,6 +631,7 @@ def _open(
     live: Sequence[LiveMemTable],
     cache: SnapshotCache,
     version: int | None,
+    on_missing_generation: MissingGenerationPolicy = "recover",
 ) -> Table:
     attempts = 3 if version is None else 1
     for attempt in range(attempts):
@@ -623,6 +644,7 @@ def _open(
             live=live,
             cache=cache,
             storage=storage,
+            on_missing_generation=on_missing_generation,
         )
         t1 = time.perf_counter()
         try:
@@ -662,6 +684,7 @@ def open_table(
     consistency: Consistency = "strong",
     version: int | None = None,
     live: Sequence[LiveMemTable] = (),
+    on_missing_generation: MissingGenerationPolicy = "recover",
 ) -> Table:
     """Open a snapshot of a Lance MemWAL table.
 
@@ -674,6 +697,17 @@ def open_table(
             generations only (cheaper, may lag).
         version: Base table version to read (default: latest).
         live: In-process MemTables (:class:`memwal_query.LiveMemTable`) to include.
+        on_missing_generation: What to do with a *lost* generation: a flushed
+            generation above its region's merged generation (so the base does not hold
+            its rows) whose directory is missing, unreadable or partly deleted, still
+            after a retry with the newest base version. ``"recover"`` (default): rebuild
+            its rows from the region's WAL when the WAL still holds every one of them
+            (a warning; :meth:`Table.explain` says so and how to repair), else raise
+            :class:`GenerationLostError`. ``"error"``: always raise. ``"skip"``
+            (availability over completeness): rebuild when possible, else leave its
+            rows out (a warning; ``explain()`` names the generation and the missing
+            rows). :meth:`Table.refresh` keeps the setting. Merged generations that were
+            garbage-collected are always skipped silently: the base holds their rows.
 
     Returns:
         A :class:`Table` snapshot.
@@ -683,6 +717,8 @@ def open_table(
         NotAMemWalTableError: The table has no MemWAL index.
         NoPrimaryKeyError: The schema declares no primary key.
         ManifestError: A manifest cannot be read.
+        GenerationLostError: A lost generation cannot be rebuilt (see ``on_missing_generation``).
+        InvalidArgumentError: An invalid ``consistency`` or ``on_missing_generation``.
 
     Example:
         >>> import memwal_query as mq, tempfile
@@ -692,5 +728,13 @@ def open_table(
         >>> t.primary_key
         ('id',)
     """
+    check_missing_generation_policy(on_missing_generation)
     storage = Storage.open(uri, storage_options)
-    return _open(storage, consistency=consistency, live=live, cache=SnapshotCache(), version=version)
+    return _open(
+        storage,
+        consistency=consistency,
+        live=live,
+        cache=SnapshotCache(),
+        version=version,
+        on_missing_generation=on_missing_generation,
+    )

@@ -10,7 +10,9 @@ What is checked, per table:
 * WAL continuity: positions after the latest manifest's ``replay_after`` are
   contiguous and every entry decodes (a damaged *last* entry is a torn write,
   reported as a warning: the writer never acknowledged it);
-* every flushed generation that is not merged yet opens as a Lance dataset;
+* every flushed generation that is not merged yet opens as a Lance dataset with
+  all its data files; a lost one (missing, unreadable, partly deleted) is a problem
+  that says whether the region's WAL still holds every row to rebuild it;
   its generation is below the region's current generation;
 * MemWAL index consistency: a merged generation never exceeds what its region
   has flushed; index catch-up never exceeds the merged generation; the region's
@@ -39,6 +41,7 @@ import lance
 
 from memwal_query.errors import ManifestError, MemWalError, NotAMemWalTableError, TableNotFoundError
 from memwal_query.format.decode import (
+    FlushedGeneration,
     MemWalIndex,
     RegionManifest,
     RegionSpec,
@@ -49,7 +52,7 @@ from memwal_query.format.decode import (
     parse_bitrev64_name,
 )
 from memwal_query.format.storage import Storage
-from memwal_query.format.wal import WalEntry, read_wal_entry, wal_entry_path
+from memwal_query.format.wal import WalEntry, read_wal_entry, scan_generations, wal_entry_path
 from memwal_query.regionspec.spec import decode_field_value, lance_field_ids, parse_result_type
 from memwal_query.text import counted
 
@@ -297,6 +300,7 @@ class _Checker:
 
     def generations(self, region_id: str, m: RegionManifest, merged: int, mrel: str, index_rel: str) -> None:
         seen: set[int] = set()
+        lost: list[tuple[FlushedGeneration, str]] = []
         for g in m.flushed_generations:
             if g.generation in seen:
                 self.problem(mrel, f"generation {g.generation} is listed twice")
@@ -309,23 +313,51 @@ class _Checker:
             if g.generation <= merged:
                 continue  # merged into the base: may be garbage-collected
             self.report.checked["generations"] += 1
-            rel = f"_mem_wal/{region_id}/{g.path.strip('/')}"
-            if not self.storage.exists(f"{rel}/_versions"):
-                self.problem(rel, f"unmerged generation {g.generation} is missing")
-                continue
-            try:
-                ds = lance.dataset(
-                    self.storage.child_uri(rel), storage_options=dict(self.storage.storage_options) or None
-                )
-                ds.count_rows()
-            except (ValueError, OSError, RuntimeError) as err:
-                self.problem(rel, f"generation {g.generation} does not open as a Lance dataset: {err}")
+            why = self.generation_unreadable(f"_mem_wal/{region_id}/{g.path.strip('/')}")
+            if why is not None:
+                lost.append((g, why))
+        self.lost_generations(region_id, merged, lost)
         top = max(seen, default=m.current_generation - 1)
         if merged > top:
             self.problem(
                 index_rel,
                 f"MemWAL index says region {region_id} merged generation {merged}, but the "
                 f"region flushed only up to generation {top}",
+            )
+
+    def generation_unreadable(self, rel: str) -> str | None:
+        """Why a generation directory cannot be read (None when it opens and has all its data files)."""
+        if not self.storage.exists(f"{rel}/_versions"):
+            return "directory missing"
+        try:
+            ds = lance.dataset(self.storage.child_uri(rel), storage_options=dict(self.storage.storage_options) or None)
+            ds.count_rows()
+        except (ValueError, OSError, RuntimeError) as err:
+            return f"does not open as a Lance dataset: {str(err).splitlines()[0] if str(err) else err!r}"
+        for frag in ds.get_fragments():
+            for f in frag.data_files():
+                if not self.storage.exists(f"{rel}/data/{f.path}"):
+                    return f"data file data/{f.path} missing"
+        return None
+
+    def lost_generations(self, region_id: str, merged: int, lost: list[tuple[FlushedGeneration, str]]) -> None:
+        """One problem per lost generation (unmerged, unreadable), saying whether the WAL can rebuild it."""
+        if not lost:
+            return
+        wal = scan_generations(self.storage, region_id, {g.generation: g.physical_rows for g, _ in lost})
+        for g, why in lost:
+            found = wal[g.generation]
+            if found.complete:
+                fix = (
+                    f"the WAL can rebuild it ({found.describe()}): readers serve it from the WAL; "
+                    "run memwal_write.merge_generations to repair"
+                )
+            else:
+                fix = f"the WAL cannot rebuild it ({found.describe()}): its rows are lost"
+            self.problem(
+                f"_mem_wal/{region_id}/{g.path.strip('/')}",
+                f"unmerged generation {g.generation} is lost ({why}; the region's merged generation is {merged}); "
+                f"{fix}",
             )
 
     def wal(self, region_id: str, m: RegionManifest) -> None:

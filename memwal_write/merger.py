@@ -50,10 +50,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from lance.mem_wal import CompactedSsTable
 
-from memwal_query.errors import MemWalError
+from memwal_query.errors import GenerationLostError, MemWalError
 from memwal_query.format.decode import FlushedGeneration, MemWalIndex
 from memwal_query.format.lance_open import lance_message, open_lance, require_table
 from memwal_query.format.storage import Storage
+from memwal_query.recovery import wal_generation_rows
 from memwal_query.snapshot import latest_region_manifest, primary_key_of
 from memwal_write.arrow_writer import _read_index
 
@@ -106,19 +107,42 @@ def _is_conflict(err: BaseException) -> bool:
     return "conflict" in text or "retryable" in text or "concurrent" in text
 
 
-def _generation_rows(storage: Storage, region_id: str, gen: FlushedGeneration) -> pa.Table:
+def _generation_rows(storage: Storage, region_id: str, gen: FlushedGeneration, pk: tuple[str, ...]) -> pa.Table:
     path = f"{storage.uri.rstrip('/')}/_mem_wal/{region_id}/{gen.path}"
     try:
         # deletion vectors hide rows superseded inside the generation: one row per key
         return lance.dataset(path, storage_options=dict(storage.storage_options) or None).to_table()
     except (ValueError, OSError) as err:
-        msg = f"cannot read generation {gen.generation} of region {region_id} ({path}): {lance_message(err)}"
-        raise MemWalError(msg) from err
+        return _rows_from_wal(storage, region_id, gen, pk, path, err)
+
+
+def _rows_from_wal(
+    storage: Storage, region_id: str, gen: FlushedGeneration, pk: tuple[str, ...], path: str, err: Exception
+) -> pa.Table:
+    """A lost generation (missing, damaged, partly deleted; not merged) from its WAL entries.
+
+    The spec keeps them until the generation is merged; merging them repairs the table.
+    """
+    first = lance_message(err)
+    ds, _ = _open_latest(storage)
+    try:
+        rows = wal_generation_rows(storage, region_id, gen, ds.schema, pk)
+    except MemWalError as lost:
+        msg = f"cannot read generation {gen.generation} of region {region_id} ({path}): {first}; {lost}"
+        raise GenerationLostError(msg) from err
+    log.warning(
+        "generation %s of region %s (%s) cannot be read (%s); merging its rows rebuilt from the WAL",
+        gen.generation,
+        region_id,
+        path,
+        first,
+    )
+    return rows
 
 
 def _merge_one(storage: Storage, region_id: str, gen: FlushedGeneration, pk: tuple[str, ...]) -> GenerationMergeStats:
     t0 = time.perf_counter()
-    data = _generation_rows(storage, region_id, gen)
+    data = _generation_rows(storage, region_id, gen, pk)
     tomb = data.column("_tombstone")
     upserts = data.filter(pc.invert(tomb)).drop_columns(["_tombstone"])
     deletes = data.filter(tomb).select(list(pk))

@@ -227,7 +227,8 @@ def test_verify_missing_unmerged_generation(copy: str, capsys: pytest.CaptureFix
     gen = region.generations[-1]
     shutil.rmtree(gen.uri)
     code, out, _ = run(capsys, "verify", copy)
-    assert code == 2 and f"problem: {gen.uri}: unmerged generation {gen.generation} is missing" in out
+    assert code == 2 and f"problem: {gen.uri}: unmerged generation {gen.generation} is lost (directory missing" in out
+    assert "the WAL can rebuild it" in out
 
 
 def test_verify_not_a_table_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -120,7 +120,7 @@ def test_in_process_live_memtable_is_read(tmp_path: Path) -> None:
         mq.open_table(t.uri, live=[_Live("not-a-uuid", 1, [])])
 
 
-def test_garbage_collected_generation_is_skipped_with_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_deleted_unmerged_generation_is_rebuilt_from_the_wal(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     t = build_events(str(tmp_path / "e"), seed=6, keep_open=False)
     table = mq.open_table(t.uri)
     r = next(r for r in table.snapshot.regions if r.generations)
@@ -128,10 +128,11 @@ def test_garbage_collected_generation_is_skipped_with_warning(tmp_path: Path, ca
     shutil.rmtree(gone.uri)
     with caplog.at_level(logging.WARNING, logger="memwal_query"):
         again = mq.open_table(t.uri)
-    assert any("garbage-collected" in m for m in caplog.messages)
+    assert any("served from the WAL" in m and gone.uri in m for m in caplog.messages)
     r2 = next(x for x in again.snapshot.regions if x.region_id == r.region_id)
-    assert gone.generation in [s.generation for s in r2.skipped]
-    assert "directory missing" in again.explain()
+    assert [g.lost_uri for g in r2.generations if g.generation == gone.generation] == [gone.uri]
+    assert "REBUILT from WAL positions" in again.explain()
+    assert sort_table(again.to_arrow().cast(t.schema), ["id"]).equals(sort_table(t.expected(), ["id"]))
 
 
 # -- errors -----------------------------------------------------------------------

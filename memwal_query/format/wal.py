@@ -19,16 +19,24 @@ is followed by a valid one is corruption and raises :class:`MemWalCorruptionErro
 from __future__ import annotations
 
 import logging
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 
 import pyarrow as pa
 
 from memwal_query.errors import MemWalCorruptionError
-from memwal_query.format.decode import bitrev64_name
+from memwal_query.format.decode import bitrev64_name, parse_bitrev64_name
 from memwal_query.format.storage import Storage
 
-__all__ = ["WalEntry", "WalTail", "wal_entry_path", "read_wal_entry", "replay_wal_tail"]
+__all__ = [
+    "WalEntry",
+    "WalTail",
+    "GenerationWal",
+    "wal_entry_path",
+    "read_wal_entry",
+    "replay_wal_tail",
+    "scan_generations",
+]
 
 log = logging.getLogger("memwal_query")
 
@@ -165,3 +173,114 @@ def replay_wal_tail(
         max_epoch = max(max_epoch, result.writer_epoch)
         pos += 1
     return WalTail(tuple(entries), replay_after + 1, pos - 1, tuple(skipped), torn, tuple(fenced))
+
+
+@dataclass(frozen=True)
+class GenerationWal:
+    """What a region's WAL still holds of one flushed generation (:func:`scan_generations`).
+
+    Attributes:
+        generation: The flushed generation.
+        entries: Its WAL entries, oldest first (fence entries and entries of fenced
+            writers excluded).
+        expected_rows: Rows the flushed generation holds, tombstones and rows superseded
+            inside it included (the region manifest's ``physical_rows``): a generation
+            holds exactly the rows of its WAL entries.
+        damaged_positions: Undecodable WAL entries met while scanning (their generation
+            is unknown).
+    """
+
+    generation: int
+    entries: tuple[WalEntry, ...]
+    expected_rows: int
+    damaged_positions: tuple[int, ...] = ()
+
+    @property
+    def rows(self) -> int:
+        """Rows in :attr:`entries`."""
+        return sum(e.num_rows for e in self.entries)
+
+    @property
+    def complete(self) -> bool:
+        """Whether the entries hold every row of the generation (it can be rebuilt from them)."""
+        return self.rows == self.expected_rows and (self.expected_rows > 0 or not self.entries)
+
+    @property
+    def positions(self) -> tuple[int, int] | None:
+        """First and last WAL position of :attr:`entries` (None when there is none)."""
+        return (self.entries[0].position, self.entries[-1].position) if self.entries else None
+
+    def describe(self) -> str:
+        """One clause: which WAL positions hold the generation, or what is missing.
+
+        Example:
+            >>> GenerationWal(3, (), 40).describe()
+            'the WAL holds 0 of its 40 rows (no entry of generation 3 left)'
+        """
+        span = self.positions
+        where = f"positions {span[0]}..{span[1]}" if span else f"no entry of generation {self.generation} left"
+        if self.complete:
+            return f"WAL {where} hold all its {self.expected_rows} rows"
+        damaged = f"; damaged WAL positions {list(self.damaged_positions)}" if self.damaged_positions else ""
+        if self.expected_rows == 0:
+            return (
+                f"the region manifest records no row count for it, so the WAL's {self.rows} rows ({where}) "
+                f"cannot be checked{damaged}"
+            )
+        return f"the WAL holds {self.rows} of its {self.expected_rows} rows ({where}{damaged})"
+
+
+def _listed_positions(storage: Storage, region_id: str) -> list[int]:
+    names = storage.list_dir(f"_mem_wal/{region_id}/wal")
+    found = (parse_bitrev64_name(n) for n, is_dir in names if not is_dir and n.endswith(".arrow"))
+    return sorted(p for p in found if p is not None)
+
+
+def scan_generations(
+    storage: Storage,
+    region_id: str,
+    expected_rows: Mapping[int, int],
+    cache: MutableMapping[tuple[str, int], WalEntry] | None = None,
+) -> dict[int, GenerationWal]:
+    """Find the WAL entries of some flushed generations of a region.
+
+    Every WAL entry records the generation of the MemTable it was written to, and the
+    spec keeps entries until their generation is merged, so a flushed generation whose
+    directory is lost can be rebuilt from them. One listing of the WAL folder, then the
+    entries are read oldest first (``cache`` reuses decoded ones) up to the first entry
+    of a generation newer than every generation asked for. Fence entries and entries of
+    fenced writers (as in :func:`replay_wal_tail`) are left out.
+
+    Args:
+        storage: The table's storage.
+        region_id: Region UUID string.
+        expected_rows: Generation -> rows the flushed generation holds (the region
+            manifest's ``physical_rows``).
+        cache: Decoded entries by ``(region, position)``.
+
+    Returns:
+        One :class:`GenerationWal` per generation asked for.
+    """
+    wanted = set(expected_rows)
+    found: dict[int, list[WalEntry]] = {g: [] for g in wanted}
+    damaged: list[int] = []
+    max_epoch = 0
+    for pos in _listed_positions(storage, region_id) if wanted else []:
+        cached = cache.get((region_id, pos)) if cache is not None else None
+        entry = cached if cached is not None else read_wal_entry(storage, region_id, pos)
+        if entry is None:
+            continue  # removed since the listing
+        if isinstance(entry, Exception):
+            damaged.append(pos)
+            continue
+        if cache is not None:
+            cache[(region_id, pos)] = entry
+        fenced = entry.writer_epoch < max_epoch and not entry.fence
+        max_epoch = max(max_epoch, entry.writer_epoch)
+        if entry.fence or fenced:
+            continue
+        if entry.generation > max(wanted):
+            break  # a valid writer's generations never go back
+        if entry.generation in wanted:
+            found[entry.generation].append(entry)
+    return {g: GenerationWal(g, tuple(found[g]), expected_rows[g], tuple(damaged)) for g in sorted(wanted)}

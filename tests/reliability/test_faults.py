@@ -157,16 +157,19 @@ def test_missing_generation_directory_without_merge(tmp_path: Path, caplog: pyte
     shutil.rmtree(gen)
     with caplog.at_level(logging.WARNING, logger="memwal_query"):
         table = mq.open_table(uri)
-    assert table.to_arrow().sort_by("id").to_pydict() == {"id": [0, 1, 2], "v": [0, 0, 0]}
-    assert any("not visible" in m for m in caplog.messages)
+    assert table.to_arrow().sort_by("id").to_pydict() == {"id": [0, 1, 2], "v": [0, 11, 0]}  # from the WAL
+    assert any("served from the WAL" in m for m in caplog.messages)
+    with pytest.raises(mq.GenerationLostError, match=f"region {region}: flushed generation 1 \\({gen}\\) is lost"):
+        mq.open_table(uri, on_missing_generation="error")
 
 
-def test_damaged_generation_is_an_error_not_a_silent_skip(tmp_path: Path) -> None:
+def test_damaged_generation_is_rebuilt_or_an_error_never_a_silent_skip(tmp_path: Path) -> None:
     uri, region = _table(tmp_path)
     with lance.dataset(uri).mem_wal_writer(region) as w:
         w.put(pa.table({"id": [1], "v": [11]}, schema=SCHEMA))
     (gen,) = [p for p in Path(uri, "_mem_wal", region).iterdir() if "_gen_" in p.name]
     for m in (gen / "_versions").glob("*.manifest"):
         m.write_bytes(b"not a manifest")
-    with pytest.raises(mq.ManifestError, match=f"region {region}: cannot open flushed generation 1"):
-        mq.open_table(uri)
+    assert mq.open_table(uri).to_arrow().sort_by("id").to_pydict() == {"id": [0, 1, 2], "v": [0, 11, 0]}
+    with pytest.raises(mq.GenerationLostError, match=f"region {region}: flushed generation 1 .* is lost: unreadable"):
+        mq.open_table(uri, on_missing_generation="error")

@@ -1,0 +1,250 @@
+"""Unmerged generations that cannot be read: rebuilt from the WAL, an error, or skipped.
+
+A flushed generation's rows reach the base table only when a merger merges it; until
+then its directory and the region's WAL hold the only copies (the spec keeps WAL
+entries until their generation is merged). A generation at or below the region's
+merged generation that is gone was garbage-collected after its merge: the base holds
+its rows and the snapshot skips it silently (it is never opened). A generation *above*
+the merged generation whose directory is missing, unreadable or partly deleted, still
+after :func:`memwal_query.snapshot.load_snapshot` retried with the newest base version
+(a merger may merge and garbage-collect it while a snapshot opens), is *lost*, and
+``on_missing_generation`` decides:
+
+* ``"recover"`` (default): its rows are rebuilt from the WAL entries of its generation
+  when they hold every row it had (the region manifest records the count), served with
+  its generation number (newest-wins order unchanged); one warning, and ``explain()``
+  says so and how to repair. When the WAL cannot rebuild it: :class:`GenerationLostError`.
+* ``"error"``: :class:`GenerationLostError` without trying the WAL.
+* ``"skip"``: as ``"recover"``, but a generation the WAL cannot rebuild is left out
+  (a warning; ``explain()`` says which rows are missing) instead of an error.
+
+Repair: :func:`memwal_write.merge_generations` merges a lost generation from the same
+WAL entries into the base (then no reader needs them), or restore the directory.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import replace
+
+import lance
+import numpy as np
+import pyarrow as pa
+
+from memwal_query.conform import conform
+from memwal_query.errors import GenerationLostError, MemWalCorruptionError
+from memwal_query.format.decode import FlushedGeneration
+from memwal_query.format.storage import Storage
+from memwal_query.format.wal import TOMBSTONE, GenerationWal, scan_generations
+from memwal_query.snapshot import (
+    GenerationSource,
+    MissingGenerationPolicy,
+    RegionSnapshot,
+    SkippedGeneration,
+    Snapshot,
+    SnapshotCache,
+)
+
+__all__ = [
+    "REPAIR_HINT",
+    "resolve_missing_generations",
+    "rebuild_rows",
+    "lost_generation_message",
+    "wal_generation_rows",
+]
+
+log = logging.getLogger("memwal_query")
+
+#: How to make a generation rebuilt from the WAL durable again.
+REPAIR_HINT = (
+    "repair: run memwal_write.merge_generations (it merges the WAL's rows into the base) or restore the directory"
+)
+
+
+def lost_generation_message(table_uri: str, region: RegionSnapshot, lost: SkippedGeneration, why: str) -> str:
+    """The one-line message of a lost generation: table, region, generation, path, what and why."""
+    return (
+        f"{table_uri}: region {region.region_id}: flushed generation {lost.generation} ({lost.uri}) is lost: "
+        f"{_one_line(lost.reason)}, and it is not merged (the region's merged generation is "
+        f"{region.merged_generation}); {why}"
+    )
+
+
+def _one_line(text: str) -> str:
+    """``text`` without line breaks (storage errors can span lines)."""
+    return " ".join(text.split())
+
+
+def resolve_missing_generations(
+    snap: Snapshot,
+    storage: Storage,
+    cache: SnapshotCache,
+    policy: MissingGenerationPolicy,
+    *,
+    pinned_version: bool = False,
+) -> Snapshot:
+    """Apply ``policy`` to every lost generation of ``snap`` (see the module docstring).
+
+    Args:
+        snap: A snapshot whose ``skipped`` generations marked ``missing`` stayed
+            unreadable after the retry with the newest base version.
+        storage: The table's storage (the WAL is read from it).
+        cache: Holds decoded WAL entries and generations rebuilt earlier.
+        policy: ``"recover"``, ``"error"`` or ``"skip"``.
+        pinned_version: The caller asked for a base version (an older one may not
+            merge a generation that a newer one merged before its directory was removed).
+
+    Returns:
+        ``snap`` with rebuilt generations among its sources (and, with ``"skip"``, the
+        generations left out explained in ``skipped``).
+
+    Raises:
+        GenerationLostError: A lost generation cannot be rebuilt (or ``policy`` is ``"error"``).
+    """
+    regions = tuple(
+        _resolve_region(snap, r, storage, cache, policy, pinned_version) if any(s.missing for s in r.skipped) else r
+        for r in snap.regions
+    )
+    return replace(snap, regions=regions, on_missing_generation=policy)
+
+
+def _resolve_region(
+    snap: Snapshot,
+    region: RegionSnapshot,
+    storage: Storage,
+    cache: SnapshotCache,
+    policy: MissingGenerationPolicy,
+    pinned_version: bool,
+) -> RegionSnapshot:
+    lost = [s for s in region.skipped if s.missing]
+    pinned = f" (base version {snap.base_version} was asked for: open the latest version)" if pinned_version else ""
+    if policy == "error":
+        why = "on_missing_generation='error' does not rebuild it from the WAL"
+        raise GenerationLostError(lost_generation_message(snap.uri, region, lost[0], why + pinned))
+    expected = {g.generation: g.physical_rows for g in region.manifest.flushed_generations} if region.manifest else {}
+    wal = scan_generations(
+        storage, region.region_id, {s.generation: expected.get(s.generation, 0) for s in lost}, cache.wal_entries
+    )
+    generations = list(region.generations)
+    skipped = [s for s in region.skipped if not s.missing]
+    for s in lost:
+        found = wal[s.generation]
+        if found.complete:
+            generations.append(_rebuilt_source(snap, s, found, cache))
+            why = f"its rows are served from the WAL ({found.describe()}); {REPAIR_HINT}"
+            log.warning("%s", lost_generation_message(snap.uri, region, s, why))
+        elif policy == "skip":
+            reason = (
+                f"LOST ({_one_line(s.reason)}: {s.uri}), not merged, and {found.describe()}: "
+                "its rows are missing from this snapshot (on_missing_generation='skip')"
+            )
+            skipped.append(replace(s, reason=reason))
+            log.warning(
+                "%s; on_missing_generation='skip': left out",
+                lost_generation_message(snap.uri, region, s, f"the WAL cannot rebuild it: {found.describe()}"),
+            )
+        else:
+            why = (
+                f"the WAL cannot rebuild it: {found.describe()}; restore the directory, or open with "
+                f"on_missing_generation='skip' to read the table without its rows{pinned}"
+            )
+            raise GenerationLostError(lost_generation_message(snap.uri, region, s, why))
+    return replace(
+        region,
+        generations=tuple(sorted(generations, key=lambda g: g.generation)),
+        skipped=tuple(sorted(skipped, key=lambda g: g.generation)),
+    )
+
+
+def _rebuilt_schema(schema: pa.Schema, primary_key: tuple[str, ...]) -> pa.Schema:
+    """A generation's columns (base columns + ``_tombstone``); tombstones leave non-key columns NULL."""
+    fields = [f if f.name in primary_key else f.with_nullable(True) for f in schema]
+    return pa.schema([*fields, pa.field(TOMBSTONE, pa.bool_(), nullable=False)])
+
+
+def rebuild_rows(found: GenerationWal, region_id: str, schema: pa.Schema, primary_key: tuple[str, ...]) -> pa.Table:
+    """The rows of a flushed generation from its WAL entries, oldest first (duplicates kept).
+
+    Args:
+        found: The generation's WAL entries (:func:`memwal_query.format.wal.scan_generations`).
+        region_id: Region UUID string (for error messages).
+        schema: The base table schema.
+        primary_key: The primary key columns.
+
+    Returns:
+        The base columns plus ``_tombstone``, in WAL order (a later row of a key wins).
+    """
+    target = _rebuilt_schema(schema, primary_key)
+    parts = [
+        conform(
+            e.table,
+            target,
+            what=f"region {region_id} WAL position {e.position}",
+            strict=False,
+            error=MemWalCorruptionError,
+        )
+        for e in found.entries
+    ]
+    return pa.concat_tables(parts) if parts else target.empty_table()
+
+
+def _rebuilt_source(
+    snap: Snapshot, lost: SkippedGeneration, found: GenerationWal, cache: SnapshotCache
+) -> GenerationSource:
+    """An in-memory Lance dataset of the generation's WAL rows (reused while it stays lost).
+
+    Its row addresses follow WAL order, so the merge ranks its rows as it ranks a flushed
+    generation's (later position wins inside the generation).
+    """
+    key = (lost.uri, tuple(e.position for e in found.entries))
+    with cache.lock:
+        hit = cache.rebuilt.get(key)
+    if hit is not None:
+        return hit
+    rows = rebuild_rows(found, lost.region_id, snap.schema, snap.primary_key)
+    uri = f"memory://memwal-rebuilt-{uuid.uuid4().hex}"
+    ds = lance.write_dataset(rows, uri)
+    src = GenerationSource(
+        lost.region_id, lost.generation, uri, ds, rows.num_rows, lost_uri=lost.uri, wal_positions=found.positions
+    )
+    with cache.lock:
+        cache.rebuilt[key] = src
+    return src
+
+
+def wal_generation_rows(
+    storage: Storage, region_id: str, gen: FlushedGeneration, schema: pa.Schema, primary_key: tuple[str, ...]
+) -> pa.Table:
+    """A flushed generation's live rows rebuilt from the WAL: what its dataset would read.
+
+    One row per key, the newest (a flushed generation's deletion vector hides the rows
+    superseded inside it), tombstones included. For a merger of a lost generation.
+
+    Args:
+        storage: The table's storage.
+        region_id: Region UUID string.
+        gen: The flushed generation as the region manifest lists it.
+        schema: The base table schema.
+        primary_key: The primary key columns.
+
+    Returns:
+        The base columns plus ``_tombstone``.
+
+    Raises:
+        GenerationLostError: The WAL does not hold every row of the generation.
+    """
+    found = scan_generations(storage, region_id, {gen.generation: gen.physical_rows})[gen.generation]
+    if not found.complete:
+        path = storage.child_uri(f"_mem_wal/{region_id}/{gen.path.strip('/')}")
+        msg = (
+            f"{storage.uri}: region {region_id}: flushed generation {gen.generation} ({path}) cannot be read "
+            f"and the WAL cannot rebuild it: {found.describe()}"
+        )
+        raise GenerationLostError(msg)
+    rows = rebuild_rows(found, region_id, schema, primary_key)
+    order = pa.array(np.arange(rows.num_rows, dtype=np.int64))
+    newest = (
+        rows.select(list(primary_key)).append_column("_i", order).group_by(list(primary_key)).aggregate([("_i", "max")])
+    )
+    return rows.take(pa.array(np.sort(newest.column("_i_max").to_numpy())))

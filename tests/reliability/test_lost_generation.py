@@ -1,0 +1,320 @@
+"""A lost unmerged generation is rebuilt from the WAL, an error, or (opt-in) skipped: never silently missing.
+
+Tables are written by pylance's own writer (one writer session = one flushed generation
+of one unsharded region); the dict model decides the expected rows. Which WAL entries
+belong to a generation is read straight from the entries' Arrow metadata, independently
+of the reader's own scan.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+import datafusion
+import lance
+import pyarrow as pa
+import pytest
+
+import memwal_query as mq
+from memwal_query.cli import main
+from memwal_write import merge_generations
+
+from builders import build_events
+from lsm_model import PK, ModelTable, sort_table
+
+SCHEMA = pa.schema(
+    [pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("v", pa.int64()), pa.field("s", pa.string())]
+)
+Op = tuple[str, list[dict[str, Any]] | list[int]]
+
+
+def _rows(ids: range | list[int], v: int) -> list[dict[str, Any]]:
+    return [{"id": i, "v": v, "s": f"{i}-{v}"} for i in ids]
+
+
+#: One writer session per generation: generation g = SESSIONS[g - 1].
+SESSIONS: list[list[Op]] = [
+    [("put", _rows(range(0, 30), 1)), ("delete", [90, 91, 92])],
+    [("put", _rows([20, 21, 21, 22], 2)), ("put", _rows(range(25, 50), 2)), ("delete", [0, 1, 2, 93])],
+    [("put", _rows(range(40, 60), 3)), ("put", _rows([1, 90], 3)), ("delete", [45])],
+    [("put", _rows([5, 6, 45, 120], 4)), ("delete", [25, 26]), ("put", _rows([26], 4))],
+]
+
+
+def _apply(model: dict[int, dict[str, Any]], op: Op) -> None:
+    kind, arg = op
+    for item in arg:
+        if kind == "put":
+            assert isinstance(item, dict)
+            model[item["id"]] = item
+        else:
+            assert isinstance(item, int)
+            model.pop(item, None)
+
+
+def _base() -> pa.Table:
+    return pa.Table.from_pylist(_rows(range(100), 0), schema=SCHEMA)
+
+
+def _model_without(generation: int) -> pa.Table:
+    """The dict model replayed without one generation's session (what ``skip`` must return)."""
+    model = {r["id"]: r for r in _base().to_pylist()}
+    for g, session in enumerate(SESSIONS, start=1):
+        if g != generation:
+            for op in session:
+                _apply(model, op)
+    return pa.Table.from_pylist(list(model.values()), schema=SCHEMA)
+
+
+def _build(path: Path) -> ModelTable:
+    t = ModelTable(str(path / "t"), SCHEMA, _base(), unsharded=True, max_memtable_rows=10_000)
+    for session in SESSIONS:
+        for kind, arg in session:
+            if kind == "put":
+                t.put(arg)  # type: ignore[arg-type]
+            else:
+                t.delete([(k,) for k in arg])  # type: ignore[union-attr]
+        t.flush()
+    (region,) = t.regions()
+    assert [g for g, _ in t.flushed(region)] == [1, 2, 3, 4]
+    return t
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory) -> ModelTable:
+    return _build(tmp_path_factory.mktemp("lost"))
+
+
+@pytest.fixture
+def table(written: ModelTable, tmp_path: Path) -> ModelTable:
+    """A private copy of the written table (tests damage it)."""
+    dst = tmp_path / "t"
+    shutil.copytree(written.uri, dst)
+    t = ModelTable.__new__(ModelTable)
+    t.__dict__.update(written.__dict__)
+    t.uri, t.writers, t.model = str(dst), {}, dict(written.model)
+    return t
+
+
+def _region(t: ModelTable) -> str:
+    (region,) = t.regions()
+    return region
+
+
+def _gen_dir(t: ModelTable, generation: int) -> Path:
+    region = _region(t)
+    return Path(t.uri, "_mem_wal", region, dict(t.flushed(region))[generation])
+
+
+def _wal_entries_of(t: ModelTable, generation: int) -> list[Path]:
+    """WAL files whose entry was written to ``generation``'s MemTable (Arrow schema metadata)."""
+    out = []
+    for f in sorted(Path(t.uri, "_mem_wal", _region(t), "wal").iterdir()):
+        meta = pa.ipc.open_stream(f.read_bytes()).schema.metadata or {}
+        if meta.get(b"fence_sentinel") != b"true" and int(meta.get(b"generation", b"0")) == generation:
+            out.append(f)
+    assert out, f"no WAL entry of generation {generation}"
+    return out
+
+
+def _rows_of(table: mq.Table) -> pa.Table:
+    return sort_table(table.to_arrow().cast(SCHEMA), ["id"])
+
+
+def _expected(t: ModelTable) -> pa.Table:
+    return sort_table(t.expected(), ["id"])
+
+
+def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "memwal_query" and r.levelno >= logging.WARNING]
+
+
+# -- rebuilt from the WAL ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("generation", [4, 2], ids=["newest", "middle"])
+def test_lost_generation_is_rebuilt_from_the_wal(
+    table: ModelTable, generation: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    lost = _gen_dir(table, generation)
+    shutil.rmtree(lost)
+    with caplog.at_level(logging.WARNING, logger="memwal_query"):
+        t = mq.open_table(table.uri)
+    assert _rows_of(t).equals(_expected(table))
+    assert t.count_rows() == len(table.model)
+    (warning,) = _warnings(caplog)
+    assert f"flushed generation {generation} ({lost})" in warning and "served from the WAL" in warning
+    (src,) = [g for g in t.snapshot.regions[0].generations if g.rebuilt_from_wal]
+    assert src.generation == generation and src.lost_uri == str(lost)
+    text = t.explain()
+    assert f"REBUILT from WAL positions {src.wal_positions[0]}..{src.wal_positions[1]}" in text  # type: ignore[index]
+    assert str(lost) in text and "merge_generations" in text
+    # newest-wins order across the rebuilt generation and its neighbours, also for lookups
+    keys = [1, 5, 20, 21, 25, 26, 45, 90, 93, 120, 999]
+    got = {r["id"]: r for r in t.lookup(keys).to_pylist()}
+    assert got == {k: table.model[(k,)] for k in keys if (k,) in table.model}
+    ctx = datafusion.SessionContext()
+    t.register(ctx, "h", hidden_columns=True)
+    only_here = {4: 120, 2: 27}[generation]  # last written by this generation
+    assert ctx.sql(f"SELECT _gen FROM h WHERE id = {only_here}").to_pydict() == {"_gen": [generation]}
+    filtered = t.sql("SELECT * FROM t WHERE v >= 2").to_arrow_table().cast(SCHEMA)
+    want = _expected(table).filter(pa.compute.greater_equal(_expected(table).column("v"), 2))
+    assert sort_table(filtered, ["id"]).equals(want)
+    again = t.refresh()
+    assert again.snapshot.on_missing_generation == "recover" and _rows_of(again).equals(_expected(table))
+
+
+def test_partly_deleted_generation_is_rebuilt(table: ModelTable) -> None:
+    for f in (_gen_dir(table, 3) / "data").iterdir():
+        f.unlink()
+    assert _rows_of(mq.open_table(table.uri)).equals(_expected(table))
+
+
+def test_damaged_generation_is_rebuilt(table: ModelTable) -> None:
+    for m in (_gen_dir(table, 2) / "_versions").glob("*.manifest"):
+        m.write_bytes(b"not a manifest")
+    assert _rows_of(mq.open_table(table.uri)).equals(_expected(table))
+    with pytest.raises(mq.GenerationLostError, match="unreadable"):
+        mq.open_table(table.uri, on_missing_generation="error")
+
+
+# -- the WAL cannot rebuild it ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("generation", [4, 2], ids=["newest", "middle"])
+@pytest.mark.parametrize("wal_lost", ["all", "last"])
+def test_lost_generation_without_its_wal_entries(
+    table: ModelTable, generation: int, wal_lost: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    region = _region(table)
+    lost = _gen_dir(table, generation)
+    shutil.rmtree(lost)
+    entries = _wal_entries_of(table, generation)
+    for f in entries if wal_lost == "all" else entries[-1:]:
+        f.unlink()
+    with pytest.raises(mq.GenerationLostError) as err:
+        mq.open_table(table.uri)
+    msg = str(err.value)
+    assert "\n" not in msg and isinstance(err.value, mq.MemWalCorruptionError)
+    assert table.uri in msg and f"region {region}" in msg and f"generation {generation} ({lost})" in msg
+    assert "the WAL cannot rebuild it" in msg and "on_missing_generation='skip'" in msg
+
+    with caplog.at_level(logging.WARNING, logger="memwal_query"):
+        t = mq.open_table(table.uri, on_missing_generation="skip")
+    expected = sort_table(_model_without(generation), ["id"])
+    assert not expected.equals(_expected(table))  # the generation contributed something
+    assert _rows_of(t).equals(expected)
+    (warning,) = _warnings(caplog)
+    assert f"generation {generation} ({lost})" in warning and "left out" in warning
+    text = t.explain()
+    assert "LEFT OUT" in text and f"generation {generation}: skipped (LOST" in text and str(lost) in text
+    assert "its rows are missing" in text
+    again = t.refresh()
+    assert again.snapshot.on_missing_generation == "skip" and _rows_of(again).equals(expected)
+
+
+def test_error_policy_never_rebuilds(table: ModelTable) -> None:
+    lost = _gen_dir(table, 3)
+    shutil.rmtree(lost)
+    with pytest.raises(mq.GenerationLostError, match=f"generation 3 \\({lost}\\) is lost: directory missing"):
+        mq.open_table(table.uri, on_missing_generation="error")
+
+
+def test_invalid_policy(table: ModelTable) -> None:
+    with pytest.raises(mq.InvalidArgumentError, match="on_missing_generation"):
+        mq.open_table(table.uri, on_missing_generation="ignore")  # type: ignore[arg-type]
+
+
+# -- merged + garbage-collected: still skipped silently -------------------------------------------
+
+
+def test_merged_and_garbage_collected_generation_is_skipped_silently(
+    table: ModelTable, caplog: pytest.LogCaptureFixture
+) -> None:
+    region = _region(table)
+    table.merge(region, 1)
+    table.merge(region, 2)
+    for g in (1, 2):
+        shutil.rmtree(_gen_dir(table, g))
+        for f in _wal_entries_of(table, g):
+            f.unlink()  # a merged generation's WAL entries may go too
+    with caplog.at_level(logging.WARNING, logger="memwal_query"):
+        t = mq.open_table(table.uri, on_missing_generation="error")
+    assert _warnings(caplog) == []
+    assert _rows_of(t).equals(_expected(table))
+    assert [s.generation for s in t.snapshot.regions[0].skipped] == [1, 2]
+    assert "WARNING" not in t.explain()
+
+
+# -- repair, verify, a multi-region table -------------------------------------------------------
+
+
+def test_merger_repairs_a_lost_generation(table: ModelTable, caplog: pytest.LogCaptureFixture) -> None:
+    shutil.rmtree(_gen_dir(table, 2))
+    stats = merge_generations(table.uri)
+    assert stats.column("status").to_pylist() == ["merged"] * 4
+    with caplog.at_level(logging.WARNING, logger="memwal_query"):
+        t = mq.open_table(table.uri)
+    assert _warnings(caplog) == [] and _rows_of(t).equals(_expected(table))
+    base = sort_table(lance.dataset(table.uri).to_table().cast(SCHEMA), ["id"])
+    assert base.equals(_expected(table))
+
+
+def test_merger_refuses_a_generation_the_wal_cannot_rebuild(table: ModelTable) -> None:
+    shutil.rmtree(_gen_dir(table, 2))
+    _wal_entries_of(table, 2)[0].unlink()
+    with pytest.raises(mq.GenerationLostError, match="generation 2 .*the WAL cannot rebuild it"):
+        merge_generations(table.uri)
+
+
+def test_verify_reports_a_lost_generation(table: ModelTable, capsys: pytest.CaptureFixture[str]) -> None:
+    region = _region(table)
+    lost = _gen_dir(table, 3)
+    shutil.rmtree(lost)
+    assert main(["verify", table.uri]) == 2
+    problems = [line for line in capsys.readouterr().out.splitlines() if line.startswith("problem: ")]
+    assert problems == [
+        f"problem: {lost}: unmerged generation 3 is lost (directory missing; the region's merged generation is 0); "
+        f"the WAL can rebuild it (WAL positions {_positions(table, 3)} hold all its {_session_rows(3)} rows): "
+        "readers serve it from "
+        "the WAL; run memwal_write.merge_generations to repair"
+    ], region
+    for f in _wal_entries_of(table, 3):
+        f.unlink()
+    assert main(["verify", table.uri]) == 2
+    problems = [line for line in capsys.readouterr().out.splitlines() if line.startswith("problem: ")]
+    assert len(problems) == 1 and problems[0].startswith(f"problem: {lost}: unmerged generation 3 is lost")
+    assert problems[0].endswith(
+        f"the WAL cannot rebuild it (the WAL holds 0 of its {_session_rows(3)} rows (no entry of generation 3 left)): "
+        "its rows are lost"
+    )
+
+
+def _session_rows(generation: int) -> int:
+    return sum(len(arg) for _, arg in SESSIONS[generation - 1])
+
+
+def _positions(t: ModelTable, generation: int) -> str:
+    from memwal_query.format.decode import parse_bitrev64_name
+
+    pos = [parse_bitrev64_name(f.name) for f in _wal_entries_of(t, generation)]
+    return f"{min(pos)}..{max(pos)}"  # type: ignore[type-var]
+
+
+def test_lost_generation_of_a_bucketed_table_with_a_wal_tail(tmp_path: Path) -> None:
+    """4 bucket regions, generation 1 merged, generation 2 lost in one region, writers still open."""
+    t = build_events(str(tmp_path / "e"), seed=21)
+    try:
+        table = mq.open_table(t.uri)
+        region = next(r for r in table.snapshot.regions if r.generations)
+        lost = region.generations[-1]
+        shutil.rmtree(lost.uri)
+        got = mq.open_table(t.uri)
+        cols = t.schema.names
+        assert sort_table(got.to_arrow().select(cols).cast(t.schema), ["id"]).equals(sort_table(t.expected(), ["id"]))
+        assert any(g.rebuilt_from_wal for r in got.snapshot.regions for g in r.generations)
+    finally:
+        t.flush()
