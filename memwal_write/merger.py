@@ -52,8 +52,9 @@ from lance.mem_wal import CompactedSsTable
 
 from memwal_query.errors import MemWalError
 from memwal_query.format.decode import FlushedGeneration, MemWalIndex
+from memwal_query.format.paths import generation_rel
 from memwal_query.format.storage import Storage
-from memwal_query.snapshot import latest_region_manifest, primary_key_of
+from memwal_query.snapshot import _list_regions, latest_region_manifest, primary_key_of
 from memwal_write.arrow_writer import _read_index
 
 __all__ = ["merge_generations", "merge_generations_spark", "MERGE_STATS_SCHEMA", "GenerationMergeStats"]
@@ -97,10 +98,6 @@ def _open_latest(storage: Storage) -> tuple[lance.LanceDataset, MemWalIndex]:
     return ds, _read_index(storage, ds)
 
 
-def _list_regions(storage: Storage) -> list[str]:
-    return sorted(name for name, is_dir in storage.list_dir("_mem_wal") if is_dir)
-
-
 def _is_stale(err: BaseException) -> bool:
     return "Stale SSTable compaction" in str(err) or "not greater than the recorded generation" in str(err)
 
@@ -111,7 +108,7 @@ def _is_conflict(err: BaseException) -> bool:
 
 
 def _generation_rows(storage: Storage, region_id: str, gen: FlushedGeneration) -> pa.Table:
-    path = f"{storage.uri.rstrip('/')}/_mem_wal/{region_id}/{gen.path}"
+    path = storage.child_uri(generation_rel(storage, region_id, gen.path, what=f"flushed generation {gen.generation}"))
     try:
         # deletion vectors hide rows superseded inside the generation: one row per key
         return lance.dataset(path, storage_options=dict(storage.storage_options) or None).to_table()
