@@ -10,8 +10,11 @@ What is checked, per table:
 * WAL continuity: positions after the latest manifest's ``replay_after`` are
   contiguous and every entry decodes (a damaged *last* entry is a torn write,
   reported as a warning: the writer never acknowledged it);
-* every flushed generation that is not merged yet opens as a Lance dataset;
-  its generation is below the region's current generation;
+* every flushed generation's path stays inside its region folder (no ``..``,
+  absolute path, URL, percent-encoded escape or symlink out); every one not merged
+  yet opens as a Lance dataset and its bloom filter (if any) decodes; its
+  generation is below the region's current generation;
+* the version hint and the MemWAL index's inline region snapshots decode;
 * MemWAL index consistency: a merged generation never exceeds what its region
   has flushed; index catch-up never exceeds the merged generation; the region's
   spec exists and its field values decode.
@@ -37,17 +40,30 @@ from dataclasses import dataclass, field
 
 import lance
 
-from memwal_query.errors import ManifestError, MemWalError, NotAMemWalTableError, TableNotFoundError
+from memwal_query.errors import (
+    MALFORMED,
+    ManifestError,
+    MemWalCorruptionError,
+    MemWalError,
+    NotAMemWalTableError,
+    TableNotFoundError,
+    one_line,
+)
+from memwal_query.format.bloom import read_bloom_filter
 from memwal_query.format.decode import (
+    MAX_HINT_BYTES,
     MemWalIndex,
     RegionManifest,
     RegionSpec,
     bitrev64_name,
     decode_mem_wal_index,
     decode_region_manifest,
+    decode_version_hint,
     lance_manifest_file_name,
     parse_bitrev64_name,
 )
+from memwal_query.format.inline_snapshots import decode_inline_snapshots
+from memwal_query.format.paths import generation_rel
 from memwal_query.format.storage import Storage
 from memwal_query.format.wal import WalEntry, read_wal_entry, wal_entry_path
 from memwal_query.regionspec.spec import decode_field_value, lance_field_ids, parse_result_type
@@ -156,12 +172,17 @@ class _Checker:
             return ds, None, rel
         try:
             index = decode_mem_wal_index(data)
-        except ValueError as err:
-            self.problem(rel, f"MemWAL index does not decode: {err}")
+        except MALFORMED as err:
+            self.problem(rel, f"MemWAL index does not decode: {one_line(err)}")
             return ds, None, rel
         if index is None:
             msg = f"{uri} has no MemWAL index at version {ds.version} (run LanceDataset.initialize_mem_wal() first)"
             raise NotAMemWalTableError(msg)
+        if index.inline_snapshots:
+            try:
+                decode_inline_snapshots(index.inline_snapshots, where="MemWAL index")
+            except MemWalCorruptionError as err:
+                self.problem(rel, str(err))
         return ds, index, rel
 
     def specs(self, index: MemWalIndex, field_ids: Mapping[int, str], index_rel: str) -> None:
@@ -249,8 +270,8 @@ class _Checker:
                 continue
             try:
                 m = decode_region_manifest(data)
-            except ValueError as err:
-                self.problem(rel, f"region manifest does not decode: {err}")
+            except MALFORMED as err:
+                self.problem(rel, f"region manifest does not decode: {one_line(err)}")
                 continue
             if m.version != v:
                 self.problem(rel, f"region manifest says version {m.version}, its file name says {v}")
@@ -269,13 +290,13 @@ class _Checker:
         return latest
 
     def version_hint(self, rel: str) -> int | None:
-        data = self.storage.read_bytes(rel)
+        data = self.storage.read_bytes(rel, limit=MAX_HINT_BYTES + 1)
         if data is None:
             return None
         try:
-            return int(json.loads(data)["version"])
-        except (ValueError, KeyError, TypeError):
-            self.warn(rel, "version hint is unreadable (readers probe from version 1)")
+            return decode_version_hint(data)
+        except ValueError as err:
+            self.problem(rel, f"version hint does not decode (readers probe from version 1): {err}")
             return None
 
     def field_values(self, m: RegionManifest, spec: RegionSpec, rel: str) -> None:
@@ -303,10 +324,14 @@ class _Checker:
                     mrel,
                     f"flushed generation {g.generation} is not below the current generation {m.current_generation}",
                 )
+            try:
+                rel = generation_rel(self.storage, region_id, g.path, what=f"flushed generation {g.generation}")
+            except MemWalCorruptionError as err:
+                self.problem(mrel, str(err))
+                continue
             if g.generation <= merged:
                 continue  # merged into the base: may be garbage-collected
             self.report.checked["generations"] += 1
-            rel = f"_mem_wal/{region_id}/{g.path.strip('/')}"
             if not self.storage.exists(f"{rel}/_versions"):
                 self.problem(rel, f"unmerged generation {g.generation} is missing")
                 continue
@@ -316,7 +341,9 @@ class _Checker:
                 )
                 ds.count_rows()
             except (ValueError, OSError, RuntimeError) as err:
-                self.problem(rel, f"generation {g.generation} does not open as a Lance dataset: {err}")
+                self.problem(rel, f"generation {g.generation} does not open as a Lance dataset: {one_line(err)}")
+                continue
+            self.bloom_filter(f"{rel}/bloom_filter.bin")
         top = max(seen, default=m.current_generation - 1)
         if merged > top:
             self.problem(
@@ -324,6 +351,12 @@ class _Checker:
                 f"MemWAL index says region {region_id} merged generation {merged}, but the "
                 f"region flushed only up to generation {top}",
             )
+
+    def bloom_filter(self, rel: str) -> None:
+        try:
+            read_bloom_filter(self.storage, rel)
+        except MemWalCorruptionError as err:
+            self.problem(rel, f"bloom filter does not decode (lookups scan the generation): {err.__cause__ or err}")
 
     def wal(self, region_id: str, m: RegionManifest) -> None:
         rel_dir = f"_mem_wal/{region_id}/wal"
@@ -352,10 +385,13 @@ class _Checker:
                 continue
             if p == top:
                 self.warn(
-                    wal_entry_path(region_id, p), f"last WAL entry is torn (never acknowledged; readers skip it): {got}"
+                    wal_entry_path(region_id, p),
+                    f"last WAL entry is torn (never acknowledged; readers skip it): {one_line(got.__cause__ or got)}",
                 )
             else:
-                self.problem(wal_entry_path(region_id, p), f"WAL entry does not decode: {got}")
+                self.problem(
+                    wal_entry_path(region_id, p), f"WAL entry does not decode: {one_line(got.__cause__ or got)}"
+                )
 
 
 def _bitrev_file(v: int) -> str:
