@@ -87,9 +87,7 @@ def test_symlinked_generation_pointing_outside_is_refused(copy: Hostile, capsys:
     _assert_refused(copy, "evil_gen_1", capsys)
 
 
-def test_symlinked_region_folder_pointing_outside_is_refused(
-    copy: Hostile, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_symlinked_region_folder_pointing_outside_is_refused(copy: Hostile, capsys: pytest.CaptureFixture[str]) -> None:
     outside = copy.root / "elsewhere"
     shutil.move(copy.region_dir, outside)
     os.symlink(outside, copy.region_dir)
@@ -172,3 +170,65 @@ def test_valid_inline_snapshot_in_a_rewritten_manifest_is_read(copy: Hostile) ->
 def test_normalise_relative_says_why(value: str, why: str) -> None:
     with pytest.raises(ValueError, match=why):
         normalise_relative(value)
+
+
+# --------------------------------------------------------------------------- #
+# The same rule on an object store (moto's S3 server)
+# --------------------------------------------------------------------------- #
+
+from test_object_store import BUCKET, s3_options  # noqa: E402,F401 - the moto fixture
+
+
+def _put_s3(options: dict[str, str], key: str, data: bytes) -> None:
+    import boto3
+
+    boto3.client(
+        "s3",
+        endpoint_url=options["aws_endpoint"],
+        aws_access_key_id=options["aws_access_key_id"],
+        aws_secret_access_key=options["aws_secret_access_key"],
+        region_name=options["aws_region"],
+    ).put_object(Bucket=BUCKET, Key=key, Body=data)
+
+
+@pytest.fixture(scope="module")
+def s3_hostile(pristine: Hostile, s3_options: dict[str, str]) -> tuple[str, str]:  # noqa: F811
+    """The pristine table uploaded to ``s3://bucket/h/t`` and the secret to ``s3://bucket/h/secret``."""
+    prefix = "h"
+    for path in pristine.root.rglob("*"):
+        if path.is_file():
+            _put_s3(s3_options, f"{prefix}/{path.relative_to(pristine.root).as_posix()}", path.read_bytes())
+    return f"s3://{BUCKET}/{prefix}/t", pristine.latest_manifest().relative_to(pristine.table).as_posix()
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["../../../secret", "%2e%2e/%2e%2e/%2e%2e/secret", f"s3://{BUCKET}/h/secret", f"/{BUCKET}/h/secret"],
+)
+def test_s3_generation_path_escapes_are_refused(
+    pristine: Hostile,
+    s3_hostile: tuple[str, str],
+    s3_options: dict[str, str],  # noqa: F811
+    value: str,
+    tmp_path: Path,
+) -> None:
+    uri, manifest_rel = s3_hostile
+    local = tmp_path / "m.binpb"
+    shutil.copy(pristine.table / manifest_rel, local)
+    set_generation_path(local, value)
+    if not value.startswith(("s3:", "/")):  # a naive join of region folder and path reads the secret
+        naive = lance.dataset(f"{uri}/_mem_wal/{pristine.region}/{value}", storage_options=s3_options)
+        assert naive.to_table().to_pylist() == [{"id": 999, "v": "SECRET"}]
+    _put_s3(s3_options, f"h/t/{manifest_rel}", local.read_bytes())
+    try:
+        with pytest.raises(mq.MemWalCorruptionError) as e:
+            mq.open_table(uri, storage_options=s3_options).to_arrow()
+        msg = str(e.value)
+        assert uri in msg and pristine.region in msg and repr(value) in msg and "\n" not in msg
+        from memwal_query.verify import verify_table
+
+        report = verify_table(uri, storage_options=s3_options)
+        assert len(report.problems) == 1 and "leaves the region folder" in str(report.problems[0])
+    finally:
+        _put_s3(s3_options, f"h/t/{manifest_rel}", (pristine.table / manifest_rel).read_bytes())
+    assert mq.open_table(uri, storage_options=s3_options).count_rows() == 25
