@@ -43,6 +43,7 @@ import numpy as np
 import pyarrow as pa
 
 from memwal_query.errors import MemWalError
+from memwal_query.format.paths import generation_rel
 from memwal_query.merge import rank_levels
 from memwal_query.snapshot import GenerationSource, _generation_intact, _open_generation, _read_index
 
@@ -193,13 +194,14 @@ def plan_catchup(table: Table, index: BaseIndex) -> CatchupPlan:
             path = listed.get(g)
             if path is None:
                 return plan((), False, f"generation {g} of region {region.region_id} is not listed any more")
-            if not table._storage.exists(f"_mem_wal/{region.region_id}/{path.strip('/')}/_versions"):  # noqa: SLF001
+            rel = generation_rel(table._storage, region.region_id, path, what=f"flushed generation {g}")  # noqa: SLF001
+            if not table._storage.exists(f"{rel}/_versions"):  # noqa: SLF001
                 return plan((), False, f"generation {g} of region {region.region_id} was garbage-collected")
             got = _open_generation(table._storage, region.region_id, g, path, table._cache)  # noqa: SLF001
             if not isinstance(got, GenerationSource):
                 return plan((), False, f"generation {g} of region {region.region_id}: {got.reason}")
             gens.append(got)
-            paths.append(f"_mem_wal/{region.region_id}/{path.strip('/')}")
+            paths.append(rel)
         alone = rank_levels(gens, None, pk, key_schema, table._cache)  # noqa: SLF001
         if alone is None:
             continue

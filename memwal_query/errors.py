@@ -11,7 +11,15 @@ Example:
 
 from __future__ import annotations
 
+import struct
+from typing import Final
+
+from google.protobuf.message import DecodeError
+
 __all__ = [
+    "MALFORMED",
+    "one_line",
+    "is_panic",
     "MemWalError",
     "TableNotFoundError",
     "NotAMemWalTableError",
@@ -69,3 +77,45 @@ class InvalidArgumentError(MemWalError, ValueError):
 
 class StorageError(MemWalError, OSError):
     """The storage layer failed (bad storage options, unreachable object store)."""
+
+
+MALFORMED: Final[tuple[type[BaseException], ...]] = (
+    ValueError,  # also UnicodeDecodeError, json errors, pyarrow.ArrowInvalid
+    TypeError,
+    KeyError,
+    IndexError,
+    OverflowError,
+    RecursionError,
+    MemoryError,  # also pyarrow.ArrowMemoryError: a length field asking for too much
+    NotImplementedError,  # pyarrow.ArrowNotImplementedError: an unknown type or codec
+    OSError,  # pyarrow.ArrowIOError: a stream shorter than its framing says
+    struct.error,
+    DecodeError,
+)
+"""What a decoder of on-storage bytes may raise on malformed input.
+
+Callers catch these around a decoder and raise a :class:`MemWalError` subclass
+naming the file (see :func:`one_line`); nothing else is caught, so bugs stay loud.
+"""
+
+_MAX_DETAIL: Final = 300
+
+
+def one_line(err: BaseException) -> str:
+    """``err``'s message on one line (whitespace collapsed, cut at 300 characters).
+
+    Example:
+        >>> one_line(ValueError("bad\\n  thing"))
+        'bad thing'
+    """
+    text = " ".join(str(err).split()) or type(err).__name__
+    return text if len(text) <= _MAX_DETAIL else text[:_MAX_DETAIL] + "…"
+
+
+def is_panic(err: BaseException) -> bool:
+    """Whether ``err`` is a Rust panic surfaced by pyo3 (``pyo3_runtime.PanicException``).
+
+    pyo3 derives it from :class:`BaseException`, so ``except Exception`` misses it;
+    a decoder handing untrusted bytes to a Rust library (Lance) checks for it.
+    """
+    return type(err).__name__ == "PanicException"

@@ -21,8 +21,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from memwal_query.errors import InvalidArgumentError
-from memwal_query.format.bloom import BloomFilter, key_hash
+from memwal_query.errors import InvalidArgumentError, MemWalCorruptionError
+from memwal_query.format.bloom import BloomFilter, key_hash, read_bloom_filter
 from memwal_query.format.wal import TOMBSTONE
 from memwal_query.merge import first_of_group
 from memwal_query.snapshot import GenerationSource
@@ -166,13 +166,11 @@ def _bloom(gen: GenerationSource, table: Table) -> BloomFilter | None:
     if gen.uri in cache:
         hit = cache[gen.uri]
         return hit if isinstance(hit, BloomFilter) else None
-    data = storage.read_bytes(rel)
-    bloom = None
-    if data is not None:
-        try:
-            bloom = BloomFilter(data)
-        except ValueError:
-            log.warning("unreadable bloom filter %s; generation is scanned", storage.child_uri(rel))
+    try:
+        bloom = read_bloom_filter(storage, rel)
+    except MemWalCorruptionError as err:
+        log.warning("%s; the generation is scanned instead", err)
+        bloom = None
     cache[gen.uri] = bloom
     return bloom
 

@@ -8,7 +8,6 @@ entries, region manifests), so a refresh reads only what changed.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import uuid as uuidlib
@@ -23,21 +22,28 @@ import pyarrow as pa
 
 from memwal_query.conform import conform
 from memwal_query.errors import (
+    MALFORMED,
     InvalidArgumentError,
     ManifestError,
     NoPrimaryKeyError,
     NotAMemWalTableError,
     TableNotFoundError,
+    one_line,
 )
 from memwal_query.format.decode import (
+    MAX_HINT_BYTES,
+    MAX_VERSION,
     MemWalIndex,
     RegionManifest,
     bitrev64_name,
     decode_mem_wal_index,
     decode_region_manifest,
+    decode_version_hint,
     lance_manifest_file_name,
+    parse_bitrev64_name,
 )
 from memwal_query.format.inline_snapshots import InlineRegion, decode_inline_snapshots
+from memwal_query.format.paths import generation_rel
 from memwal_query.format.storage import Storage
 from memwal_query.format.wal import TOMBSTONE, WalEntry, WalTail, replay_wal_tail, wal_entry_path
 
@@ -65,6 +71,8 @@ MissingGenerationPolicy = Literal["recover", "error", "skip"]
 MISSING_GENERATION_POLICIES: tuple[str, ...] = ("recover", "error", "skip")
 PK_META = b"lance-schema:unenforced-primary-key"
 PK_POS_META = b"lance-schema:unenforced-primary-key:position"
+#: Region manifest versions probed one by one past the hint before the folder is listed.
+MAX_PROBES = 64
 #: Passes that re-read the regions a writer moved while a strong snapshot was being read,
 #: before the snapshot settles for regions read at different moments.
 MAX_CUT_ROUNDS = 5
@@ -260,8 +268,8 @@ def _read_index(storage: Storage, version: int) -> MemWalIndex:
             continue
         try:
             index = decode_mem_wal_index(data)
-        except ValueError as err:
-            msg = f"cannot decode Lance manifest {storage.child_uri(rel)}: {err}"
+        except MALFORMED as err:
+            msg = f"cannot decode Lance manifest {storage.child_uri(rel)}: {one_line(err)}"
             raise ManifestError(msg) from err
         if index is None:
             msg = (
@@ -283,10 +291,46 @@ def _read_region_manifest_version(storage: Storage, region_id: str, version: int
     if data is None:
         return None
     try:
-        return decode_region_manifest(data)
-    except ValueError as err:
-        msg = f"region {region_id}: cannot decode region manifest {storage.child_uri(rel)}: {err}"
+        manifest = decode_region_manifest(data)
+    except MALFORMED as err:
+        msg = f"region {region_id}: cannot decode region manifest {storage.child_uri(rel)}: {one_line(err)}"
         raise ManifestError(msg) from err
+    if manifest.version != version:
+        msg = f"region {region_id}: region manifest {storage.child_uri(rel)} says version {manifest.version}"
+        raise ManifestError(msg)
+    return manifest
+
+
+def _version_hint(storage: Storage, region_id: str) -> int:
+    """The region's version hint, or 1 when it is missing or unreadable (a warning)."""
+    rel = f"_mem_wal/{region_id}/manifest/version_hint.json"
+    data = storage.read_bytes(rel, limit=MAX_HINT_BYTES + 1)
+    if data is None:
+        return 1
+    try:
+        return max(1, decode_version_hint(data))
+    except ValueError as err:
+        log.warning("region %s: unreadable %s (%s); probing from 1", region_id, storage.child_uri(rel), err)
+        return 1
+
+
+def _probe_newer(storage: Storage, region_id: str, current: RegionManifest) -> RegionManifest | None:
+    """The newest manifest at most :data:`MAX_PROBES` versions after ``current``; None past that."""
+    for _ in range(MAX_PROBES):
+        if current.version >= MAX_VERSION:
+            return current
+        nxt = _read_region_manifest_version(storage, region_id, current.version + 1)
+        if nxt is None:
+            return current
+        current = nxt
+    return None
+
+
+def _highest_listed(storage: Storage, region_id: str) -> RegionManifest | None:
+    names = storage.list_dir(f"_mem_wal/{region_id}/manifest")
+    versions = [parse_bitrev64_name(n) for n, is_dir in names if n.endswith(".binpb") and not is_dir]
+    top = max((v for v in versions if v is not None and 1 <= v <= MAX_VERSION), default=None)
+    return None if top is None else _read_region_manifest_version(storage, region_id, top)
 
 
 def latest_region_manifest(
@@ -294,34 +338,29 @@ def latest_region_manifest(
 ) -> RegionManifest | None:
     """The newest region manifest: version hint (or a known version), then probing.
 
+    Probing is bounded: more than :data:`MAX_PROBES` versions past the start (a stale
+    hint), the manifest folder is listed once and probing resumes at its highest version.
+
     Returns ``None`` when the region has no manifest at all.
     """
-    start = 1
-    if known is not None:
-        start = known.version
-    else:
-        hint = storage.read_bytes(f"_mem_wal/{region_id}/manifest/version_hint.json")
-        if hint is not None:
-            try:
-                start = max(1, int(json.loads(hint)["version"]))
-            except (ValueError, KeyError, TypeError):
-                log.warning("region %s: unreadable version_hint.json; probing from 1", region_id)
+    start = known.version if known is not None else _version_hint(storage, region_id)
     current = known if known is not None else _read_region_manifest_version(storage, region_id, start)
     if current is None and start != 1:
         log.warning("region %s: version hint %d points at a missing manifest; probing from 1", region_id, start)
-        start = 1
         current = _read_region_manifest_version(storage, region_id, 1)
     if current is None:
         return None
-    v = start
-    while True:
-        nxt = _read_region_manifest_version(storage, region_id, v + 1)
-        if nxt is None:
-            return current
-        current, v = nxt, v + 1
+    for _ in range(2):
+        newest = _probe_newer(storage, region_id, current)
+        if newest is not None:
+            return newest
+        current = _highest_listed(storage, region_id) or current
+    msg = f"region {region_id}: region manifests of {storage.uri} keep appearing faster than they can be probed"
+    raise ManifestError(msg)
 
 
-def _list_regions(storage: Storage) -> list[str]:
+def list_regions(storage: Storage) -> list[str]:
+    """The table's region ids: the UUID-named directories under ``_mem_wal/``."""
     out = []
     for name, is_dir in storage.list_dir("_mem_wal"):
         if not is_dir:
@@ -375,7 +414,7 @@ def _memtable_from_live(live: Sequence[LiveMemTable], data_schema: pa.Schema) ->
 def _open_generation(
     storage: Storage, region_id: str, gen: int, path: str, cache: SnapshotCache
 ) -> GenerationSource | SkippedGeneration:
-    rel = f"_mem_wal/{region_id}/{path.strip('/')}"
+    rel = generation_rel(storage, region_id, path, what=f"flushed generation {gen}")
     uri = storage.child_uri(rel)
     gone = SkippedGeneration(region_id, gen, "directory missing", uri, missing=True)
     with cache.lock:
@@ -574,13 +613,13 @@ def _load_once(
         raise NoPrimaryKeyError(msg)
     index = _read_index(storage, base.version)
     data_schema = pa.schema(list(schema) + [pa.field(TOMBSTONE, pa.bool_())])
-    inline = _inline_regions(index, storage)
+    inline = _inline_regions(index, storage, base.version)
     if consistency == "eventual" and inline is not None:
         # Eventual reads discover regions from the index's point-in-time snapshot
         # (no listing); strong reads list storage, which also finds newer regions.
         region_ids = [r.region_id for r in inline]
     else:
-        region_ids = _list_regions(storage)
+        region_ids = list_regions(storage)
     known = {str(m.region_id) for m in live}
     region_ids = sorted(set(region_ids) | known)
     workers = max(1, min(max_workers, len(region_ids)))
@@ -649,7 +688,7 @@ def _consistent_cut(
         regions = list(by_id.values())
         probes = pool.map(lambda r: _region_moved(storage, r), regions)
         moved = [r.region_id for r, m in zip(regions, probes, strict=True) if m]
-        moved += sorted((set(_list_regions(storage)) | known) - by_id.keys())
+        moved += sorted((set(list_regions(storage)) | known) - by_id.keys())
         if not moved:
             return by_id, True
         log.debug("%s: regions %s moved while the snapshot was read; reading them again", storage.uri, moved)
@@ -662,11 +701,9 @@ def _consistent_cut(
     return by_id, False
 
 
-def _inline_regions(index: MemWalIndex, storage: Storage) -> list[InlineRegion] | None:
+def _inline_regions(index: MemWalIndex, storage: Storage, version: int) -> list[InlineRegion] | None:
+    """The index's inline region snapshots; damaged ones are a :class:`MemWalCorruptionError`."""
     if not index.inline_snapshots:
         return None
-    try:
-        return decode_inline_snapshots(index.inline_snapshots)
-    except ValueError as err:
-        log.warning("%s: MemWAL index inline region snapshots unreadable (%s); listing regions", storage.uri, err)
-        return None
+    where = f"MemWAL index of {storage.child_uri(f'_versions/{lance_manifest_file_name(version)}')}"
+    return decode_inline_snapshots(index.inline_snapshots, where=where)

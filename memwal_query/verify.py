@@ -10,10 +10,13 @@ What is checked, per table:
 * WAL continuity: positions after the latest manifest's ``replay_after`` are
   contiguous and every entry decodes (a damaged *last* entry is a torn write,
   reported as a warning: the writer never acknowledged it);
-* every flushed generation that is not merged yet opens as a Lance dataset with
-  all its data files; a lost one (missing, unreadable, partly deleted) is a problem
-  that says whether the region's WAL still holds every row to rebuild it;
-  its generation is below the region's current generation;
+* every flushed generation's path stays inside its region folder (no ``..``,
+  absolute path, URL, percent-encoded escape or symlink out); every one not merged
+  yet opens as a Lance dataset with all its data files and its bloom filter (if any)
+  decodes; a lost one (missing, unreadable, partly deleted) is a problem that says
+  whether the region's WAL still holds every row to rebuild it; its generation is
+  below the region's current generation;
+* the version hint and the MemWAL index's inline region snapshots decode;
 * MemWAL index consistency: a merged generation never exceeds what its region
   has flushed; index catch-up never exceeds the merged generation; the region's
   spec exists and its field values decode.
@@ -39,8 +42,18 @@ from dataclasses import dataclass, field
 
 import lance
 
-from memwal_query.errors import ManifestError, MemWalError, NotAMemWalTableError, TableNotFoundError
+from memwal_query.errors import (
+    MALFORMED,
+    ManifestError,
+    MemWalCorruptionError,
+    MemWalError,
+    NotAMemWalTableError,
+    TableNotFoundError,
+    one_line,
+)
+from memwal_query.format.bloom import read_bloom_filter
 from memwal_query.format.decode import (
+    MAX_HINT_BYTES,
     FlushedGeneration,
     MemWalIndex,
     RegionManifest,
@@ -48,9 +61,12 @@ from memwal_query.format.decode import (
     bitrev64_name,
     decode_mem_wal_index,
     decode_region_manifest,
+    decode_version_hint,
     lance_manifest_file_name,
     parse_bitrev64_name,
 )
+from memwal_query.format.inline_snapshots import decode_inline_snapshots
+from memwal_query.format.paths import generation_rel
 from memwal_query.format.storage import Storage
 from memwal_query.format.wal import WalEntry, read_wal_entry, scan_generations, wal_entry_path
 from memwal_query.regionspec.spec import decode_field_value, lance_field_ids, parse_result_type
@@ -162,12 +178,17 @@ class _Checker:
             return ds, None, rel
         try:
             index = decode_mem_wal_index(data)
-        except ValueError as err:
-            self.problem(rel, f"MemWAL index does not decode: {err}")
+        except MALFORMED as err:
+            self.problem(rel, f"MemWAL index does not decode: {one_line(err)}")
             return ds, None, rel
         if index is None:
             msg = f"{uri} has no MemWAL index at version {ds.version} (run LanceDataset.initialize_mem_wal() first)"
             raise NotAMemWalTableError(msg)
+        if index.inline_snapshots:
+            try:
+                decode_inline_snapshots(index.inline_snapshots, where="MemWAL index")
+            except MemWalCorruptionError as err:
+                self.problem(rel, str(err))
         return ds, index, rel
 
     def specs(self, index: MemWalIndex, field_ids: Mapping[int, str], index_rel: str) -> None:
@@ -255,8 +276,8 @@ class _Checker:
                 continue
             try:
                 m = decode_region_manifest(data)
-            except ValueError as err:
-                self.problem(rel, f"region manifest does not decode: {err}")
+            except MALFORMED as err:
+                self.problem(rel, f"region manifest does not decode: {one_line(err)}")
                 continue
             if m.version != v:
                 self.problem(rel, f"region manifest says version {m.version}, its file name says {v}")
@@ -275,13 +296,13 @@ class _Checker:
         return latest
 
     def version_hint(self, rel: str) -> int | None:
-        data = self.storage.read_bytes(rel)
+        data = self.storage.read_bytes(rel, limit=MAX_HINT_BYTES + 1)
         if data is None:
             return None
         try:
-            return int(json.loads(data)["version"])
-        except (ValueError, KeyError, TypeError):
-            self.warn(rel, "version hint is unreadable (readers probe from version 1)")
+            return decode_version_hint(data)
+        except ValueError as err:
+            self.problem(rel, f"version hint does not decode (readers probe from version 1): {err}")
             return None
 
     def field_values(self, m: RegionManifest, spec: RegionSpec, rel: str) -> None:
@@ -310,12 +331,19 @@ class _Checker:
                     mrel,
                     f"flushed generation {g.generation} is not below the current generation {m.current_generation}",
                 )
+            try:
+                rel = generation_rel(self.storage, region_id, g.path, what=f"flushed generation {g.generation}")
+            except MemWalCorruptionError as err:
+                self.problem(mrel, str(err))
+                continue
             if g.generation <= merged:
                 continue  # merged into the base: may be garbage-collected
             self.report.checked["generations"] += 1
-            why = self.generation_unreadable(f"_mem_wal/{region_id}/{g.path.strip('/')}")
+            why = self.generation_unreadable(rel)
             if why is not None:
                 lost.append((g, why))
+                continue
+            self.bloom_filter(f"{rel}/bloom_filter.bin")
         self.lost_generations(region_id, merged, lost)
         top = max(seen, default=m.current_generation - 1)
         if merged > top:
@@ -333,7 +361,7 @@ class _Checker:
             ds = lance.dataset(self.storage.child_uri(rel), storage_options=dict(self.storage.storage_options) or None)
             ds.count_rows()
         except (ValueError, OSError, RuntimeError) as err:
-            return f"does not open as a Lance dataset: {str(err).splitlines()[0] if str(err) else err!r}"
+            return f"does not open as a Lance dataset: {one_line(err)}"
         for frag in ds.get_fragments():
             for f in frag.data_files():
                 if not self.storage.exists(f"{rel}/data/{f.path}"):
@@ -359,6 +387,12 @@ class _Checker:
                 f"unmerged generation {g.generation} is lost ({why}; the region's merged generation is {merged}); "
                 f"{fix}",
             )
+
+    def bloom_filter(self, rel: str) -> None:
+        try:
+            read_bloom_filter(self.storage, rel)
+        except MemWalCorruptionError as err:
+            self.problem(rel, f"bloom filter does not decode (lookups scan the generation): {err.__cause__ or err}")
 
     def wal(self, region_id: str, m: RegionManifest) -> None:
         rel_dir = f"_mem_wal/{region_id}/wal"
@@ -387,10 +421,13 @@ class _Checker:
                 continue
             if p == top:
                 self.warn(
-                    wal_entry_path(region_id, p), f"last WAL entry is torn (never acknowledged; readers skip it): {got}"
+                    wal_entry_path(region_id, p),
+                    f"last WAL entry is torn (never acknowledged; readers skip it): {one_line(got.__cause__ or got)}",
                 )
             else:
-                self.problem(wal_entry_path(region_id, p), f"WAL entry does not decode: {got}")
+                self.problem(
+                    wal_entry_path(region_id, p), f"WAL entry does not decode: {one_line(got.__cause__ or got)}"
+                )
 
 
 def _bitrev_file(v: int) -> str:

@@ -53,9 +53,10 @@ from lance.mem_wal import CompactedSsTable
 from memwal_query.errors import GenerationLostError, MemWalError
 from memwal_query.format.decode import FlushedGeneration, MemWalIndex
 from memwal_query.format.lance_open import lance_message, open_lance, require_table
+from memwal_query.format.paths import generation_rel
 from memwal_query.format.storage import Storage
 from memwal_query.recovery import wal_generation_rows
-from memwal_query.snapshot import latest_region_manifest, primary_key_of
+from memwal_query.snapshot import latest_region_manifest, list_regions, primary_key_of
 from memwal_write.arrow_writer import _read_index
 
 __all__ = ["merge_generations", "merge_generations_spark", "MERGE_STATS_SCHEMA", "GenerationMergeStats"]
@@ -94,10 +95,6 @@ def _open_latest(storage: Storage, given: str | None = None) -> tuple[lance.Lanc
     return ds, _read_index(storage, ds)
 
 
-def _list_regions(storage: Storage) -> list[str]:
-    return sorted(name for name, is_dir in storage.list_dir("_mem_wal") if is_dir)
-
-
 def _is_stale(err: BaseException) -> bool:
     return "Stale SSTable compaction" in str(err) or "not greater than the recorded generation" in str(err)
 
@@ -108,7 +105,7 @@ def _is_conflict(err: BaseException) -> bool:
 
 
 def _generation_rows(storage: Storage, region_id: str, gen: FlushedGeneration, pk: tuple[str, ...]) -> pa.Table:
-    path = f"{storage.uri.rstrip('/')}/_mem_wal/{region_id}/{gen.path}"
+    path = storage.child_uri(generation_rel(storage, region_id, gen.path, what=f"flushed generation {gen.generation}"))
     try:
         # deletion vectors hide rows superseded inside the generation: one row per key
         return lance.dataset(path, storage_options=dict(storage.storage_options) or None).to_table()
@@ -229,7 +226,7 @@ def merge_generations(
     ds, index = _open_latest(storage, str(uri))
     pk = primary_key_of(ds.schema)
     stats: list[GenerationMergeStats] = []
-    for region_id in regions if regions is not None else _list_regions(storage):
+    for region_id in regions if regions is not None else list_regions(storage):
         manifest = latest_region_manifest(storage, region_id)
         if manifest is None:
             continue
@@ -282,7 +279,7 @@ def merge_generations_spark(
     """
     storage = Storage.open(uri, storage_options)
     require_table(storage, str(uri), " to merge generations")
-    todo = list(regions) if regions is not None else _list_regions(storage)
+    todo = list(regions) if regions is not None else list_regions(storage)
     from pyspark.sql.pandas.types import from_arrow_schema
 
     out_schema = from_arrow_schema(MERGE_STATS_SCHEMA)

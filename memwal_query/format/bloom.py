@@ -22,7 +22,13 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BloomFilter", "siphash13", "key_hash"]
+from memwal_query.errors import MemWalCorruptionError
+from memwal_query.format.storage import Storage
+
+__all__ = ["BloomFilter", "siphash13", "key_hash", "read_bloom_filter", "MAX_BLOOM_BYTES"]
+
+MAX_BLOOM_BYTES = 128 * 1024 * 1024
+"""Largest bloom filter read (Parquet's SBBF limit); pylance writes 32 KiB."""
 
 _M64 = (1 << 64) - 1
 _SALT = np.array(
@@ -112,8 +118,8 @@ class BloomFilter:
     __slots__ = ("_words", "_num_blocks")
 
     def __init__(self, data: bytes) -> None:
-        if len(data) == 0 or len(data) % 32:
-            msg = f"bloom filter of {len(data)} bytes is not a whole number of 32-byte blocks"
+        if len(data) == 0 or len(data) % 32 or len(data) > MAX_BLOOM_BYTES:
+            msg = f"bloom filter of {len(data)} bytes is not 1 to {MAX_BLOOM_BYTES // 32} whole 32-byte blocks"
             raise ValueError(msg)
         self._words = np.frombuffer(data, dtype="<u4").reshape(-1, 8).astype(np.uint64)
         self._num_blocks = self._words.shape[0]
@@ -133,3 +139,26 @@ class BloomFilter:
         if not keys:
             return []
         return [bool(x) for x in self.might_contain_hashes([key_hash(k, type_names) for k in keys])]
+
+
+def read_bloom_filter(storage: Storage, rel: str) -> BloomFilter | None:
+    """Read a generation's ``bloom_filter.bin``.
+
+    Args:
+        storage: The table's storage.
+        rel: The file, relative to the table root.
+
+    Returns:
+        The filter, or None when the file does not exist.
+
+    Raises:
+        MemWalCorruptionError: The file is not a bloom filter (names the file).
+    """
+    data = storage.read_bytes(rel, limit=MAX_BLOOM_BYTES + 1)
+    if data is None:
+        return None
+    try:
+        return BloomFilter(data)
+    except ValueError as err:
+        msg = f"bloom filter {storage.child_uri(rel)} is damaged: {err}"
+        raise MemWalCorruptionError(msg) from err

@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 import struct
 import uuid
 from collections.abc import Iterable, Mapping
@@ -46,6 +47,10 @@ __all__ = [
     "LanceManifestInfo",
     "IndexEntry",
     "decode_region_manifest",
+    "decode_version_hint",
+    "MAX_VERSION",
+    "MAX_WAL_POSITION",
+    "MAX_HINT_BYTES",
     "parse_lance_manifest_footer",
     "decode_lance_manifest",
     "decode_index_entries",
@@ -65,6 +70,12 @@ _LANCE_MAGIC: Final = b"LANC"
 _FOOTER_LEN: Final = 16
 _U64_MAX: Final = (1 << 64) - 1
 _EMPTY_MAP: Final[Mapping[str, str]] = MappingProxyType({})
+MAX_VERSION: Final = (1 << 63) - 2
+"""Highest region manifest version and generation memwal accepts (they feed int64 columns)."""
+MAX_WAL_POSITION: Final = (1 << 32) - 2
+"""Highest WAL position memwal accepts (a position is the high half of a 64-bit sequence)."""
+MAX_HINT_BYTES: Final = 4096
+"""Largest ``version_hint.json`` memwal reads."""
 
 
 def _frozen_map(items: Mapping[str, str]) -> Mapping[str, str]:
@@ -386,6 +397,11 @@ def decode_region_manifest(data: bytes) -> RegionManifest:
     _parse(pb, data, "region manifest")
     if not pb.HasField("shard_id"):
         raise ValueError("region manifest has no region id (field 11)")
+    _check_range("version", pb.version, 1, MAX_VERSION)
+    _check_range("current generation", pb.current_generation, 0, MAX_VERSION)
+    _check_range("replay-after WAL position", pb.replay_after_wal_entry_position, 0, MAX_WAL_POSITION)
+    for s in pb.sstables:
+        _check_range("flushed generation", s.generation, 1, MAX_VERSION)
     return RegionManifest(
         region_id=_uuid_str(pb.shard_id.uuid, "region manifest region id"),
         version=pb.version,
@@ -407,6 +423,37 @@ def decode_region_manifest(data: bytes) -> RegionManifest:
         field_values=tuple((e.field_id, bytes(e.value)) for e in pb.shard_field_values),
         sealed=pb.status != mem_wal_pb2.SHARD_STATUS_ACTIVE,
     )
+
+
+def _check_range(what: str, value: int, low: int, high: int) -> None:
+    if not low <= value <= high:
+        raise ValueError(f"region manifest {what} {value} is outside {low}..{high}")
+
+
+def decode_version_hint(data: bytes) -> int:
+    """Decode a region's ``manifest/version_hint.json`` (``{"version": N}``).
+
+    Args:
+        data: The whole file (at most 4 KiB is accepted).
+
+    Returns:
+        The hinted version, in ``0 .. MAX_VERSION``.
+
+    Raises:
+        ValueError: Not a small JSON object whose ``version`` is an integer in range.
+    """
+    if len(data) > MAX_HINT_BYTES:
+        raise ValueError(f"version hint is {len(data)} bytes, more than {MAX_HINT_BYTES}")
+    try:
+        doc = json.loads(data)
+    except (ValueError, RecursionError) as err:
+        raise ValueError(f"version hint is not JSON: {err}") from err
+    value = doc.get("version") if isinstance(doc, dict) else None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value) if abs(value) <= MAX_VERSION else value
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_VERSION:
+        raise ValueError(f"version hint {str(value)[:40]!r} is not an integer in 0..{MAX_VERSION}")
+    return value
 
 
 # --------------------------------------------------------------------------- #

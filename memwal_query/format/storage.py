@@ -173,14 +173,24 @@ class Storage:
         """The URI of ``rel`` (for handing to Lance)."""
         return f"{self.uri}/{rel}".rstrip("/")
 
+    def local_path(self, rel: str) -> str | None:
+        """The operating-system path of ``rel`` on local disk; None on an object store."""
+        if not isinstance(self._fs, pafs.LocalFileSystem):
+            return None
+        return os.path.normpath(self._path(rel))
+
     def _path(self, rel: str) -> str:
         return f"{self._root}/{rel}" if rel else self._root
 
-    def read_bytes(self, rel: str) -> bytes | None:
-        """Read a whole file; ``None`` when it does not exist."""
+    def read_bytes(self, rel: str, limit: int | None = None) -> bytes | None:
+        """Read a whole file, or its first ``limit`` bytes; ``None`` when it does not exist.
+
+        A ``limit`` bounds the memory a damaged or hostile file can take: a decoder
+        that accepts at most ``n`` bytes reads ``n + 1`` and rejects a longer result.
+        """
         try:
             with self._fs.open_input_stream(self._path(rel)) as f:
-                data = f.read()
+                data = f.read() if limit is None else f.read(limit)
         except FileNotFoundError:
             self.stats.add(reads=1)
             return None

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from memwal_query.errors import MemWalCorruptionError
-from memwal_query.format.decode import bitrev64_name, parse_bitrev64_name
+from memwal_query.errors import MALFORMED, MemWalCorruptionError, one_line
+from memwal_query.format.decode import MAX_VERSION, MAX_WAL_POSITION, bitrev64_name, parse_bitrev64_name
 from memwal_query.format.storage import Storage
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "WalTail",
     "GenerationWal",
     "wal_entry_path",
+    "decode_wal_entry",
     "read_wal_entry",
     "replay_wal_tail",
     "scan_generations",
@@ -81,25 +82,55 @@ def wal_entry_path(region_id: str, position: int) -> str:
     return f"_mem_wal/{region_id}/wal/{bitrev64_name(position)}.arrow"
 
 
-def _decode_entry(data: bytes, position: int) -> WalEntry:
+def _meta_int(meta: dict[str, str], key: str, high: int) -> int:
+    text = meta.get(key, "0")
+    if len(text) > 20 or not text.isascii() or not text.isdigit() or int(text) > high:
+        msg = f"schema metadata {key}={text[:40]!r} is not an integer in 0..{high}"
+        raise ValueError(msg)
+    return int(text)
+
+
+def decode_wal_entry(data: bytes, position: int) -> WalEntry:
+    """Decode one WAL entry (an Arrow IPC stream file).
+
+    The table is fully validated (offsets, UTF-8), so damaged bytes fail here and
+    not later inside a compute kernel.
+
+    Args:
+        data: The whole file.
+        position: Its WAL position (from the file name).
+
+    Returns:
+        The decoded entry.
+
+    Raises:
+        ValueError: Not a valid Arrow IPC stream, or bad ``generation`` /
+            ``writer_epoch`` / ``fence_sentinel`` schema metadata.
+        pyarrow.ArrowException: Arrow rejected the stream in another way.
+    """
     reader = pa.ipc.open_stream(pa.py_buffer(data))
     table = reader.read_all()
+    table.validate(full=True)
     meta = {k.decode(): v.decode() for k, v in (reader.schema.metadata or {}).items()}
     fence = meta.get("fence_sentinel", "").lower() == "true"
-    generation = int(meta.get("generation", "0"))
-    epoch = int(meta.get("writer_epoch", "0"))
+    generation = _meta_int(meta, "generation", MAX_VERSION)
+    epoch = _meta_int(meta, "writer_epoch", (1 << 64) - 1)
     return WalEntry(position, generation, epoch, fence, table)
 
 
-def read_wal_entry(storage: Storage, region_id: str, position: int) -> WalEntry | None | Exception:
-    """Read one entry: the entry, ``None`` if absent, or the decode error if damaged."""
-    data = storage.read_bytes(wal_entry_path(region_id, position))
+def read_wal_entry(storage: Storage, region_id: str, position: int) -> WalEntry | None | MemWalCorruptionError:
+    """Read one entry: the entry, ``None`` if absent, or the error naming the file if damaged."""
+    rel = wal_entry_path(region_id, position)
+    data = storage.read_bytes(rel)
     if data is None:
         return None
     try:
-        return _decode_entry(data, position)
-    except (pa.ArrowInvalid, pa.ArrowException, ValueError, OSError) as err:
-        return err
+        return decode_wal_entry(data, position)
+    except (*MALFORMED, pa.ArrowException) as err:
+        msg = f"region {region_id}: WAL entry {storage.child_uri(rel)} does not decode: {one_line(err)}"
+        error = MemWalCorruptionError(msg)
+        error.__cause__ = err
+        return error
 
 
 def replay_wal_tail(
@@ -131,7 +162,7 @@ def replay_wal_tail(
     fenced: list[int] = []
     max_epoch = 0
     pos = replay_after + 1
-    while True:
+    while pos <= MAX_WAL_POSITION:
         cached = cache.get((region_id, pos)) if cache is not None else None
         result: WalEntry | None | Exception = cached if cached is not None else read_wal_entry(storage, region_id, pos)
         if result is None:
@@ -140,10 +171,7 @@ def replay_wal_tail(
             following = read_wal_entry(storage, region_id, pos + 1)
             path = storage.child_uri(wal_entry_path(region_id, pos))
             if isinstance(following, WalEntry):
-                msg = (
-                    f"region {region_id}: WAL entry at position {pos} ({path}) is damaged "
-                    f"but position {pos + 1} is valid: {result}"
-                )
+                msg = f"{result} (position {pos}), but position {pos + 1} after it is valid"
                 raise MemWalCorruptionError(msg) from result
             log.warning(
                 "region %s: last WAL entry at position %d (%s) is torn; treated as not committed: %s",

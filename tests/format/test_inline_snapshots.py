@@ -38,8 +38,8 @@ def test_decode(tmp_path: Path) -> None:
     a, b = str(uuid.uuid4()), str(uuid.uuid4())
     regions = decode_inline_snapshots(_inline_bytes(tmp_path, [{"id": a, "bucket": 1}, {"id": b, "bucket": 3}]))
     assert [(r.region_id, r.spec_id, r.values) for r in regions] == [(a, 1, {"bucket": 1}), (b, 1, {"bucket": 3})]
-    with pytest.raises(ValueError, match="not a readable Lance file"):
-        decode_inline_snapshots(b"garbage")
+    with pytest.raises(mq.MemWalCorruptionError, match="^idx: inline region snapshots are not a readable Lance file"):
+        decode_inline_snapshots(b"garbage", where="idx")
 
 
 def test_inline_snapshots_drive_eventual_discovery_and_pruning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

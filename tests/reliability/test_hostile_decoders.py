@@ -1,0 +1,424 @@
+"""Damaged tables: every decoder of on-storage bytes, fuzzed with hypothesis.
+
+Inputs are random bytes, truncations, bit flips, splices and field-level mutations of
+real files written by pylance (a region manifest, a Lance manifest with its MemWAL
+index, a version hint, a WAL entry, a bloom filter, inline region snapshots). Each
+file is read through the function a reader uses, from a real table folder; only
+:class:`MemWalError` subclasses may escape, with a one-line message naming the file,
+and each example must finish within :data:`DEADLINE`.
+
+The quick suite runs :data:`QUICK` examples per decoder; the slow suite runs
+``MEMWAL_FUZZ_EXAMPLES`` (default 1000) per decoder.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import memwal_query as mq
+from memwal_proto import mem_wal_pb2
+from memwal_query import snapshot as snap
+from memwal_query.errors import MemWalError
+from memwal_query.format.bloom import read_bloom_filter
+from memwal_query.format.decode import bitrev64_name, lance_manifest_file_name
+from memwal_query.format.inline_snapshots import decode_inline_snapshots
+from memwal_query.format.storage import Storage
+from memwal_query.format.wal import read_wal_entry, wal_entry_path
+
+from hostile import SCHEMA, Hostile, build_hostile, edit_mem_wal_details, edit_region_manifest, inline_snapshot_bytes
+
+DEADLINE = timedelta(seconds=3)
+QUICK = 30
+DEEP = int(os.environ.get("MEMWAL_FUZZ_EXAMPLES", "1000"))
+REGION = "00000000-0000-4000-8000-000000000001"
+DATA_SCHEMA = pa.schema([*SCHEMA, pa.field("_tombstone", pa.bool_())])
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory: pytest.TempPathFactory) -> Hostile:
+    return build_hostile(tmp_path_factory.mktemp("fuzz-src"))
+
+
+@pytest.fixture(scope="module")
+def storage(tmp_path_factory: pytest.TempPathFactory) -> Storage:
+    """An empty table folder each example writes its one damaged file into."""
+    return Storage.open(str(tmp_path_factory.mktemp("fuzz-table")))
+
+
+def _run(strategy: st.SearchStrategy[bytes], check: Callable[[bytes], None], examples: int) -> None:
+    @settings(
+        max_examples=examples,
+        deadline=DEADLINE,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(strategy)
+    def run(data: bytes) -> None:
+        check(data)
+
+    run()
+
+
+def _only_memwal_errors(fn: Callable[[], object], names: str) -> None:
+    try:
+        fn()
+    except MemWalError as err:
+        msg = str(err)
+        assert names in msg, msg
+        assert "\n" not in msg, msg
+
+
+# --------------------------------------------------------------------------- #
+# Byte-level mutations of a real file
+# --------------------------------------------------------------------------- #
+
+
+def _flip(data: bytes, flips: list[tuple[int, int]]) -> bytes:
+    out = bytearray(data)
+    for i, bit in flips:
+        out[i % len(out)] ^= 1 << bit
+    return bytes(out)
+
+
+def mutated(original: bytes) -> st.SearchStrategy[bytes]:
+    """Random bytes, truncations, bit flips and splices of ``original``."""
+    n = len(original)
+    return st.one_of(
+        st.binary(max_size=2 * n + 64),
+        st.integers(0, n).map(lambda k: original[:k]),
+        st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, 7)), min_size=1, max_size=8).map(
+            lambda fl: _flip(original, fl)
+        ),
+        st.tuples(st.integers(0, n), st.integers(0, n), st.binary(max_size=16)).map(
+            lambda t: original[: t[0]] + t[2] + original[t[1] :]
+        ),
+    )
+
+
+U64 = st.integers(0, (1 << 64) - 1)
+TEXT = st.one_of(st.text(max_size=40), st.sampled_from(["../../x", "/etc", "s3://b/k", "%2e%2e", "a\x00b", "1e308"]))
+
+
+# --------------------------------------------------------------------------- #
+# Region manifests
+# --------------------------------------------------------------------------- #
+
+
+def _manifest_field_edit(original: bytes) -> st.SearchStrategy[bytes]:
+    def apply(edit: tuple[str, Any]) -> bytes:
+        field, value = edit
+        pb = mem_wal_pb2.ShardManifest()
+        pb.ParseFromString(original)
+        if field == "path":
+            pb.sstables[0].path = value
+        elif field == "sst_generation":
+            pb.sstables[0].generation = value
+        elif field == "shard_id":
+            pb.shard_id.uuid = value
+        elif field == "status":
+            pb.status = value  # type: ignore[assignment]
+        else:
+            setattr(pb, field, value)
+        return pb.SerializeToString()
+
+    ints = st.sampled_from(
+        ["version", "writer_epoch", "replay_after_wal_entry_position", "current_generation", "sst_generation"]
+    )
+    return st.one_of(
+        st.tuples(ints, U64),
+        st.tuples(st.just("path"), TEXT),
+        st.tuples(st.just("shard_id"), st.binary(max_size=20)),
+        st.tuples(st.just("status"), st.integers(-(1 << 31), (1 << 31) - 1)),
+    ).map(apply)
+
+
+def _check_region_manifest(storage: Storage) -> Callable[[bytes], None]:
+    rel = f"_mem_wal/{REGION}/manifest/{bitrev64_name(1)}.binpb"
+
+    def check(data: bytes) -> None:
+        _write(storage, rel, data)
+        _only_memwal_errors(lambda: snap._read_region_manifest_version(storage, REGION, 1), storage.child_uri(rel))
+        _only_memwal_errors(lambda: snap.latest_region_manifest(storage, REGION), storage.child_uri(rel))
+
+    return check
+
+
+def _write(storage: Storage, rel: str, data: bytes) -> None:
+    path = Path(storage.uri) / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+
+
+def _manifest_v1(real: Hostile) -> bytes:
+    """The latest region manifest pylance wrote, renumbered as version 1 (it is read as such)."""
+    pb = mem_wal_pb2.ShardManifest()
+    pb.ParseFromString(real.latest_manifest().read_bytes())
+    pb.version = 1
+    return pb.SerializeToString()
+
+
+def _region_manifest_strategy(real: Hostile) -> st.SearchStrategy[bytes]:
+    original = _manifest_v1(real)
+    return st.one_of(mutated(original), _manifest_field_edit(original))
+
+
+# --------------------------------------------------------------------------- #
+# Version hints
+# --------------------------------------------------------------------------- #
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.floats() | st.integers() | st.text(max_size=10),
+    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=5), c, max_size=3),
+    max_leaves=10,
+)
+
+
+def _hint_strategy(real: Hostile) -> st.SearchStrategy[bytes]:
+    original = (real.region_dir / "manifest" / "version_hint.json").read_bytes()
+    return st.one_of(
+        mutated(original),
+        JSON.map(lambda v: json.dumps({"version": v}).encode()),
+        st.sampled_from([b'{"version": 1e308}', b'{"version": -1}', b"[" * 5000, b'{"version": 18446744073709551615}']),
+    )
+
+
+def _check_hint(storage: Storage, caplog: pytest.LogCaptureFixture, real: Hostile) -> Callable[[bytes], None]:
+    rel = f"_mem_wal/{REGION}/manifest/version_hint.json"
+    _write(storage, f"_mem_wal/{REGION}/manifest/{bitrev64_name(1)}.binpb", _manifest_v1(real))
+
+    def check(data: bytes) -> None:
+        _write(storage, rel, data)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="memwal_query"):
+            start = snap._version_hint(storage, REGION)
+        assert isinstance(start, int) and start >= 1
+        assert all(storage.child_uri(rel) in r.getMessage() for r in caplog.records)
+        assert snap.latest_region_manifest(storage, REGION) is not None
+
+    return check
+
+
+# --------------------------------------------------------------------------- #
+# Lance manifests with the MemWAL index, inline region snapshots
+# --------------------------------------------------------------------------- #
+
+
+def _details_edit(real: Hostile, inline: bytes) -> st.SearchStrategy[bytes]:
+    path = real.base_manifest()
+
+    def apply(edit: tuple[str, Any]) -> bytes:
+        field, value = edit
+        scratch = path.parent.parent.parent / "scratch.manifest"
+        shutil.copy(path, scratch)
+
+        def change(d: mem_wal_pb2.MemWalIndexDetails) -> None:
+            if field == "inline_snapshots":
+                d.inline_snapshots = value
+            elif field == "merged":
+                d.compacted_sstables.add(shard_id=mem_wal_pb2.UUID(uuid=value[0]), generation=value[1])
+            elif field == "num_shards":
+                d.num_shards = value
+            else:
+                d.sharding_specs[0].fields[0].parameters["num_buckets"] = value
+
+        edit_mem_wal_details(scratch, change)
+        return scratch.read_bytes()
+
+    return st.one_of(
+        st.tuples(st.just("inline_snapshots"), mutated(inline)),
+        st.tuples(st.just("merged"), st.tuples(st.binary(max_size=20), U64)),
+        st.tuples(st.just("num_shards"), st.integers(0, (1 << 32) - 1)),
+        st.tuples(st.just("num_buckets"), TEXT),
+    ).map(apply)
+
+
+def _check_lance_manifest(storage: Storage) -> Callable[[bytes], None]:
+    rel = f"_versions/{lance_manifest_file_name(1)}"
+
+    def read() -> None:
+        index = snap._read_index(storage, 1)
+        snap._inline_regions(index, storage, 1)
+
+    def check(data: bytes) -> None:
+        _write(storage, rel, data)
+        _only_memwal_errors(read, storage.uri)
+
+    return check
+
+
+def _check_inline(data: bytes) -> None:
+    _only_memwal_errors(lambda: decode_inline_snapshots(data, where="the-index-file"), "the-index-file")
+
+
+def _inline_edit(tmp: Path) -> st.SearchStrategy[bytes]:
+    ids = st.lists(st.one_of(st.uuids().map(str), TEXT), min_size=0, max_size=4)
+    return ids.map(lambda rows: inline_snapshot_bytes(tmp, rows))
+
+
+# --------------------------------------------------------------------------- #
+# WAL entries
+# --------------------------------------------------------------------------- #
+
+
+def _wal_edit(original: bytes) -> st.SearchStrategy[bytes]:
+    table = pa.ipc.open_stream(original).read_all()
+
+    def apply(edit: tuple[dict[str, str], bool]) -> bytes:
+        meta, drop = edit
+        t = table.drop_columns(["v"]) if drop else table
+        t = t.replace_schema_metadata(meta)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, t.schema) as w:
+            w.write_table(t)
+        return bytes(sink.getvalue().to_pybytes())
+
+    keys = st.sampled_from(["generation", "writer_epoch", "fence_sentinel"])
+    return st.tuples(st.dictionaries(keys, TEXT | U64.map(str), max_size=3), st.booleans()).map(apply)
+
+
+def _check_wal(storage: Storage) -> Callable[[bytes], None]:
+    rel = wal_entry_path(REGION, 1)
+
+    def read() -> None:
+        got = read_wal_entry(storage, REGION, 1)
+        if isinstance(got, MemWalError):
+            raise got
+        if got is not None:
+            snap._conform(got.table, DATA_SCHEMA, f"WAL entry {storage.child_uri(rel)}")
+
+    def check(data: bytes) -> None:
+        _write(storage, rel, data)
+        _only_memwal_errors(read, storage.child_uri(rel))
+
+    return check
+
+
+# --------------------------------------------------------------------------- #
+# Bloom filters
+# --------------------------------------------------------------------------- #
+
+
+def _check_bloom(storage: Storage) -> Callable[[bytes], None]:
+    rel = f"_mem_wal/{REGION}/g_gen_1/bloom_filter.bin"
+
+    def read() -> None:
+        bloom = read_bloom_filter(storage, rel)
+        if bloom is not None:
+            bloom.might_contain_keys([(1,), (2**63 - 1,)], ["int64"])
+
+    def check(data: bytes) -> None:
+        _write(storage, rel, data)
+        _only_memwal_errors(read, storage.child_uri(rel))
+
+    return check
+
+
+def _bloom_strategy(real: Hostile) -> st.SearchStrategy[bytes]:
+    original = real.bloom_files()[0].read_bytes()
+    return st.one_of(mutated(original), st.integers(0, 1 << 17).map(bytes))
+
+
+# --------------------------------------------------------------------------- #
+# The tests: quick and deep
+# --------------------------------------------------------------------------- #
+
+
+DECODERS = ["region_manifest", "version_hint", "lance_manifest", "inline_snapshots", "wal_entry", "bloom_filter"]
+
+
+def _case(
+    name: str, real: Hostile, storage: Storage, caplog: pytest.LogCaptureFixture, tmp: Path
+) -> tuple[st.SearchStrategy[bytes], Callable[[bytes], None]]:
+    inline = inline_snapshot_bytes(tmp, [REGION])
+    wal = real.wal_files()[0].read_bytes()
+    return {
+        "region_manifest": lambda: (_region_manifest_strategy(real), _check_region_manifest(storage)),
+        "version_hint": lambda: (_hint_strategy(real), _check_hint(storage, caplog, real)),
+        "lance_manifest": lambda: (
+            st.one_of(mutated(real.base_manifest().read_bytes()), _details_edit(real, inline)),
+            _check_lance_manifest(storage),
+        ),
+        "inline_snapshots": lambda: (st.one_of(mutated(inline), _inline_edit(tmp)), _check_inline),
+        "wal_entry": lambda: (st.one_of(mutated(wal), _wal_edit(wal)), _check_wal(storage)),
+        "bloom_filter": lambda: (_bloom_strategy(real), _check_bloom(storage)),
+    }[name]()
+
+
+@pytest.mark.parametrize("decoder", DECODERS)
+def test_decoder_fuzz_quick(
+    decoder: str, real: Hostile, storage: Storage, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    _run(*_case(decoder, real, storage, caplog, tmp_path), QUICK)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("decoder", DECODERS)
+def test_decoder_fuzz_deep(
+    decoder: str, real: Hostile, storage: Storage, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    _run(*_case(decoder, real, storage, caplog, tmp_path), DEEP)
+
+
+# --------------------------------------------------------------------------- #
+# Whole tables: readers and `memwal verify`
+# --------------------------------------------------------------------------- #
+
+
+@pytest.fixture
+def copy(real: Hostile, tmp_path: Path) -> Hostile:
+    shutil.copytree(real.root, tmp_path / "c")
+    return Hostile(tmp_path / "c", real.region)
+
+
+def test_huge_version_hint_is_a_warning_for_readers(copy: Hostile, caplog: pytest.LogCaptureFixture) -> None:
+    hint = copy.region_dir / "manifest" / "version_hint.json"
+    hint.write_text('{"version": 1e308}')
+    with caplog.at_level(logging.WARNING, logger="memwal_query"):
+        assert mq.open_table(str(copy.table)).count_rows() == 25
+    assert any(str(hint) in r.getMessage() and "probing from 1" in r.getMessage() for r in caplog.records)
+
+
+def test_out_of_range_region_manifest_fields_are_manifest_errors(copy: Hostile) -> None:
+    for field in ("replay_after_wal_entry_position", "current_generation"):
+        original = copy.latest_manifest().read_bytes()
+
+        def edit(pb: mem_wal_pb2.ShardManifest, field: str = field) -> None:
+            setattr(pb, field, (1 << 64) - 1)
+
+        edit_region_manifest(copy.latest_manifest(), edit)
+        with pytest.raises(mq.ManifestError, match=f"{copy.latest_manifest()}.*outside"):
+            mq.open_table(str(copy.table))
+        copy.latest_manifest().write_bytes(original)
+
+
+def test_verify_reports_one_line_per_damaged_file(copy: Hostile, capsys: pytest.CaptureFixture[str]) -> None:
+    from memwal_query.cli import main
+    from memwal_query.format.decode import decode_region_manifest
+
+    after = decode_region_manifest(copy.latest_manifest().read_bytes()).replay_after_wal_position
+    shutil.copy(copy.wal_files()[0], copy.table / wal_entry_path(copy.region, after + 2))  # valid, after a damaged one
+    damaged = {
+        copy.region_dir / "manifest" / "version_hint.json": b'{"version": 1e308}',
+        copy.bloom_files()[-1]: b"\x00" * 33,
+        copy.table / wal_entry_path(copy.region, after + 1): b"not arrow",
+    }
+    for path, data in damaged.items():
+        path.write_bytes(data)
+    assert main(["verify", str(copy.table)]) == 2
+    out = capsys.readouterr().out
+    problems = [line for line in out.splitlines() if line.startswith("problem: ")]
+    assert len(problems) == len(damaged), out
+    for path in damaged:
+        assert sum(str(path) in line for line in problems) == 1, (path, out)

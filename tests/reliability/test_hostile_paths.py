@@ -1,0 +1,234 @@
+"""Hostile tables: paths read from a table's own metadata never leave the table.
+
+A real "secret" Lance dataset sits next to the table; each test points a piece of the
+table's metadata at it (one protobuf field of a pylance-written file) and checks that
+reading fails with a one-line :class:`MemWalCorruptionError` naming the table, region and
+value, that ``memwal verify`` reports it (exit 2), and that the secret never comes back.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import lance
+import pytest
+
+import memwal_query as mq
+from memwal_query.cli import main
+from memwal_query.format.paths import normalise_relative
+
+from hostile import Hostile, build_hostile, edit_mem_wal_details, inline_snapshot_bytes, set_generation_path
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> Hostile:
+    return build_hostile(tmp_path_factory.mktemp("hostile"))
+
+
+@pytest.fixture
+def copy(pristine: Hostile, tmp_path: Path) -> Hostile:
+    shutil.copytree(pristine.root, tmp_path / "c", symlinks=True)
+    return Hostile(tmp_path / "c", pristine.region)
+
+
+def _assert_refused(h: Hostile, value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(mq.MemWalCorruptionError) as e:
+        mq.open_table(str(h.table)).to_arrow()
+    msg = str(e.value)
+    assert "\n" not in msg and str(h.table) in msg and h.region in msg and repr(value)[:40] in msg, msg
+    with pytest.raises(mq.MemWalCorruptionError):
+        mq.open_table(str(h.table), consistency="eventual")
+    code = main(["verify", str(h.table)])
+    out = capsys.readouterr().out
+    problems = [line for line in out.splitlines() if line.startswith("problem: ")]
+    assert code == 2 and len(problems) == 1 and "leaves the region folder" in problems[0], out
+    assert str(h.latest_manifest()) in problems[0]
+
+
+def test_the_secret_is_reachable_by_a_naive_reader(copy: Hostile) -> None:
+    """The attack is real: the naive join of region folder and path opens the secret."""
+    naive = lance.dataset(f"{copy.region_dir}/../../../secret").to_table().to_pylist()
+    assert naive == [{"id": 999, "v": "SECRET"}]
+    assert mq.open_table(str(copy.table)).count_rows() == 25  # ids 0..24 (the base's 1 and 2 among them)
+    assert main(["verify", str(copy.table)]) == 0
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "../../../secret",
+        "x_gen_1/../../../../secret",
+        "%2e%2e/%2e%2e/%2e%2e/secret",
+        "%252e%252e/%252e%252e/%252e%252e/secret",
+        "..%2f..%2f..%2fsecret",
+        "..\\..\\..\\secret",
+        "s3://memwal-test/secret",
+        "file:///etc",
+        "gen\x00/../../../secret",
+        "~/secret",
+    ],
+)
+def test_generation_path_escapes_are_refused(copy: Hostile, value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    set_generation_path(copy.latest_manifest(), value)
+    _assert_refused(copy, value, capsys)
+
+
+def test_absolute_and_file_url_paths_are_refused(copy: Hostile, capsys: pytest.CaptureFixture[str]) -> None:
+    for value in (str(copy.secret), f"file://{copy.secret}"):
+        set_generation_path(copy.latest_manifest(), value)
+        _assert_refused(copy, value, capsys)
+
+
+def test_symlinked_generation_pointing_outside_is_refused(copy: Hostile, capsys: pytest.CaptureFixture[str]) -> None:
+    os.symlink(copy.secret, copy.region_dir / "evil_gen_1")
+    set_generation_path(copy.latest_manifest(), "evil_gen_1")
+    _assert_refused(copy, "evil_gen_1", capsys)
+
+
+def test_symlinked_region_folder_pointing_outside_is_refused(copy: Hostile, capsys: pytest.CaptureFixture[str]) -> None:
+    outside = copy.root / "elsewhere"
+    shutil.move(copy.region_dir, outside)
+    os.symlink(outside, copy.region_dir)
+    with pytest.raises(mq.MemWalCorruptionError, match="region folder is a symlink"):
+        mq.open_table(str(copy.table)).to_arrow()
+    assert main(["verify", str(copy.table)]) == 2
+    capsys.readouterr()
+
+
+def test_paths_inside_the_region_still_read(copy: Hostile) -> None:
+    """Normalisation keeps legitimate spellings working: ./x, x/, a/../x."""
+    real = copy.latest_manifest()
+    from memwal_query.format.decode import decode_region_manifest
+
+    name = decode_region_manifest(real.read_bytes()).flushed_generations[0].path
+    for value in (f"./{name}", f"{name}/", f"zz/../{name}"):
+        set_generation_path(real, value)
+        assert mq.open_table(str(copy.table)).count_rows() == 25
+
+
+def test_merger_refuses_an_escaping_generation(copy: Hostile) -> None:
+    from memwal_write import merge_generations
+
+    set_generation_path(copy.latest_manifest(), "../../../secret")
+    with pytest.raises(mq.MemWalCorruptionError, match="leaves the region folder"):
+        merge_generations(str(copy.table))
+    assert {"id": 999, "v": "SECRET"} not in lance.dataset(str(copy.table)).to_table().to_pylist()
+
+
+@pytest.mark.parametrize("region_id", ["../../secret_region", "/tmp", "%2e%2e", "not-a-uuid"])
+def test_inline_snapshot_region_ids_are_refused(
+    copy: Hostile, region_id: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shutil.copytree(copy.region_dir, copy.root / "secret_region")
+    data = inline_snapshot_bytes(copy.root, [copy.region, region_id])
+
+    def edit(details: object) -> None:
+        details.inline_snapshots = data  # type: ignore[attr-defined]
+
+    edit_mem_wal_details(copy.base_manifest(), edit)
+    with pytest.raises(mq.MemWalCorruptionError) as e:
+        mq.open_table(str(copy.table), consistency="eventual")
+    msg = str(e.value)
+    assert "\n" not in msg and str(copy.table) in msg and repr(region_id) in msg and "not a UUID" in msg
+    code = main(["verify", str(copy.table)])
+    out = capsys.readouterr().out
+    problems = [line for line in out.splitlines() if line.startswith("problem: ")]
+    assert code == 2 and len(problems) == 1 and str(copy.base_manifest()) in problems[0], out
+
+
+def test_valid_inline_snapshot_in_a_rewritten_manifest_is_read(copy: Hostile) -> None:
+    data = inline_snapshot_bytes(copy.root, [copy.region])
+
+    def edit(details: object) -> None:
+        details.inline_snapshots = data  # type: ignore[attr-defined]
+
+    edit_mem_wal_details(copy.base_manifest(), edit)
+    table = mq.open_table(str(copy.table), consistency="eventual")
+    assert table.region_ids == [copy.region]
+    assert "inline region snapshots" in table.explain()
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ("..", "climbs out"),
+        ("a/../..", "climbs out"),
+        ("/abs", "absolute"),
+        ("C:/x", "URL or drive"),
+        ("http://h/x", "URL or drive"),
+        ("a\\b", "backslash"),
+        ("a\nb", "control character"),
+        ("%2e%2e", "after percent-decoding"),
+        ("%25252525252e", "percent-encoded more than"),
+        (".", "region folder itself"),
+        ("", "empty"),
+        ("a" * 2000, "longer than"),
+    ],
+)
+def test_normalise_relative_says_why(value: str, why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        normalise_relative(value)
+
+
+# --------------------------------------------------------------------------- #
+# The same rule on an object store (moto's S3 server)
+# --------------------------------------------------------------------------- #
+
+from test_object_store import BUCKET, s3_options  # noqa: E402,F401 - the moto fixture
+
+
+def _put_s3(options: dict[str, str], key: str, data: bytes) -> None:
+    import boto3
+
+    boto3.client(
+        "s3",
+        endpoint_url=options["aws_endpoint"],
+        aws_access_key_id=options["aws_access_key_id"],
+        aws_secret_access_key=options["aws_secret_access_key"],
+        region_name=options["aws_region"],
+    ).put_object(Bucket=BUCKET, Key=key, Body=data)
+
+
+@pytest.fixture(scope="module")
+def s3_hostile(pristine: Hostile, s3_options: dict[str, str]) -> tuple[str, str]:  # noqa: F811
+    """The pristine table uploaded to ``s3://bucket/h/t`` and the secret to ``s3://bucket/h/secret``."""
+    prefix = "h"
+    for path in pristine.root.rglob("*"):
+        if path.is_file():
+            _put_s3(s3_options, f"{prefix}/{path.relative_to(pristine.root).as_posix()}", path.read_bytes())
+    return f"s3://{BUCKET}/{prefix}/t", pristine.latest_manifest().relative_to(pristine.table).as_posix()
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["../../../secret", "%2e%2e/%2e%2e/%2e%2e/secret", f"s3://{BUCKET}/h/secret", f"/{BUCKET}/h/secret"],
+)
+def test_s3_generation_path_escapes_are_refused(
+    pristine: Hostile,
+    s3_hostile: tuple[str, str],
+    s3_options: dict[str, str],  # noqa: F811
+    value: str,
+    tmp_path: Path,
+) -> None:
+    uri, manifest_rel = s3_hostile
+    local = tmp_path / "m.binpb"
+    shutil.copy(pristine.table / manifest_rel, local)
+    set_generation_path(local, value)
+    if not value.startswith(("s3:", "/")):  # a naive join of region folder and path reads the secret
+        naive = lance.dataset(f"{uri}/_mem_wal/{pristine.region}/{value}", storage_options=s3_options)
+        assert naive.to_table().to_pylist() == [{"id": 999, "v": "SECRET"}]
+    _put_s3(s3_options, f"h/t/{manifest_rel}", local.read_bytes())
+    try:
+        with pytest.raises(mq.MemWalCorruptionError) as e:
+            mq.open_table(uri, storage_options=s3_options).to_arrow()
+        msg = str(e.value)
+        assert uri in msg and pristine.region in msg and repr(value) in msg and "\n" not in msg
+        from memwal_query.verify import verify_table
+
+        report = verify_table(uri, storage_options=s3_options)
+        assert len(report.problems) == 1 and "leaves the region folder" in str(report.problems[0])
+    finally:
+        _put_s3(s3_options, f"h/t/{manifest_rel}", (pristine.table / manifest_rel).read_bytes())
+    assert mq.open_table(uri, storage_options=s3_options).count_rows() == 25
