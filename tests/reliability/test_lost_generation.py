@@ -210,7 +210,7 @@ def test_lost_generation_without_its_wal_entries(
     (warning,) = _warnings(caplog)
     assert f"generation {generation} ({lost})" in warning and "left out" in warning
     text = t.explain()
-    assert "LEFT OUT" in text and f"generation {generation}: skipped (LOST" in text and str(lost) in text
+    assert "LEFT OUT" in text and f"generation {generation}: skipped: LOST" in text and str(lost) in text
     assert "its rows are missing" in text
     again = t.refresh()
     assert again.snapshot.on_missing_generation == "skip" and _rows_of(again).equals(expected)
