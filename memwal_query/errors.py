@@ -27,6 +27,7 @@ __all__ = [
     "ManifestError",
     "MemWalCorruptionError",
     "GenerationLostError",
+    "ChangesUnavailableError",
     "UnsupportedVersionError",
     "InvalidArgumentError",
     "StorageError",
@@ -64,6 +65,16 @@ class GenerationLostError(MemWalCorruptionError):
     its rows (the region's merged generation is below it), and either the region's WAL
     does not hold every entry needed to rebuild it or ``on_missing_generation="error"``
     forbade the rebuild.
+    """
+
+
+class ChangesUnavailableError(MemWalError):
+    """The changes since a change token cannot be computed: the history they need is gone.
+
+    A generation merged since the token was garbage-collected and the token's base
+    version was cleaned up too (``cleanup_old_versions``), so neither can say which keys
+    the merge changed. Read the whole table instead, and take tokens more often than
+    history is removed.
     """
 
 

@@ -21,6 +21,8 @@ from memwal_query.catchup import (
     plan_catchup,
     still_readable,
 )
+from memwal_query.change_token import token_of
+from memwal_query.changes import ChangeSource, changes
 from memwal_query.compat import check_datafusion_supported
 from memwal_query.engine_errors import engine_error
 from memwal_query.errors import GenerationLostError, InvalidArgumentError, MemWalError
@@ -571,6 +573,34 @@ class Table:
                     s = s.with_sstable(g.generation, paths[g.generation])
             shards.append(s)
         return shards
+
+    # -- change feed ----------------------------------------------------------
+    @property
+    def change_token(self) -> str:
+        """A string that identifies this snapshot's state, for :meth:`changes` later (store it anywhere).
+
+        It records the base version and, per region, the manifest version, generations
+        and WAL position this snapshot covers (:mod:`memwal_query.change_token`); one
+        storage read. In-process rows (``open_table(live=...)``) are not part of it.
+        """
+        return token_of(self._snapshot).encode()
+
+    def changes(self, since: ChangeSource | str) -> pa.Table:
+        """The net change per key since an older snapshot or change token (:mod:`memwal_query.changes`).
+
+        Args:
+            since: An older :class:`Table` of the same table or its :attr:`change_token`.
+
+        Returns:
+            One row per key written since: ``_change = "upsert"`` with the key's row in this
+            snapshot, or ``"delete"`` with the key columns (others NULL); sorted by key.
+            Applied to ``since``'s rows they give this snapshot's rows.
+
+        Raises:
+            InvalidArgumentError: Not a token of this table, or newer than this snapshot.
+            ChangesUnavailableError: The history the changes need was garbage-collected.
+        """
+        return changes(self, since)
 
     # -- lifecycle ----------------------------------------------------------
     def refresh(self) -> Table:

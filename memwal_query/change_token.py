@@ -1,0 +1,234 @@
+"""Change tokens: a storable string that says which state of a table a snapshot showed.
+
+A token records what identifies a snapshot's rows, region by region, so that
+:func:`memwal_query.changes.changes` can later find what was written after it without
+the old snapshot: the base version, and per region the region manifest version and
+writer epoch, the merged generation, the highest generation flushed or merged, and
+the last WAL position the snapshot covered (the WAL tail read by a strong snapshot, or
+the position the flushed generations cover for an eventual one). Every write after
+the token is in a WAL entry after that position, and it ends up in a generation above
+that highest generation or in the WAL tail of a newer snapshot: those are what a
+change feed reads.
+
+The token also carries a fingerprint of the table's schema and primary key, and the
+id of the MemWAL index entry of the base version it was taken at (Lance gives every
+rewrite of the index a new random id): a token is refused by another table, and by
+a table whose base version of the same number holds another index.
+
+Format: ``mwc1.`` followed by URL-safe base64 (no padding) of zlib-compressed compact
+JSON. Nothing in it is secret; it names region ids and version numbers.
+
+Example:
+    >>> token = ChangeToken("a" * 16, "", 3, "strong", (RegionMark("r1", 2, 1, 0, 1, 7),))
+    >>> text = token.encode()
+    >>> text.startswith("mwc1.") and ChangeToken.decode(text) == token
+    True
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from memwal_query.errors import MALFORMED, InvalidArgumentError, one_line
+from memwal_query.format.decode import decode_index_entries, lance_manifest_file_name
+from memwal_query.format.storage import Storage
+from memwal_query.snapshot import RegionSnapshot, Snapshot
+
+__all__ = ["RegionMark", "ChangeToken", "token_of", "fingerprint", "index_anchor", "storage_of", "MEMWAL_INDEX"]
+
+PREFIX = "mwc1."
+#: The Lance index entry holding the MemWAL index.
+MEMWAL_INDEX = "__lance_mem_wal"
+#: Longest token text accepted (a table with thousands of regions stays far below).
+MAX_TOKEN_CHARS = 4 << 20
+_MAX_JSON_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class RegionMark:
+    """What one region held when the token was taken.
+
+    Attributes:
+        region_id: The region UUID string.
+        manifest_version: Its region manifest version (0: no manifest yet).
+        writer_epoch: The writer epoch of that manifest.
+        merged_generation: Generations up to this one were in the base.
+        flushed_through: The highest generation flushed or merged: newer writes land in
+            higher generations.
+        wal_position: The last WAL position whose rows the snapshot showed.
+    """
+
+    region_id: str
+    manifest_version: int
+    writer_epoch: int
+    merged_generation: int
+    flushed_through: int
+    wal_position: int
+
+
+@dataclass(frozen=True)
+class ChangeToken:
+    """A decoded change token (see the module docs).
+
+    Attributes:
+        fingerprint: Hash of the table's column names, types and primary key.
+        anchor: Id of the MemWAL index entry of ``base_version`` ("" when unknown).
+        base_version: The base table version.
+        consistency: ``"strong"`` or ``"eventual"``.
+        regions: One mark per region, sorted by region id.
+    """
+
+    fingerprint: str
+    anchor: str
+    base_version: int
+    consistency: str
+    regions: tuple[RegionMark, ...]
+
+    def region(self, region_id: str) -> RegionMark | None:
+        """The mark of ``region_id``; None when the region did not exist yet."""
+        return next((r for r in self.regions if r.region_id == region_id), None)
+
+    def encode(self) -> str:
+        """The token as a string that can be stored (``mwc1.`` + base64)."""
+        body = {
+            "f": self.fingerprint,
+            "a": self.anchor,
+            "b": self.base_version,
+            "c": self.consistency,
+            "r": [
+                [r.region_id, r.manifest_version, r.writer_epoch, r.merged_generation]
+                + [r.flushed_through, r.wal_position]
+                for r in self.regions
+            ],
+        }
+        raw = zlib.compress(json.dumps(body, separators=(",", ":")).encode(), 9)
+        return PREFIX + base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+    @classmethod
+    def decode(cls, text: object) -> ChangeToken:
+        """Parse a token made by :meth:`encode`.
+
+        Raises:
+            InvalidArgumentError: ``text`` is not a change token (one line saying why).
+        """
+        if not isinstance(text, str):
+            msg = f"a change token must be a string, got {type(text).__name__}"
+            raise InvalidArgumentError(msg)
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        if not text.startswith(PREFIX) or len(text) > MAX_TOKEN_CHARS:
+            msg = f"{shown!r} is not a memwal change token (those start with {PREFIX!r}: see Table.change_token)"
+            raise InvalidArgumentError(msg)
+        try:
+            body = text[len(PREFIX) :]
+            data = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+            inflater = zlib.decompressobj()
+            raw = inflater.decompress(data, _MAX_JSON_BYTES)
+            if inflater.unconsumed_tail:
+                raise ValueError("too large")
+            return _from_json(json.loads(raw))
+        except MALFORMED as err:
+            msg = f"{shown!r} is not a valid memwal change token: {one_line(err)}"
+            raise InvalidArgumentError(msg) from err
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 64:
+        raise ValueError(f"expected a version number, got {value!r}")
+    return value
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {value!r}")
+    return value
+
+
+def _from_json(body: Any) -> ChangeToken:
+    if not isinstance(body, dict):
+        raise ValueError("not a JSON object")
+    consistency = _str(body["c"])
+    if consistency not in ("strong", "eventual"):
+        raise ValueError(f"unknown consistency {consistency!r}")
+    regions = []
+    for item in body["r"]:
+        if not isinstance(item, list) or len(item) != 6:
+            raise ValueError(f"bad region entry {item!r}")
+        regions.append(RegionMark(_str(item[0]), *(_int(v) for v in item[1:])))
+    return ChangeToken(_str(body["f"]), _str(body["a"]), _int(body["b"]), consistency, tuple(regions))
+
+
+def fingerprint(schema: pa.Schema, primary_key: tuple[str, ...]) -> str:
+    """A short hash of the column names, types and the primary key.
+
+    Example:
+        >>> s = pa.schema([("id", pa.int64()), ("v", pa.string())])
+        >>> fingerprint(s, ("id",)) == fingerprint(s, ("id",)) != fingerprint(s, ("v",))
+        True
+    """
+    text = json.dumps([[f.name, str(f.type)] for f in schema] + [list(primary_key)])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def storage_of(snapshot: Snapshot) -> Storage:
+    """A :class:`Storage` at the snapshot's table, with the options its base was opened with."""
+    options: Mapping[str, str] | None = snapshot.base.initial_storage_options
+    return Storage.open(snapshot.uri, options)
+
+
+def index_anchor(storage: Storage, version: int) -> str | None:
+    """The id of the MemWAL index entry in base version ``version``; None when it cannot be read.
+
+    The version's manifest may have been cleaned up (``cleanup_old_versions``); the
+    check it serves is then skipped.
+    """
+    data = storage.read_bytes(f"_versions/{lance_manifest_file_name(version)}")
+    if data is None:
+        return None
+    try:
+        entries = decode_index_entries(data)
+    except MALFORMED:
+        return None
+    return next((e.uuid for e in entries if e.name == MEMWAL_INDEX), "")
+
+
+def _wal_position(region: RegionSnapshot) -> int:
+    m = region.manifest
+    if m is None:
+        return 0
+    if region.wal_tail is not None:  # strong: every entry read (torn ones excluded)
+        return max(region.wal_tail.last_position, m.replay_after_wal_position)
+    return m.replay_after_wal_position
+
+
+def region_mark(region: RegionSnapshot) -> RegionMark:
+    """The mark of one region of a snapshot."""
+    m = region.manifest
+    flushed = max((g.generation for g in m.flushed_generations), default=0) if m is not None else 0
+    return RegionMark(
+        region.region_id,
+        m.version if m is not None else 0,
+        m.writer_epoch if m is not None else 0,
+        region.merged_generation,
+        max(flushed, region.merged_generation),
+        _wal_position(region),
+    )
+
+
+def token_of(snapshot: Snapshot, storage: Storage | None = None) -> ChangeToken:
+    """The change token of a snapshot (one storage read: the base manifest's index id)."""
+    storage = storage or storage_of(snapshot)
+    return ChangeToken(
+        fingerprint(snapshot.schema, snapshot.primary_key),
+        index_anchor(storage, snapshot.base_version) or "",
+        snapshot.base_version,
+        snapshot.consistency,
+        tuple(region_mark(r) for r in sorted(snapshot.regions, key=lambda r: r.region_id)),
+    )

@@ -1,0 +1,292 @@
+"""The change feed: the net change per key between an older state of a table and a snapshot.
+
+``changes(table, since)`` returns one row per key written since ``since`` (an older
+snapshot or its :mod:`change token <memwal_query.change_token>`): ``_change =
+"upsert"`` with the key's newest row, or ``_change = "delete"`` with the key columns
+(other columns NULL) when the key has no live row now. Applied to the older snapshot's
+rows (upserts replace or add, deletes remove), they give exactly the newer snapshot's
+rows, whatever puts, deletes, flushes and merges happened in between.
+
+Which keys: every write after the token is in a WAL entry after the position the token
+records, and it is now in one of three places, per region:
+
+* the newer snapshot's WAL tail (its entries after that position);
+* a generation above the token's highest flushed generation that is not merged yet;
+* a generation above it that was merged since: its rows are the rows the merge brought
+  into the base (and its tombstones the rows it removed), so reading the generation
+  tells what the merge changed without diffing the base.
+
+The candidate keys are those levels' keys; each one's state now comes from a point
+lookup (:meth:`memwal_query.Table.lookup`). So the cost follows what was written since
+the token, not the table. The result is a superset of the keys whose row changed: a key
+written back to its old row, or put and deleted again, appears too (an idempotent
+change); a key never written since never appears.
+
+When a generation merged since the token was garbage-collected, the keys the merge
+changed are found by comparing the base fragments of the token's base version with
+the snapshot's (fragments a merge rewrote, added or deleted rows from); when that
+version was cleaned up too, :class:`~memwal_query.errors.ChangesUnavailableError` names
+the table, region and generation. Writes made to the base table directly (not through
+MemWAL) are not seen, except in that fallback. Rows handed in with ``open_table(...,
+live=...)`` are not durable: they count as written after any token.
+
+Example:
+    >>> import memwal_query as mq, tempfile, pyarrow as pa
+    >>> from memwal_query.demo import write_demo_table
+    >>> from memwal_write import write_arrow
+    >>> uri = write_demo_table(tempfile.mkdtemp() + "/t", base_rows=300, update_rows=50, memtable_rows=20, seed=4)
+    >>> before = mq.open_table(uri)
+    >>> token = before.change_token
+    >>> _ = write_arrow(uri, pa.table({"id": [10_000_001]}), deletes=pa.table({"id": [3]}))
+    >>> after = before.refresh()
+    >>> got = after.changes(token).select(["id", "_change"]).to_pylist()
+    >>> got == [{"id": 3, "_change": "delete"}, {"id": 10_000_001, "_change": "upsert"}]
+    True
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Protocol
+
+import lance
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from memwal_query.change_token import ChangeToken, index_anchor, storage_of, token_of
+from memwal_query.errors import ChangesUnavailableError, InvalidArgumentError
+from memwal_query.format.decode import FlushedGeneration
+from memwal_query.format.paths import generation_rel
+from memwal_query.format.storage import Storage
+from memwal_query.snapshot import RegionSnapshot, Snapshot
+
+__all__ = ["ChangeSource", "CHANGE_COLUMN", "UPSERT", "DELETE", "changes", "change_schema"]
+
+log = logging.getLogger("memwal_query")
+
+#: The column saying what happened to a key.
+CHANGE_COLUMN = "_change"
+UPSERT = "upsert"
+DELETE = "delete"
+_LIVE_SEQ = 1 << 63  # MemTable sequence numbers of in-process (not durable) rows start here
+
+
+class ChangeSource(Protocol):
+    """What the change feed needs of a table snapshot (:class:`memwal_query.Table` has it)."""
+
+    @property
+    def snapshot(self) -> Snapshot: ...
+
+    def lookup(self, keys: object, columns: Sequence[str] | None = None) -> pa.Table: ...
+
+
+def change_schema(schema: pa.Schema, primary_key: Sequence[str]) -> pa.Schema:
+    """The schema of a change feed: the table's columns (non-key ones nullable) + ``_change``.
+
+    Example:
+        >>> s = pa.schema([pa.field("id", pa.int64(), False), pa.field("v", pa.int64(), False)])
+        >>> change_schema(s, ["id"]).to_string().splitlines()
+        ['id: int64 not null', 'v: int64', '_change: string not null']
+    """
+    fields = [f if f.name in primary_key else f.with_nullable(True) for f in schema]
+    return pa.schema([*fields, pa.field(CHANGE_COLUMN, pa.string(), nullable=False)])
+
+
+def changes(table: ChangeSource, since: ChangeSource | str) -> pa.Table:
+    """The net change per key from ``since`` to ``table`` (see the module docs).
+
+    Args:
+        table: The newer snapshot.
+        since: An older snapshot of the same table, or its change token.
+
+    Returns:
+        Rows of :func:`change_schema`, sorted by key.
+
+    Raises:
+        InvalidArgumentError: ``since`` is not a change token, belongs to another table,
+            or is newer than ``table``.
+        ChangesUnavailableError: A generation merged since ``since`` and the token's base
+            version were both garbage-collected.
+    """
+    snap = table.snapshot
+    storage = storage_of(snap)
+    new = token_of(snap, storage)
+    extra: list[pa.Table] = []
+    if isinstance(since, str):
+        old = ChangeToken.decode(since)
+    elif hasattr(since, "snapshot"):
+        old = token_of(since.snapshot)
+        extra = _in_process_keys(since.snapshot)
+    else:
+        msg = f"changes(since=...) takes an older Table of {snap.uri} or a change token, got {type(since).__name__}"
+        raise InvalidArgumentError(msg)
+    _check(old, new, snap, storage)
+    if old.regions == new.regions and old.base_version == new.base_version and not extra:
+        keys: list[pa.Table] = []
+    else:
+        keys = _candidate_keys(snap, old, storage) + extra
+    return _net(table, keys)
+
+
+def _check(old: ChangeToken, new: ChangeToken, snap: Snapshot, storage: Storage) -> None:
+    """Refuse a token of another table, or one newer than the snapshot."""
+    uri = snap.uri
+    if old.fingerprint != new.fingerprint:
+        msg = f"{uri}: the change token belongs to another table (its columns or primary key differ)"
+        raise InvalidArgumentError(msg)
+    if old.base_version > new.base_version:
+        msg = (
+            f"{uri}: the change token is newer than this snapshot (base version {old.base_version} > "
+            f"{new.base_version}); refresh() the table"
+        )
+        raise InvalidArgumentError(msg)
+    if old.anchor:
+        anchor = index_anchor(storage, old.base_version)
+        if anchor is not None and anchor != old.anchor:
+            msg = (
+                f"{uri}: the change token belongs to another table (base version {old.base_version} "
+                "holds another MemWAL index)"
+            )
+            raise InvalidArgumentError(msg)
+    for mark in old.regions:
+        now = new.region(mark.region_id)
+        if now is None:
+            if mark.manifest_version == 0:
+                continue
+            msg = f"{uri}: region {mark.region_id} of the change token is not in this snapshot"
+            raise ChangesUnavailableError(msg)
+        if (now.manifest_version, now.merged_generation) < (mark.manifest_version, mark.merged_generation) or (
+            now.wal_position < mark.wal_position
+        ):
+            hint = (
+                " (the token was taken by a strong snapshot: open this one with consistency='strong')"
+                if old.consistency == "strong" and new.consistency == "eventual"
+                else "; refresh() the table"
+            )
+            msg = f"{uri}: region {mark.region_id}: the change token is newer than this snapshot{hint}"
+            raise InvalidArgumentError(msg)
+
+
+def _in_process_keys(snap: Snapshot) -> list[pa.Table]:
+    """Keys of rows an older snapshot held in memory only (``live=``): they may be gone now."""
+    out = []
+    for r in snap.regions:
+        if r.memtable is not None:
+            m = r.memtable.table
+            out.append(m.filter(pc.greater_equal(m.column("_seq"), pa.scalar(_LIVE_SEQ, pa.uint64()))))
+    return [t.select(list(snap.primary_key)) for t in out if t.num_rows]
+
+
+def _candidate_keys(snap: Snapshot, old: ChangeToken, storage: Storage) -> list[pa.Table]:
+    """Keys of every level written after the token (see the module docs)."""
+    pk = list(snap.primary_key)
+    parts: list[pa.Table] = []
+    gone: list[tuple[str, int]] = []
+    for r in snap.regions:
+        mark = old.region(r.region_id)
+        through = mark.flushed_through if mark is not None else 0
+        position = mark.wal_position if mark is not None else 0
+        parts += _region_keys(r, through, position, pk)
+        for fg in _merged_since(r, through):
+            got = _merged_generation_keys(storage, r.region_id, fg, pk)
+            if got is None:
+                gone.append((r.region_id, fg.generation))
+            else:
+                parts.append(got)
+    if gone:
+        log.info("%s: generations %s merged since the change token are gone; comparing base versions", snap.uri, gone)
+        parts.append(_base_diff_keys(snap, old.base_version, gone))
+    return parts
+
+
+def _region_keys(r: RegionSnapshot, through: int, position: int, pk: list[str]) -> list[pa.Table]:
+    """Keys of the region's unmerged generations above ``through`` and WAL rows after ``position``."""
+    out = [g.dataset.to_table(columns=pk) for g in r.generations if g.generation > through]
+    if r.memtable is not None:
+        m = r.memtable.table
+        seq = m.column("_seq")
+        after = pc.greater(pc.shift_right(seq, pa.scalar(32, pa.uint64())), pa.scalar(position, pa.uint64()))
+        out.append(m.filter(after).select(pk))
+    return out
+
+
+def _merged_since(r: RegionSnapshot, through: int) -> list[FlushedGeneration]:
+    """Generations above ``through`` that the snapshot's base already holds."""
+    if r.manifest is None:
+        return []
+    return [g for g in r.manifest.flushed_generations if through < g.generation <= r.merged_generation]
+
+
+def _merged_generation_keys(storage: Storage, region_id: str, fg: FlushedGeneration, pk: list[str]) -> pa.Table | None:
+    """The keys of a merged generation; None when it was garbage-collected (or is being)."""
+    rel = generation_rel(storage, region_id, fg.path, what=f"flushed generation {fg.generation}")
+    if not storage.exists(f"{rel}/_versions"):
+        return None
+    try:
+        ds = lance.dataset(storage.child_uri(rel), storage_options=dict(storage.storage_options) or None)
+        return ds.to_table(columns=pk)
+    except (OSError, ValueError, RuntimeError) as err:
+        log.info("region %s: merged generation %d is unreadable: %s", region_id, fg.generation, err)
+        return None
+
+
+def _fragment_identity(frag: lance.fragment.LanceFragment) -> tuple[object, ...]:
+    m = frag.metadata
+    d = m.deletion_file
+    return (frag.fragment_id, tuple(f.path for f in m.files), None if d is None else (d.id, d.read_version))
+
+
+def _base_diff_keys(snap: Snapshot, old_version: int, gone: list[tuple[str, int]]) -> pa.Table:
+    """Keys of the base fragments that differ between ``old_version`` and the snapshot's base.
+
+    A merge adds fragments (upserted rows) and deletion files (replaced and deleted
+    rows); compaction rewrites fragments. The live keys of every fragment of either
+    version that the other does not hold unchanged cover all of them.
+    """
+    pk = list(snap.primary_key)
+    region, gen = gone[0]
+    try:
+        before = snap.base.checkout_version(old_version)
+        old = {_fragment_identity(f): f for f in before.get_fragments()}
+        new = {_fragment_identity(f): f for f in snap.base.get_fragments()}
+        changed = [f for i, f in new.items() if i not in old] + [f for i, f in old.items() if i not in new]
+        parts = [f.to_table(columns=pk) for f in changed]
+    except (OSError, ValueError, RuntimeError) as err:
+        msg = (
+            f"{snap.uri}: region {region}: generation {gen}, merged since the change token, was garbage-collected "
+            f"and the token's base version {old_version} cannot be read either, so the changes since the token "
+            "are unknown; read the whole table instead"
+        )
+        raise ChangesUnavailableError(msg) from err
+    key_schema = pa.schema([snap.schema.field(k) for k in pk])
+    return pa.concat_tables([p.cast(key_schema) for p in parts]) if parts else key_schema.empty_table()
+
+
+def _net(table: ChangeSource, parts: list[pa.Table]) -> pa.Table:
+    """One row per candidate key: its row now (``upsert``) or its key (``delete``)."""
+    snap = table.snapshot
+    pk = list(snap.primary_key)
+    out_schema = change_schema(snap.schema, pk)
+    key_schema = pa.schema([snap.schema.field(k) for k in pk])
+    if not parts:
+        return out_schema.empty_table()
+    keys = pa.concat_tables([p.select(pk).cast(key_schema) for p in parts])
+    keys = keys.group_by(pk, use_threads=False).aggregate([]).select(pk)
+    if keys.num_rows == 0:
+        return out_schema.empty_table()
+    live = table.lookup(keys)
+    if len(pk) == 1:
+        gone = keys.filter(pc.invert(pc.is_in(keys.column(pk[0]), value_set=live.column(pk[0]).combine_chunks())))
+    else:
+        gone = keys.join(live.select(pk), keys=pk, join_type="left anti")
+    n = gone.num_rows
+    deletes = pa.table(
+        {f.name: gone.column(f.name) if f.name in pk else pa.nulls(n, f.type) for f in snap.schema}
+        | {CHANGE_COLUMN: pa.array([DELETE] * n, pa.string())}
+    )
+    upserts = live.select(snap.schema.names).append_column(
+        CHANGE_COLUMN, pa.array([UPSERT] * live.num_rows, pa.string())
+    )
+    result = pa.concat_tables([upserts.cast(out_schema), deletes.cast(out_schema)])
+    return result.take(pc.sort_indices(result, sort_keys=[(k, "ascending") for k in pk]))
