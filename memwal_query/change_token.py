@@ -134,7 +134,7 @@ class ChangeToken:
             if inflater.unconsumed_tail:
                 raise ValueError("too large")
             return _from_json(json.loads(raw))
-        except MALFORMED as err:
+        except (*MALFORMED, zlib.error) as err:
             msg = f"{shown!r} is not a valid memwal change token: {one_line(err)}"
             raise InvalidArgumentError(msg) from err
 

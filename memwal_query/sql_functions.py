@@ -1,14 +1,21 @@
-"""SQL table functions over merged tables: KNN search and point lookups.
+"""SQL table functions over merged tables: KNN search, point lookups, the table's state, changes.
 
 After ``register_functions(ctx, {"events": table})`` (``Table.register`` does this
-for the name it registers), SQL can call:
+for the name it registers; :func:`memwal_query.register_catalog` for every table of
+its catalog), SQL can call:
 
 * ``memwal_knn('events', 'vec', [0.1, ...], 10 [, 'category = ''books''' [, nprobes]])``:
   the k nearest merged rows with ``_distance`` (:meth:`memwal_query.Table.nearest`);
 * ``memwal_lookup('events', [1, 2, 3])``: the live rows of those keys
-  (:meth:`memwal_query.Table.lookup`; single-column keys).
+  (:meth:`memwal_query.Table.lookup`; single-column keys);
+* ``memwal_regions('events')``, ``memwal_generations('events')``, ``memwal_wal('events')``,
+  ``memwal_history('events')``: the table's state, what ``memwal inspect`` shows, one row
+  per region, flushed generation, WAL tail entry or base version
+  (:mod:`memwal_query.state_sql`);
+* ``memwal_changes('events', 'mwc1...')``: the net change per key since a change token
+  (:meth:`memwal_query.Table.changes`).
 
-Both are ordinary tables in SQL: join them, filter them, aggregate them.
+All are ordinary tables in SQL: join them, filter them, aggregate them.
 The search runs while DataFusion plans the query, through Lance only (DataFusion
 must not be re-entered from inside a query).
 """
@@ -25,13 +32,33 @@ from datafusion import udtf
 
 from memwal_query.engine_errors import raised_in_engine
 from memwal_query.errors import InvalidArgumentError, MemWalError
+from memwal_query.state_sql import generations_table, history_table, regions_table, wal_table
 
 if TYPE_CHECKING:
     from memwal_query.table import Table
 
-__all__ = ["register_functions", "FUNCTION_NAMES"]
+__all__ = ["register_functions", "add_table_resolver", "FUNCTION_NAMES", "TableResolver"]
 
 _ATTR = "_memwal_tables"
+
+#: Finds a table by the name a SQL function was given (None: not known to it).
+TableResolver = Callable[[str], "Table | None"]
+
+
+class _Registry(dict[str, "Table"]):
+    """Tables registered by name, then the resolvers (catalogs), asked in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.resolvers: list[TableResolver] = []
+
+    def find(self, name: str) -> Table | None:
+        found = self.get(name)
+        for resolve in self.resolvers:
+            if found is not None:
+                break
+            found = resolve(name)
+        return found
 
 
 def _value(e: Any, what: str) -> Any:
@@ -43,9 +70,9 @@ def _value(e: Any, what: str) -> Any:
     return v.as_py() if isinstance(v, pa.Scalar) else v
 
 
-def _table(tables: Mapping[str, Table], e: Any, fn: str) -> Table:
+def _table(tables: _Registry, e: Any, fn: str) -> Table:
     name = _value(e, f"{fn}: the table name")
-    table = tables.get(str(name))
+    table = tables.find(str(name))
     if table is None:
         msg = f"{fn}: no memwal table named {name!r} is registered (known: {sorted(tables)})"
         raise InvalidArgumentError(msg)
@@ -62,9 +89,10 @@ def _int(e: Any, what: str) -> int:
 
 _KNN_USAGE = "memwal_knn(table, column, [vector], k [, filter [, nprobes]])"
 _LOOKUP_USAGE = "memwal_lookup(table, [key, ...])"
+_CHANGES_USAGE = "memwal_changes(table, change_token)"
 
 
-def _knn(registry: Mapping[str, Table], *args: Any) -> pa.Table:
+def _knn(registry: _Registry, *args: Any) -> pa.Table:
     if not 4 <= len(args) <= 6:
         msg = f"{_KNN_USAGE} takes 4 to 6 arguments, got {len(args)}"
         raise InvalidArgumentError(msg)
@@ -77,7 +105,7 @@ def _knn(registry: Mapping[str, Table], *args: Any) -> pa.Table:
     return table.nearest(str(column), query, k, filter=filt or None, nprobes=nprobes, _in_query=True)
 
 
-def _lookup(registry: Mapping[str, Table], *args: Any) -> pa.Table:
+def _lookup(registry: _Registry, *args: Any) -> pa.Table:
     if len(args) != 2:
         msg = f"{_LOOKUP_USAGE} takes 2 arguments, got {len(args)}"
         raise InvalidArgumentError(msg)
@@ -86,16 +114,57 @@ def _lookup(registry: Mapping[str, Table], *args: Any) -> pa.Table:
     return table.lookup(keys if isinstance(keys, list) else [keys])
 
 
+def _state(fn: str, build: Callable[[Table], pa.Table]) -> Callable[..., pa.Table]:
+    """The state function ``fn(table)``: ``build`` applied to the named table."""
+
+    def call(registry: _Registry, *args: Any) -> pa.Table:
+        if len(args) != 1:
+            msg = f"{fn}(table) takes 1 argument, got {len(args)}"
+            raise InvalidArgumentError(msg)
+        return build(_table(registry, args[0], fn))
+
+    return call
+
+
+def _regions(table: Table) -> pa.Table:
+    from memwal_query.display import describe_table
+
+    return regions_table(describe_table(table))
+
+
+def _generations(table: Table) -> pa.Table:
+    from memwal_query.display import describe_table
+
+    return generations_table(describe_table(table), table.snapshot)
+
+
+def _changes(registry: _Registry, *args: Any) -> pa.Table:
+    if len(args) != 2:
+        msg = f"{_CHANGES_USAGE} takes 2 arguments, got {len(args)}"
+        raise InvalidArgumentError(msg)
+    table = _table(registry, args[0], "memwal_changes")
+    token = _value(args[1], "memwal_changes: the change token")
+    if not isinstance(token, str):
+        msg = f"memwal_changes: the change token must be a string (see Table.change_token), got {token!r}"
+        raise InvalidArgumentError(msg)
+    return table.changes(token)
+
+
 # name -> (implementation taking the context's table registry first, usage)
 _FUNCTIONS: dict[str, tuple[Callable[..., pa.Table], str]] = {
     "memwal_knn": (_knn, _KNN_USAGE),
     "memwal_lookup": (_lookup, _LOOKUP_USAGE),
+    "memwal_regions": (_state("memwal_regions", _regions), "memwal_regions(table)"),
+    "memwal_generations": (_state("memwal_generations", _generations), "memwal_generations(table)"),
+    "memwal_wal": (_state("memwal_wal", lambda t: wal_table(t.snapshot)), "memwal_wal(table)"),
+    "memwal_history": (_state("memwal_history", lambda t: history_table(t.snapshot)), "memwal_history(table)"),
+    "memwal_changes": (_changes, _CHANGES_USAGE),
 }
 #: The SQL table functions :func:`register_functions` registers.
 FUNCTION_NAMES = tuple(_FUNCTIONS)
 
 
-def _register(ctx: datafusion.SessionContext, name: str, registry: Mapping[str, Table]) -> None:
+def _register(ctx: datafusion.SessionContext, name: str, registry: _Registry) -> None:
     """Register SQL table function ``name`` over ``registry``.
 
     Its errors come back out of DataFusion as raised (:mod:`memwal_query.engine_errors`):
@@ -128,11 +197,30 @@ def register_functions(ctx: datafusion.SessionContext, tables: Mapping[str, Tabl
         >>> ctx = datafusion.SessionContext()
         >>> register_functions(ctx, {})
     """
-    registry: dict[str, Table] | None = getattr(ctx, _ATTR, None)
-    if registry is not None:
-        registry.update(tables)
-        return
-    registry = dict(tables)
-    setattr(ctx, _ATTR, registry)
-    for name in FUNCTION_NAMES:
-        _register(ctx, name, registry)
+    _registry(ctx).update(tables)
+
+
+def _registry(ctx: datafusion.SessionContext) -> _Registry:
+    """The context's table registry; the functions are registered when it is made."""
+    registry: _Registry | None = getattr(ctx, _ATTR, None)
+    if registry is None:
+        registry = _Registry()
+        setattr(ctx, _ATTR, registry)
+        for name in FUNCTION_NAMES:
+            _register(ctx, name, registry)
+    return registry
+
+
+def add_table_resolver(ctx: datafusion.SessionContext, resolve: TableResolver) -> None:
+    """Let the SQL functions of ``ctx`` find tables through ``resolve`` (registering them if needed).
+
+    Names given to :func:`register_functions` come first; ``resolve(name)`` returns a
+    :class:`~memwal_query.Table` or None. It runs while DataFusion plans a query, so it
+    must not call DataFusion.
+
+    Example:
+        >>> import datafusion
+        >>> ctx = datafusion.SessionContext()
+        >>> add_table_resolver(ctx, lambda name: None)
+    """
+    _registry(ctx).resolvers.append(resolve)

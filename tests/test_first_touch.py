@@ -15,6 +15,7 @@ import pytest
 
 import memwal_query as mq
 import memwal_write as mw
+from memwal_query.change_token import ChangeToken
 from memwal_query.cli import main
 from memwal_query.demo import DIM, write_demo_table
 from memwal_query.errors import InvalidArgumentError, MemWalError, TableNotFoundError
@@ -22,6 +23,8 @@ from memwal_query.lance_log import NOISE
 from memwal_query.sql_functions import FUNCTION_NAMES
 
 VEC = str([0.5] * DIM)
+# A change token of a table with other columns (see memwal_query.change_token).
+OTHER_TOKEN = ChangeToken("0" * 16, "", 1, "strong", ()).encode()
 # SQL function -> (bad call, our message, our exception type), at least one per function.
 BAD_CALLS: dict[str, list[tuple[str, str, type[MemWalError]]]] = {
     "memwal_knn": [
@@ -42,6 +45,23 @@ BAD_CALLS: dict[str, list[tuple[str, str, type[MemWalError]]]] = {
         ("memwal_lookup('t', ['a', 'b'])", "do not fit the key column 'id'", InvalidArgumentError),
         ("memwal_lookup('t', [1.5])", "was truncated", InvalidArgumentError),
         ("memwal_lookup('t', id)", "memwal_lookup: the keys must be a literal", InvalidArgumentError),
+    ],
+    "memwal_regions": [
+        ("memwal_regions()", "memwal_regions(table) takes 1 argument, got 0", InvalidArgumentError),
+        ("memwal_regions('nope')", "memwal_regions: no memwal table named 'nope'", InvalidArgumentError),
+    ],
+    "memwal_generations": [
+        ("memwal_generations('t', 2)", "memwal_generations(table) takes 1 argument, got 2", InvalidArgumentError),
+        ("memwal_generations(id)", "memwal_generations: the table name must be a literal", InvalidArgumentError),
+    ],
+    "memwal_wal": [("memwal_wal('nope')", "memwal_wal: no memwal table named 'nope'", InvalidArgumentError)],
+    "memwal_history": [("memwal_history()", "memwal_history(table) takes 1 argument, got 0", InvalidArgumentError)],
+    "memwal_changes": [
+        ("memwal_changes('t')", "memwal_changes(table, change_token) takes 2 arguments, got 1", InvalidArgumentError),
+        ("memwal_changes('t', 'abc')", "'abc' is not a memwal change token", InvalidArgumentError),
+        ("memwal_changes('t', 42)", "the change token must be a string", InvalidArgumentError),
+        ("memwal_changes('t', 'mwc1.AAAA')", "is not a valid memwal change token", InvalidArgumentError),
+        (f"memwal_changes('t', '{OTHER_TOKEN}')", "belongs to another table", InvalidArgumentError),
     ],
 }
 
