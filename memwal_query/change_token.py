@@ -50,6 +50,7 @@ MEMWAL_INDEX = "__lance_mem_wal"
 #: Longest token text accepted (a table with thousands of regions stays far below).
 MAX_TOKEN_CHARS = 4 << 20
 _MAX_JSON_BYTES = 64 << 20
+_BAD_TOKEN: tuple[type[BaseException], ...] = (*MALFORMED, zlib.error)
 
 
 @dataclass(frozen=True)
@@ -134,7 +135,7 @@ class ChangeToken:
             if inflater.unconsumed_tail:
                 raise ValueError("too large")
             return _from_json(json.loads(raw))
-        except (*MALFORMED, zlib.error) as err:
+        except _BAD_TOKEN as err:
             msg = f"{shown!r} is not a valid memwal change token: {one_line(err)}"
             raise InvalidArgumentError(msg) from err
 
