@@ -20,7 +20,9 @@ from memwal_query.lance_log import quiet_known_noise
 
 quiet_known_noise()  # before anything imports lance
 
+from memwal_query.catalog import MemWalCatalog, register_catalog  # noqa: E402
 from memwal_query.errors import (  # noqa: E402
+    ChangesUnavailableError,
     GenerationLostError,
     InvalidArgumentError,
     ManifestError,
@@ -38,6 +40,8 @@ from memwal_query.table import Table, open_table  # noqa: E402
 __all__ = [
     "open_table",
     "Table",
+    "register_catalog",
+    "MemWalCatalog",
     "LiveMemTable",
     "MemWalError",
     "TableNotFoundError",
@@ -46,6 +50,7 @@ __all__ = [
     "ManifestError",
     "MemWalCorruptionError",
     "GenerationLostError",
+    "ChangesUnavailableError",
     "UnsupportedVersionError",
     "InvalidArgumentError",
     "StorageError",

@@ -1,0 +1,292 @@
+"""A DataFusion catalog of every MemWAL table under one folder or object-store prefix.
+
+``register_catalog(ctx, "s3://bucket/warehouse")`` makes each MemWAL table directly
+under the root queryable as ``memwal.public.<folder name>``, without registering tables
+one by one:
+
+* **Lazy.** Nothing is opened when the catalog is registered; listing the tables
+  (``information_schema.tables``, ``SHOW TABLES``) lists the root and asks each Lance
+  table there whether it has a MemWAL index; a table is opened when a query names it.
+* **Fresh.** Each query that names a table gets a snapshot taken while DataFusion plans
+  it: the catalog keeps the last snapshot per table and :meth:`~memwal_query.Table.refresh`
+  es it, so the cost of a query's snapshot follows what was written since the last one
+  (one snapshot per table per query, also when a query names it twice).
+* **Pinned** on request: :meth:`MemWalCatalog.pin` makes every query read one snapshot
+  (the current one, or any :class:`~memwal_query.Table` given, e.g. one taken earlier)
+  until :meth:`MemWalCatalog.unpin`.
+* **MemWAL tables only.** Folders that are not Lance tables are skipped; Lance tables
+  without a MemWAL index are not listed either, and naming one in a query is an error
+  saying so (read those with pylance).
+* The SQL table functions (``memwal_knn``, ``memwal_regions``, ``memwal_changes`` ...)
+  take the catalog's tables by folder name or full name (``'events'``,
+  ``'memwal.public.events'``), with the same fresh snapshot rule.
+
+DataFusion calls the catalog while it plans a query; the catalog reads storage and
+Lance only, never DataFusion (which would panic there: docs/DESIGN.md "Sharp edges").
+
+Example:
+    >>> import datafusion, tempfile, memwal_query as mq
+    >>> from memwal_query.demo import write_demo_table
+    >>> root = tempfile.mkdtemp()
+    >>> _ = write_demo_table(root + "/events", base_rows=300, update_rows=50, memtable_rows=20, seed=6)
+    >>> ctx = datafusion.SessionContext()
+    >>> catalog = mq.register_catalog(ctx, root)
+    >>> catalog.table_names()
+    ['events']
+    >>> n = ctx.sql("SELECT count(*) AS n FROM memwal.public.events").to_pydict()["n"][0]
+    >>> n == catalog.table("events").count_rows()
+    True
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, cast
+
+import datafusion
+import datafusion.catalog as dfc
+import lance
+
+from memwal_query.compat import check_datafusion_supported
+from memwal_query.engine_errors import raised_in_engine
+from memwal_query.errors import InvalidArgumentError, MemWalError, NotAMemWalTableError, TableNotFoundError
+from memwal_query.format.storage import Storage
+from memwal_query.snapshot import Consistency
+from memwal_query.sql_functions import add_table_resolver
+from memwal_query.table import Table, open_table
+
+__all__ = ["MemWalCatalog", "register_catalog", "SCHEMA_NAME"]
+
+log = logging.getLogger("memwal_query")
+
+#: The one schema of a memwal catalog.
+SCHEMA_NAME = "public"
+
+
+class _Names(tuple[str, ...]):
+    """Table names: a sequence, and callable.
+
+    datafusion-python 55 reads a Python schema provider's ``table_names`` as an
+    attribute (calling it fails with "'method' object is not an instance of
+    'Sequence'") although its ``SchemaProvider`` declares a method; this works both ways.
+    """
+
+    def __call__(self) -> set[str]:
+        return set(self)
+
+
+class _PublicSchema:
+    """The ``public`` schema: DataFusion's ``SchemaProvider`` protocol over the catalog."""
+
+    def __init__(self, catalog: MemWalCatalog) -> None:
+        self._catalog = catalog
+
+    @property
+    def table_names(self) -> _Names:
+        return _Names(self._catalog.table_names())
+
+    def table(self, name: str) -> dfc.Table | None:
+        try:
+            if not self._catalog.has_table(name):
+                self._catalog.check_name(name)  # a plain Lance table: say so
+                return None
+            return dfc.Table(self._catalog.table(name).dataset())
+        except MemWalError as err:
+            raise raised_in_engine(err) from None
+
+    def table_exist(self, name: str) -> bool:
+        return self._catalog.has_table(name)
+
+    def owner_name(self) -> str | None:
+        return None
+
+
+class MemWalCatalog:
+    """The MemWAL tables under one root, as a DataFusion catalog (see :func:`register_catalog`).
+
+    Also DataFusion's ``CatalogProvider`` protocol (``schema_names``, ``schema``).
+    """
+
+    def __init__(
+        self,
+        root: str,
+        *,
+        storage_options: dict[str, str] | None = None,
+        consistency: Consistency = "strong",
+    ) -> None:
+        if consistency not in ("strong", "eventual"):
+            msg = f"consistency must be 'strong' or 'eventual', got {consistency!r}"
+            raise InvalidArgumentError(msg)
+        self._storage = Storage.open(root, storage_options)
+        self._options = dict(storage_options or {})
+        self._consistency: Consistency = consistency
+        self._latest: dict[str, Table] = {}
+        self._pinned: dict[str, Table] = {}
+        self._memwal: set[str] = set()
+        self._lock = threading.RLock()
+        self._schema = _PublicSchema(self)
+
+    @property
+    def root(self) -> str:
+        """The folder or prefix whose tables the catalog serves."""
+        return self._storage.uri
+
+    # -- DataFusion's CatalogProvider protocol --------------------------------
+    def schema_names(self) -> set[str]:
+        """``{"public"}``."""
+        return {SCHEMA_NAME}
+
+    def schema(self, name: str) -> Any:
+        """The ``public`` schema provider (None for any other name)."""
+        return self._schema if name == SCHEMA_NAME else None
+
+    # -- tables ------------------------------------------------------------------
+    def _uri(self, name: str) -> str:
+        return self._storage.child_uri(name)
+
+    def check_name(self, name: str) -> None:
+        """Raise unless ``name`` could be a table of this catalog; a plain Lance table is an error.
+
+        Raises:
+            InvalidArgumentError: Not a folder name directly under the root.
+            NotAMemWalTableError: A Lance table without a MemWAL index.
+        """
+        if not name or "/" in name or "\\" in name or name in (".", ".."):
+            msg = f"{name!r} is not a table folder name directly under {self.root}"
+            raise InvalidArgumentError(msg)
+        if self._storage.exists(f"{name}/_versions") and not self._is_memwal(name):
+            msg = (
+                f"{self._uri(name)} is a Lance table without a MemWAL index: the memwal catalog serves "
+                "MemWAL tables only (read it with pylance)"
+            )
+            raise NotAMemWalTableError(msg)
+
+    def _is_memwal(self, name: str) -> bool:
+        if name in self._memwal:
+            return True  # a MemWAL index is never removed
+        try:
+            ds = lance.dataset(self._uri(name), storage_options=self._options or None)
+            found = ds.mem_wal_index_details() is not None
+        except (OSError, ValueError, RuntimeError) as err:
+            log.info("%s: not readable as a Lance table, skipped: %s", self._uri(name), err)
+            return False
+        if found:
+            self._memwal.add(name)
+        return found
+
+    def has_table(self, name: str) -> bool:
+        """Whether ``name`` is a MemWAL table directly under the root (a probe, no listing)."""
+        valid = bool(name) and "/" not in name and "\\" not in name and name not in (".", "..")
+        return valid and self._storage.exists(f"{name}/_versions") and self._is_memwal(name)
+
+    def table_names(self) -> list[str]:
+        """Folder names of the MemWAL tables directly under the root, sorted (lists the root)."""
+        names = [n for n, is_dir in self._storage.list_dir("") if is_dir and not n.startswith(".")]
+        found = [n for n in names if self._storage.exists(f"{n}/_versions") and self._is_memwal(n)]
+        with self._lock:
+            for gone in set(self._latest) - set(found):
+                del self._latest[gone]
+        return sorted(found)
+
+    def table(self, name: str) -> Table:
+        """The snapshot a query naming ``name`` reads now: the pinned one, or a fresh one.
+
+        A fresh snapshot refreshes the last one this catalog took of the table (reusing
+        what did not change).
+
+        Raises:
+            TableNotFoundError: No table of that name under the root.
+            NotAMemWalTableError: A Lance table without a MemWAL index.
+        """
+        with self._lock:
+            pinned = self._pinned.get(name)
+            if pinned is not None:
+                return pinned
+            last = self._latest.get(name)
+            try:
+                fresh = last.refresh() if last is not None else self._open(name)
+            except TableNotFoundError:
+                self._latest.pop(name, None)
+                raise
+            self._latest[name] = fresh
+            return fresh
+
+    def _open(self, name: str) -> Table:
+        self.check_name(name)
+        if not self._storage.exists(f"{name}/_versions"):
+            msg = f"no table {name!r} under {self.root}"
+            raise TableNotFoundError(msg)
+        return open_table(self._uri(name), storage_options=self._options or None, consistency=self._consistency)
+
+    def pin(self, name: str, table: Table | None = None) -> Table:
+        """Make every query of ``name`` read one snapshot until :meth:`unpin`.
+
+        Args:
+            name: The table's folder name.
+            table: The snapshot to serve, e.g. one ``catalog.table("events")`` returned
+                earlier; default: a fresh one now.
+
+        Returns:
+            The pinned snapshot.
+
+        Example:
+            >>> # snapshot = catalog.pin("events"); ...; catalog.unpin("events")
+        """
+        with self._lock:
+            self._pinned.pop(name, None)
+            table = table if table is not None else self.table(name)
+            self._pinned[name] = table
+            return table
+
+    def unpin(self, name: str) -> None:
+        """Let queries of ``name`` see fresh snapshots again."""
+        with self._lock:
+            self._pinned.pop(name, None)
+
+    def resolve(self, name: str, catalog_name: str) -> Table | None:
+        """The table a SQL function names: ``'events'``, ``'public.events'`` or ``'<catalog>.public.events'``."""
+        parts = name.split(".")
+        if parts[:-1] not in ([], [SCHEMA_NAME], [catalog_name, SCHEMA_NAME]):
+            return None
+        if not self.has_table(parts[-1]):
+            return None
+        return self.table(parts[-1])
+
+
+def register_catalog(
+    ctx: datafusion.SessionContext,
+    root: str,
+    name: str = "memwal",
+    storage_options: dict[str, str] | None = None,
+    consistency: Consistency = "strong",
+) -> MemWalCatalog:
+    """Register every MemWAL table under ``root`` as ``<name>.public.<folder name>`` in ``ctx``.
+
+    Args:
+        ctx: The DataFusion session.
+        root: A local folder or object-store prefix (``s3://bucket/warehouse``) holding tables.
+        name: The catalog name in SQL.
+        storage_options: Object-store options, as pylance takes them.
+        consistency: ``"strong"`` (default) or ``"eventual"`` for every snapshot it opens.
+
+    Returns:
+        The :class:`MemWalCatalog` (pin snapshots, list tables, get the current snapshot).
+
+    Raises:
+        InvalidArgumentError: ``ctx`` is not a session, or a bad ``root`` or ``consistency``.
+
+    Tip: ``datafusion.SessionContext(datafusion.SessionConfig().with_default_catalog_and_schema
+    ("memwal", "public"))`` lets queries say ``FROM events``.
+    """
+    if not isinstance(ctx, datafusion.SessionContext):
+        msg = f"register_catalog() needs a datafusion.SessionContext, got {type(ctx).__name__}"
+        raise InvalidArgumentError(msg)
+    if not isinstance(name, str) or not name:
+        msg = f"catalog name must be a non-empty string, got {name!r}"
+        raise InvalidArgumentError(msg)
+    check_datafusion_supported()
+    catalog = MemWalCatalog(root, storage_options=storage_options, consistency=consistency)
+    ctx.register_catalog_provider(name, cast(Any, catalog))
+    add_table_resolver(ctx, lambda table: catalog.resolve(table, name))
+    return catalog

@@ -1,0 +1,134 @@
+"""register_catalog: every MemWAL table under a root, fresh per query unless pinned."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import datafusion
+import lance
+import pyarrow as pa
+import pytest
+
+import memwal_query as mq
+from memwal_query.errors import InvalidArgumentError, NotAMemWalTableError
+from memwal_write import write_arrow
+
+from lsm_model import PK
+
+SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("v", pa.string())])
+
+
+def memwal_table(uri: str, n: int = 10) -> str:
+    ds = lance.write_dataset(pa.table({"id": list(range(n)), "v": ["base"] * n}, schema=SCHEMA), uri)
+    ds.initialize_mem_wal(bucket_column="id", num_buckets=2)
+    return uri
+
+
+@pytest.fixture()
+def root(tmp_path: Path) -> Path:
+    memwal_table(str(tmp_path / "events"), 10)
+    memwal_table(str(tmp_path / "users"), 3)
+    lance.write_dataset(pa.table({"a": [1, 2]}), str(tmp_path / "plain"))  # a Lance table, no MemWAL index
+    (tmp_path / "notes").mkdir()  # not a table
+    (tmp_path / "readme.txt").write_text("not a table")
+    return tmp_path
+
+
+def count(ctx: datafusion.SessionContext, table: str) -> int:
+    return int(ctx.sql(f"SELECT count(*) AS n FROM {table}").to_pydict()["n"][0])
+
+
+def test_lists_memwal_tables_only(root: Path) -> None:
+    ctx = datafusion.SessionContext()
+    catalog = mq.register_catalog(ctx, str(root))
+    assert catalog.table_names() == ["events", "users"]
+    listed = ctx.sql(
+        "SELECT table_name FROM information_schema.tables WHERE table_catalog = 'memwal' "
+        "AND table_schema = 'public' ORDER BY table_name"
+    ).to_pydict()["table_name"]
+    assert listed == ["events", "users"]
+    assert count(ctx, "memwal.public.events") == 10 and count(ctx, "memwal.public.users") == 3
+
+
+def test_a_plain_lance_table_is_named_as_such(root: Path) -> None:
+    ctx = datafusion.SessionContext()
+    mq.register_catalog(ctx, str(root), name="wh")
+    with pytest.raises(Exception, match="without a MemWAL index: the memwal catalog serves MemWAL tables only"):
+        ctx.sql("SELECT * FROM wh.public.plain")
+    with pytest.raises(Exception, match="not found"):
+        ctx.sql("SELECT * FROM wh.public.nope")
+    with pytest.raises(NotAMemWalTableError):
+        mq.MemWalCatalog(str(root)).table("plain")
+
+
+def test_queries_see_writes_made_after_registration(root: Path) -> None:
+    ctx = datafusion.SessionContext()
+    catalog = mq.register_catalog(ctx, str(root))
+    assert count(ctx, "memwal.public.events") == 10
+    first = catalog.table("events")
+    write_arrow(str(root / "events"), pa.table({"id": [100, 101], "v": ["new", "new"]}), deletes=pa.table({"id": [0]}))
+    assert count(ctx, "memwal.public.events") == 11
+    got = ctx.sql("SELECT v FROM memwal.public.events WHERE id = 100").to_pydict()
+    assert got == {"v": ["new"]}
+    assert catalog.table("events") is not first  # a refreshed snapshot
+    # a table created after registration
+    memwal_table(str(root / "later"), 4)
+    assert "later" in catalog.table_names() and count(ctx, "memwal.public.later") == 4
+
+
+def test_one_snapshot_per_query_even_when_named_twice(root: Path) -> None:
+    ctx = datafusion.SessionContext()
+    mq.register_catalog(ctx, str(root))
+    q = "SELECT count(*) AS n FROM memwal.public.events a JOIN memwal.public.events b ON a.id = b.id"
+    assert ctx.sql(q).to_pydict()["n"] == [10]
+
+
+def test_pin_and_unpin(root: Path) -> None:
+    ctx = datafusion.SessionContext()
+    catalog = mq.register_catalog(ctx, str(root))
+    pinned = catalog.pin("events")
+    write_arrow(str(root / "events"), pa.table({"id": [200], "v": ["x"]}))
+    assert count(ctx, "memwal.public.events") == 10
+    assert catalog.table("events") is pinned
+    catalog.unpin("events")
+    assert count(ctx, "memwal.public.events") == 11
+    # pin a snapshot kept from earlier
+    catalog.pin("events", pinned)
+    assert count(ctx, "memwal.public.events") == 10
+
+
+def test_sql_functions_find_catalog_tables(root: Path) -> None:
+    ctx = datafusion.SessionContext()
+    catalog = mq.register_catalog(ctx, str(root))
+    token = catalog.table("events").change_token
+    write_arrow(str(root / "events"), pa.table({"id": [300], "v": ["y"]}), deletes=pa.table({"id": [1]}))
+    for name in ("events", "public.events", "memwal.public.events"):
+        got = ctx.sql(f"SELECT id, _change FROM memwal_changes('{name}', '{token}') ORDER BY id").to_pydict()
+        assert got == {"id": [1, 300], "_change": ["delete", "upsert"]}
+    regions = ctx.sql("SELECT count(*) AS n FROM memwal_regions('users')").to_pydict()["n"]
+    assert regions == [0]  # nothing written to users yet: no region
+    assert ctx.sql("SELECT count(*) AS n FROM memwal_generations('events')").to_pydict()["n"][0] >= 1
+    with pytest.raises(Exception, match="no memwal table named 'other.public.events'"):
+        ctx.sql("SELECT * FROM memwal_regions('other.public.events')").collect()
+
+
+def test_default_catalog_lets_queries_use_folder_names(root: Path) -> None:
+    config = datafusion.SessionConfig().with_default_catalog_and_schema("memwal", "public")
+    ctx = datafusion.SessionContext(config)
+    mq.register_catalog(ctx, str(root))
+    assert count(ctx, "events") == 10
+
+
+def test_bad_arguments(root: Path) -> None:
+    with pytest.raises(InvalidArgumentError, match="SessionContext"):
+        mq.register_catalog("ctx", str(root))  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="consistency"):
+        mq.register_catalog(datafusion.SessionContext(), str(root), consistency="now")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="not a table folder name"):
+        mq.MemWalCatalog(str(root)).table("../events")
+
+
+def test_eventual_catalog(root: Path) -> None:
+    ctx = datafusion.SessionContext()
+    catalog = mq.register_catalog(ctx, str(root), consistency="eventual")
+    assert catalog.table("events").consistency == "eventual"
