@@ -59,6 +59,7 @@ _S3_IGNORED = {
     "aws_sse_kms_key_id",
     "aws_sse_bucket_key_enabled",
     "download_retry_count",
+    "user_agent",  # pylance adds its own to the options a dataset keeps
 }
 
 
