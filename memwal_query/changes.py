@@ -154,8 +154,11 @@ def _check(old: ChangeToken, new: ChangeToken, snap: Snapshot, storage: Storage)
         if now is None:
             if mark.manifest_version == 0:
                 continue
-            msg = f"{uri}: region {mark.region_id} of the change token is not in this snapshot"
-            raise ChangesUnavailableError(msg)
+            msg = (
+                f"{uri}: the change token is newer than this snapshot (it has region {mark.region_id}, "
+                "this snapshot does not); refresh() the table"
+            )
+            raise InvalidArgumentError(msg)
         if (now.manifest_version, now.merged_generation) < (mark.manifest_version, mark.merged_generation) or (
             now.wal_position < mark.wal_position
         ):

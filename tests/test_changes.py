@@ -9,8 +9,11 @@ forced the base-version comparison.
 
 from __future__ import annotations
 
+import datetime
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -212,3 +215,146 @@ def test_changes_applied_to_the_old_rows_give_the_new_rows(case: Any) -> None:
 @given(SEQUENCES)
 def test_changes_applied_to_the_old_rows_give_the_new_rows_many(case: Any) -> None:
     run_feed(case)
+
+
+# -- deterministic cases ---------------------------------------------------------------------
+
+
+def small_table(path: str, n: int = 20) -> FastModelTable:
+    base = pa.Table.from_pylist([{"id": i, "v": i, "c": "b"} for i in range(n)], schema=SCHEMA)
+    return FastModelTable(path, SCHEMA, base, bucket=("id", 2), max_memtable_rows=30)
+
+
+def test_a_token_survives_a_process_restart(tmp_path: Path) -> None:
+    t = small_table(str(tmp_path / "t"))
+    t.put([{"id": 1, "v": 100, "c": "x"}])
+    t.flush()
+    script = "import sys, memwal_query as mq; print(mq.open_table(sys.argv[1]).change_token)"
+    token = subprocess.run(
+        [sys.executable, "-c", script, t.uri], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    t.put([{"id": 2, "v": 200, "c": "y"}, {"id": 50, "v": 500, "c": "z"}])
+    t.delete([(3,)])
+    t.flush()
+    t.merge(t.regions()[0], t.flushed(t.regions()[0])[-1][0])
+    got = mq.open_table(t.uri).changes(token)
+    assert got.to_pylist() == [
+        {"id": 2, "v": 200, "c": "y", "_change": "upsert"},
+        {"id": 3, "v": None, "c": None, "_change": "delete"},
+        {"id": 50, "v": 500, "c": "z", "_change": "upsert"},
+    ]
+    # and the other way round: a token taken here, the changes computed in a new process
+    token = mq.open_table(t.uri).change_token
+    t.put([{"id": 7, "v": 700, "c": "q"}])
+    script = "import sys, memwal_query as mq; print(mq.open_table(sys.argv[1]).changes(sys.argv[2]).to_pylist())"
+    out = subprocess.run([sys.executable, "-c", script, t.uri, token], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str([{"id": 7, "v": 700, "c": "q", "_change": "upsert"}])
+    t.flush()
+
+
+def test_sql_changes_equal_the_python_ones(tmp_path: Path) -> None:
+    t = small_table(str(tmp_path / "t"))
+    old = mq.open_table(t.uri)
+    t.put([{"id": i, "v": -i, "c": "n"} for i in range(5, 12)])
+    t.delete([(0,), (1,)])
+    new = old.refresh()
+    sql = new.sql(f"SELECT * FROM memwal_changes('t', '{old.change_token}') ORDER BY id").to_arrow_table()
+    assert sql.to_pylist() == new.changes(old).to_pylist() == new.changes(old.change_token).to_pylist()
+    assert sql.num_rows == 9
+    assert new.changes(new.change_token).num_rows == 0  # nothing since itself
+    t.flush()
+
+
+def test_tokens_of_other_tables_and_newer_tokens_are_refused(tmp_path: Path) -> None:
+    t = small_table(str(tmp_path / "t"))
+    other_schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("w", pa.int64())])
+    other = FastModelTable(str(tmp_path / "o"), other_schema, pa.table({"id": [1], "w": [1]}, schema=other_schema))
+    with pytest.raises(mq.InvalidArgumentError, match="belongs to another table"):
+        mq.open_table(t.uri).changes(mq.open_table(other.uri).change_token)
+    twin = small_table(str(tmp_path / "twin"))  # same columns, another table
+    with pytest.raises(mq.InvalidArgumentError, match="holds another MemWAL index"):
+        mq.open_table(t.uri).changes(mq.open_table(twin.uri).change_token)
+    old = mq.open_table(t.uri)
+    t.put([{"id": 1, "v": 1, "c": "x"}])
+    new = old.refresh()
+    with pytest.raises(mq.InvalidArgumentError, match="the change token is newer than this snapshot"):
+        old.changes(new)
+    with pytest.raises(mq.InvalidArgumentError, match="open this one with consistency='strong'"):
+        mq.open_table(t.uri, consistency="eventual").changes(new.change_token)
+    with pytest.raises(mq.InvalidArgumentError, match="an older Table"):
+        new.changes(42)  # type: ignore[arg-type]
+    t.flush()
+    merged = t.regions()[0]
+    t.merge(merged, t.flushed(merged)[-1][0])
+    with pytest.raises(mq.InvalidArgumentError, match="base version"):
+        mq.open_table(t.uri, version=old.version).changes(mq.open_table(t.uri).change_token)
+
+
+def test_garbage_collected_history(tmp_path: Path) -> None:
+    """A GC'd merged generation: the base versions are compared; both gone: a clear error."""
+    t = small_table(str(tmp_path / "t"))
+    before = mq.open_table(t.uri)
+    rows = rows_of(before)
+    t.put([{"id": 4, "v": 44, "c": "g"}, {"id": 31, "v": 31, "c": "g"}])
+    t.delete([(5,)])
+    t.flush()
+    for r in t.regions():
+        g, path = t.flushed(r)[-1]
+        t.merge(r, g)
+        shutil.rmtree(Path(t.uri, "_mem_wal", r, path))
+    after = mq.open_table(t.uri)
+    got = after.changes(before.change_token)
+    assert apply(rows, got) == rows_of(after)
+    assert {4, 5, 31} <= set(got.column("id").to_pylist())
+    lance.dataset(t.uri).cleanup_old_versions(older_than=datetime.timedelta(0), delete_unverified=True)
+    with pytest.raises(mq.ChangesUnavailableError, match=r"region [0-9a-f-]+: generation 1, merged since") as err:
+        mq.open_table(t.uri).changes(before.change_token)
+    assert t.uri in str(err.value) and f"base version {before.version}" in str(err.value)
+
+
+def test_composite_keys(tmp_path: Path) -> None:
+    schema = pa.schema(
+        [
+            pa.field("a", pa.int32(), nullable=False, metadata=PK),
+            pa.field("b", pa.string(), nullable=False, metadata=PK),
+            pa.field("v", pa.float64(), nullable=False),
+        ]
+    )
+    base = pa.table({"a": [1, 1, 2], "b": ["x", "y", "x"], "v": [1.0, 2.0, 3.0]}, schema=schema)
+    t = FastModelTable(str(tmp_path / "t"), schema, base, unsharded=True)
+    old = mq.open_table(t.uri)
+    t.put([{"a": 1, "b": "y", "v": 20.0}, {"a": 3, "b": "z", "v": 30.0}])
+    t.delete([(2, "x")])
+    got = old.refresh().changes(old.change_token)
+    assert got.schema == change_schema(schema, ["a", "b"])  # v nullable for deletes
+    assert got.to_pylist() == [
+        {"a": 1, "b": "y", "v": 20.0, "_change": "upsert"},
+        {"a": 2, "b": "x", "v": None, "_change": "delete"},
+        {"a": 3, "b": "z", "v": 30.0, "_change": "upsert"},
+    ]
+    t.flush()
+
+
+class Buffered:
+    """An in-process MemTable (memwal_query.LiveMemTable) holding rows no one made durable."""
+
+    def __init__(self, region_id: str, rows: list[dict[str, Any]]) -> None:
+        self.region_id = region_id
+        self.generation = 99
+        self._rows = rows
+
+    def to_batches(self) -> list[pa.RecordBatch]:
+        return pa.Table.from_pylist(self._rows, schema=SCHEMA).to_batches()
+
+
+def test_rows_only_an_older_snapshot_held_in_memory(tmp_path: Path) -> None:
+    t = small_table(str(tmp_path / "t"))
+    t.put([{"id": 1, "v": 1, "c": "b"}])
+    t.flush()
+    region = t.regions()[0]
+    old = mq.open_table(t.uri, live=[Buffered(region, [{"id": 1, "v": 111, "c": "m"}])])
+    assert rows_of(old)[1]["v"] == 111
+    new = mq.open_table(t.uri)  # the buffered row never became durable
+    got = new.changes(old)
+    assert apply(rows_of(old), got) == rows_of(new)
+    assert got.column("id").to_pylist() == [1]
