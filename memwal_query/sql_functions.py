@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Any
 
 import datafusion
 import pyarrow as pa
-import pyarrow.dataset as pds
 from datafusion import udtf
 
 from memwal_query.engine_errors import raised_in_engine
 from memwal_query.errors import InvalidArgumentError, MemWalError
 from memwal_query.state_sql import generations_table, history_table, regions_table, wal_table
+from memwal_query.table_dataset import table_dataset
 
 if TYPE_CHECKING:
     from memwal_query.table import Table
@@ -182,7 +182,7 @@ def _register(ctx: datafusion.SessionContext, name: str, registry: _Registry) ->
         except (TypeError, ValueError, OverflowError, pa.ArrowException) as err:
             msg = f"{name}: {' '.join(str(err).split()) or type(err).__name__}; usage: {usage}"
             raise raised_in_engine(InvalidArgumentError(msg)) from err
-        return datafusion.Table(pds.dataset(result))
+        return datafusion.Table(table_dataset(result))
 
     ctx.register_udtf(udtf(call, name))
 

@@ -1,0 +1,73 @@
+"""The table's state in SQL: memwal_regions / memwal_generations / memwal_wal / memwal_history."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import memwal_query as mq
+from memwal_query.display import describe_table
+
+
+def rows(table: mq.Table, query: str) -> list[dict[str, Any]]:
+    return table.sql(query).to_arrow_table().to_pylist()
+
+
+def test_regions_match_inspect(events: Any) -> None:
+    t = mq.open_table(events.uri)
+    d = describe_table(t)
+    got = rows(t, "SELECT * FROM memwal_regions('t') ORDER BY region_id")
+    assert [r["region_id"] for r in got] == sorted(t.region_ids)
+    for r, want in zip(got, sorted(d["regions"], key=lambda x: x["region_id"]), strict=True):
+        assert r["merged_generation"] == want["merged_generation"] == 1
+        assert r["manifest_version"] == want["manifest_version"]
+        assert r["memtable_live_rows"] == want["memtable_live_rows"]
+        assert r["wal_tail_rows"] == want["wal"]["tail_rows"] > 0  # a writer is left open
+        assert r["spec_values"].startswith('{"bucket": ')
+        assert r["unmerged_generations"] == len(want["unmerged_generations"])
+
+
+def test_generations_merged_and_unmerged(events: Any) -> None:
+    t = mq.open_table(events.uri)
+    got = rows(t, "SELECT * FROM memwal_generations('t') ORDER BY region_id, generation")
+    assert {(r["generation"], r["status"]) for r in got} == {(1, "merged"), (2, "unmerged")}
+    for r in got:
+        assert r["rows"] > 0 and r["path"].endswith(f"_gen_{r['generation']}")
+        if r["status"] == "unmerged":
+            assert r["live_rows"] == r["rows"] - r["superseded_rows"]
+        else:
+            assert r["live_rows"] is None and "merged into base" in r["note"]
+    joined = rows(
+        t,
+        "SELECT r.region_id, count(*) AS n FROM memwal_regions('t') r "
+        "JOIN memwal_generations('t') g ON r.region_id = g.region_id GROUP BY r.region_id",
+    )
+    assert sorted(j["n"] for j in joined) == [2] * len(t.region_ids)
+
+
+def test_wal_tail_entries(events: Any) -> None:
+    t = mq.open_table(events.uri)
+    got = rows(t, "SELECT * FROM memwal_wal('t') ORDER BY region_id, position")
+    replayed = [r for r in got if r["status"] == "replayed"]
+    assert sum(r["rows"] for r in replayed) == sum(r.memtable.table.num_rows for r in t.snapshot.regions if r.memtable)
+    assert sum(r["deletes"] for r in replayed) > 0  # the open writer deleted keys
+    assert all(r["generation"] == 3 for r in replayed)
+    eventual = mq.open_table(events.uri, consistency="eventual")
+    assert rows(eventual, "SELECT * FROM memwal_wal('t') ORDER BY position") == []  # no WAL read; ORDER BY works
+
+
+def test_history_up_to_the_snapshot(events: Any) -> None:
+    t = mq.open_table(events.uri)
+    got = rows(t, "SELECT * FROM memwal_history('t') ORDER BY version")
+    assert [r["version"] for r in got] == list(range(1, t.version + 1))
+    assert [r["is_snapshot"] for r in got] == [False] * (t.version - 1) + [True]
+    assert got[0]["operation"] == "Overwrite" and "Update" in {r["operation"] for r in got}
+    assert got[-1]["rows"] == t.snapshot.base.count_rows()
+    older = mq.open_table(events.uri, version=3)
+    assert [r["version"] for r in rows(older, "SELECT version FROM memwal_history('t')")] == [1, 2, 3]
+
+
+def test_empty_function_results_sort(events: Any) -> None:
+    t = mq.open_table(events.uri)
+    assert rows(t, "SELECT * FROM memwal_lookup('t', [999999]) ORDER BY id") == []
+    assert rows(t, f"SELECT * FROM memwal_changes('t', '{t.change_token}') ORDER BY id") == []
+    assert rows(t, f"SELECT count(*) AS n FROM memwal_changes('t', '{t.change_token}')") == [{"n": 0}]
