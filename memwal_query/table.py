@@ -577,29 +577,11 @@ class Table:
     # -- change feed ----------------------------------------------------------
     @property
     def change_token(self) -> str:
-        """A string that identifies this snapshot's state, for :meth:`changes` later (store it anywhere).
-
-        It records the base version and, per region, the manifest version, generations
-        and WAL position this snapshot covers (:mod:`memwal_query.change_token`); one
-        storage read. In-process rows (``open_table(live=...)``) are not part of it.
-        """
+        """A string naming this snapshot's state, to store and give :meth:`changes` later (:mod:`.change_token`)."""
         return token_of(self._snapshot).encode()
 
     def changes(self, since: ChangeSource | str) -> pa.Table:
-        """The net change per key since an older snapshot or change token (:mod:`memwal_query.changes`).
-
-        Args:
-            since: An older :class:`Table` of the same table or its :attr:`change_token`.
-
-        Returns:
-            One row per key written since: ``_change = "upsert"`` with the key's row in this
-            snapshot, or ``"delete"`` with the key columns (others NULL); sorted by key.
-            Applied to ``since``'s rows they give this snapshot's rows.
-
-        Raises:
-            InvalidArgumentError: Not a token of this table, or newer than this snapshot.
-            ChangesUnavailableError: The history the changes need was garbage-collected.
-        """
+        """The net change per key since an older :class:`Table` or change token (:mod:`memwal_query.changes`)."""
         return changes(self, since)
 
     # -- lifecycle ----------------------------------------------------------
