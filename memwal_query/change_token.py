@@ -10,10 +10,12 @@ the token is in a WAL entry after that position, and it ends up in a generation 
 that highest generation or in the WAL tail of a newer snapshot: those are what a
 change feed reads.
 
-The token also carries a fingerprint of the table's schema and primary key, and the
-id of the MemWAL index entry of the base version it was taken at (Lance gives every
-rewrite of the index a new random id): a token is refused by another table, and by
-a table whose base version of the same number holds another index.
+The token also carries a fingerprint of the table's primary key (names and types), and
+the id of the MemWAL index entry of the base version it was taken at (Lance gives every
+rewrite of the index a new random id): a token is refused by a table with another key,
+and by a table whose base version of that number holds another index (the check needs
+that version's manifest: after ``cleanup_old_versions`` removed it, only the key is
+compared).
 
 Format: ``mwc1.`` followed by URL-safe base64 (no padding) of zlib-compressed compact
 JSON. Nothing in it is secret; it names region ids and version numbers.
@@ -80,7 +82,7 @@ class ChangeToken:
     """A decoded change token (see the module docs).
 
     Attributes:
-        fingerprint: Hash of the table's column names, types and primary key.
+        fingerprint: Hash of the primary key's column names and types.
         anchor: Id of the MemWAL index entry of ``base_version`` ("" when unknown).
         base_version: The base table version.
         consistency: ``"strong"`` or ``"eventual"``.
@@ -167,14 +169,16 @@ def _from_json(body: Any) -> ChangeToken:
 
 
 def fingerprint(schema: pa.Schema, primary_key: tuple[str, ...]) -> str:
-    """A short hash of the column names, types and the primary key.
+    """A short hash of the primary key's column names and types (other columns may be added later).
 
     Example:
         >>> s = pa.schema([("id", pa.int64()), ("v", pa.string())])
-        >>> fingerprint(s, ("id",)) == fingerprint(s, ("id",)) != fingerprint(s, ("v",))
+        >>> fingerprint(s, ("id",)) == fingerprint(s.append(pa.field("w", pa.int8())), ("id",))
         True
+        >>> fingerprint(s, ("id",)) == fingerprint(s, ("v",))
+        False
     """
-    text = json.dumps([[f.name, str(f.type)] for f in schema] + [list(primary_key)])
+    text = json.dumps([[k, str(schema.field(k).type)] for k in primary_key])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

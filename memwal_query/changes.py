@@ -133,7 +133,7 @@ def _check(old: ChangeToken, new: ChangeToken, snap: Snapshot, storage: Storage)
     """Refuse a token of another table, or one newer than the snapshot."""
     uri = snap.uri
     if old.fingerprint != new.fingerprint:
-        msg = f"{uri}: the change token belongs to another table (its columns or primary key differ)"
+        msg = f"{uri}: the change token belongs to another table (its primary key differs)"
         raise InvalidArgumentError(msg)
     if old.base_version > new.base_version:
         msg = (
@@ -159,8 +159,10 @@ def _check(old: ChangeToken, new: ChangeToken, snap: Snapshot, storage: Storage)
                 "this snapshot does not); refresh() the table"
             )
             raise InvalidArgumentError(msg)
-        if (now.manifest_version, now.merged_generation) < (mark.manifest_version, mark.merged_generation) or (
-            now.wal_position < mark.wal_position
+        if (
+            now.manifest_version < mark.manifest_version
+            or now.merged_generation < mark.merged_generation
+            or now.wal_position < mark.wal_position
         ):
             hint = (
                 " (the token was taken by a strong snapshot: open this one with consistency='strong')"
