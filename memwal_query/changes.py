@@ -122,11 +122,7 @@ def changes(table: ChangeSource, since: ChangeSource | str) -> pa.Table:
         msg = f"changes(since=...) takes an older Table of {snap.uri} or a change token, got {type(since).__name__}"
         raise InvalidArgumentError(msg)
     _check(old, new, snap, storage)
-    if old.regions == new.regions and old.base_version == new.base_version and not extra:
-        keys: list[pa.Table] = []
-    else:
-        keys = _candidate_keys(snap, old, storage) + extra
-    return _net(table, keys)
+    return _net(table, _candidate_keys(snap, old, storage) + extra)
 
 
 def _check(old: ChangeToken, new: ChangeToken, snap: Snapshot, storage: Storage) -> None:

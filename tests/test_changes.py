@@ -358,3 +358,14 @@ def test_rows_only_an_older_snapshot_held_in_memory(tmp_path: Path) -> None:
     got = new.changes(old)
     assert apply(rows_of(old), got) == rows_of(new)
     assert got.column("id").to_pylist() == [1]
+
+
+def test_rows_only_the_newer_snapshot_holds_in_memory(tmp_path: Path) -> None:
+    t = small_table(str(tmp_path / "t"))
+    t.put([{"id": 1, "v": 1, "c": "b"}])
+    t.flush()
+    old = mq.open_table(t.uri)
+    new = mq.open_table(t.uri, live=[Buffered(t.regions()[0], [{"id": 2, "v": 222, "c": "m"}])])
+    for since in (old, old.change_token, new.change_token):  # in-process rows are newer than any token
+        got = new.changes(since)
+        assert got.column("id").to_pylist() == [2] and apply(rows_of(old), got) == rows_of(new)
