@@ -43,9 +43,11 @@ import numpy as np
 import pyarrow as pa
 
 from memwal_query.errors import MemWalError
+from memwal_query.format.memwal_index import read_memwal_index
 from memwal_query.format.paths import generation_rel
 from memwal_query.merge import rank_levels
-from memwal_query.snapshot import GenerationSource, _generation_intact, _open_generation, _read_index
+from memwal_query.snapshot.generations import generation_intact, open_generation
+from memwal_query.snapshot.model import GenerationSource
 
 if TYPE_CHECKING:
     from memwal_query.table import Table
@@ -150,7 +152,7 @@ def _caught_up(table: Table, index: BaseIndex) -> tuple[dict[str, int], str] | s
     if index.dataset_version == snap.base_version:
         return {r.region_id: r.merged_generation for r in snap.regions}, "index built at this version"
     try:
-        then = _read_index(table._storage, index.dataset_version)  # noqa: SLF001 - same package
+        then = read_memwal_index(table._storage, index.dataset_version)  # noqa: SLF001 - same package
     except MemWalError as err:
         if "no MemWAL index" in str(err):
             return {}, f"index built at version {index.dataset_version}, before the MemWAL index existed"
@@ -197,7 +199,7 @@ def plan_catchup(table: Table, index: BaseIndex) -> CatchupPlan:
             rel = generation_rel(table._storage, region.region_id, path, what=f"flushed generation {g}")  # noqa: SLF001
             if not table._storage.exists(f"{rel}/_versions"):  # noqa: SLF001
                 return plan((), False, f"generation {g} of region {region.region_id} was garbage-collected")
-            got = _open_generation(table._storage, region.region_id, g, path, table._cache)  # noqa: SLF001
+            got = open_generation(table._storage, region.region_id, g, path, table._cache)  # noqa: SLF001
             if not isinstance(got, GenerationSource):
                 return plan((), False, f"generation {g} of region {region.region_id}: {got.reason}")
             gens.append(got)
@@ -230,7 +232,7 @@ def still_readable(table: Table, plan: CatchupPlan) -> CatchupPlan:
     back to the base fragments if one is gone.
     """
     for src in plan.sources:
-        if not _generation_intact(table._storage, src.path, src.generation.dataset, manifest_checked=False):  # noqa: SLF001
+        if not generation_intact(table._storage, src.path, src.generation.dataset, manifest_checked=False):  # noqa: SLF001
             g = src.generation
             why = f"generation {g.generation} of region {g.region_id} was garbage-collected after the plan was made"
             log.info("%s: %s; reading the unindexed base fragments instead", table.uri, why)

@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from memwal_query.recovery import REPAIR_HINT
+from memwal_query.snapshot.recovery import REPAIR_HINT
 from memwal_query.text import counted
 
 if TYPE_CHECKING:
-    from memwal_query.snapshot import GenerationSource, Snapshot
+    from memwal_query.snapshot.model import GenerationSource, Snapshot
     from memwal_query.table import Table
 
 __all__ = ["explain_table"]

@@ -25,7 +25,7 @@ from memwal_query.errors import InvalidArgumentError, MemWalCorruptionError
 from memwal_query.format.bloom import BloomFilter, key_hash, read_bloom_filter
 from memwal_query.format.wal import TOMBSTONE
 from memwal_query.merge import first_of_group
-from memwal_query.snapshot import GenerationSource
+from memwal_query.snapshot.model import GenerationSource
 
 if TYPE_CHECKING:
     from memwal_query.table import Table

@@ -36,7 +36,8 @@ from memwal_query.errors import InvalidArgumentError, MemWalError
 from memwal_query.merge import MergeState
 from memwal_query.planner.plan import Plan
 from memwal_query.scan_gate import guarded
-from memwal_query.snapshot import GenerationSource, Snapshot, SnapshotCache
+from memwal_query.snapshot.cache import SnapshotCache
+from memwal_query.snapshot.model import GenerationSource, Snapshot
 
 __all__ = ["HIDDEN_COLUMNS", "MergedDataset", "ScanContext", "hidden_fields"]
 

@@ -243,7 +243,7 @@ def test_generation_merged_and_collected_during_open_is_retried(
 ) -> None:
     """A merger merges generation g and GC removes it after the reader read base version V:
     the reader must retry with the newest base (which holds g's rows), not lose them."""
-    import memwal_query.snapshot as snapshot_mod
+    import memwal_query.snapshot.load as snapshot_mod
 
     t = build_events(str(tmp_path / "e"), seed=13, keep_open=False)
     old_version = lance.dataset(t.uri).version
