@@ -29,7 +29,7 @@ from memwal_query.errors import InvalidArgumentError, MemWalError
 if TYPE_CHECKING:
     from memwal_query.table import Table
 
-__all__ = ["register_functions"]
+__all__ = ["register_functions", "FUNCTION_NAMES"]
 
 _ATTR = "_memwal_tables"
 
@@ -60,17 +60,53 @@ def _int(e: Any, what: str) -> int:
     return v
 
 
-def _register(ctx: datafusion.SessionContext, name: str, fn: Callable[..., pa.Table], usage: str) -> None:
-    """Register ``fn`` as the SQL table function ``name``.
+_KNN_USAGE = "memwal_knn(table, column, [vector], k [, filter [, nprobes]])"
+_LOOKUP_USAGE = "memwal_lookup(table, [key, ...])"
+
+
+def _knn(registry: Mapping[str, Table], *args: Any) -> pa.Table:
+    if not 4 <= len(args) <= 6:
+        msg = f"{_KNN_USAGE} takes 4 to 6 arguments, got {len(args)}"
+        raise InvalidArgumentError(msg)
+    table = _table(registry, args[0], "memwal_knn")
+    column = _value(args[1], "memwal_knn: the column")
+    query = _value(args[2], "memwal_knn: the query vector")
+    k = _int(args[3], "memwal_knn: k")
+    filt = _value(args[4], "memwal_knn: the filter") if len(args) > 4 else None
+    nprobes = _int(args[5], "memwal_knn: nprobes") if len(args) > 5 else None
+    return table.nearest(str(column), query, k, filter=filt or None, nprobes=nprobes, _in_query=True)
+
+
+def _lookup(registry: Mapping[str, Table], *args: Any) -> pa.Table:
+    if len(args) != 2:
+        msg = f"{_LOOKUP_USAGE} takes 2 arguments, got {len(args)}"
+        raise InvalidArgumentError(msg)
+    table = _table(registry, args[0], "memwal_lookup")
+    keys = _value(args[1], "memwal_lookup: the keys")
+    return table.lookup(keys if isinstance(keys, list) else [keys])
+
+
+# name -> (implementation taking the context's table registry first, usage)
+_FUNCTIONS: dict[str, tuple[Callable[..., pa.Table], str]] = {
+    "memwal_knn": (_knn, _KNN_USAGE),
+    "memwal_lookup": (_lookup, _LOOKUP_USAGE),
+}
+#: The SQL table functions :func:`register_functions` registers.
+FUNCTION_NAMES = tuple(_FUNCTIONS)
+
+
+def _register(ctx: datafusion.SessionContext, name: str, registry: Mapping[str, Table]) -> None:
+    """Register SQL table function ``name`` over ``registry``.
 
     Its errors come back out of DataFusion as raised (:mod:`memwal_query.engine_errors`):
     ours as they are, anything else (a literal of the wrong type) as an
     :class:`InvalidArgumentError` naming the function and its usage.
     """
+    fn, usage = _FUNCTIONS[name]
 
     def call(*args: Any) -> datafusion.Table:
         try:
-            result = fn(*args)
+            result = fn(registry, *args)
         except MemWalError as err:
             raised_in_engine(err)
             raise
@@ -83,7 +119,7 @@ def _register(ctx: datafusion.SessionContext, name: str, fn: Callable[..., pa.Ta
 
 
 def register_functions(ctx: datafusion.SessionContext, tables: Mapping[str, Table]) -> None:
-    """Make ``memwal_knn`` and ``memwal_lookup`` available in ``ctx`` for ``tables``.
+    """Make the SQL table functions (:data:`FUNCTION_NAMES`) available in ``ctx`` for ``tables``.
 
     Calling it again adds tables (a name registered again points at the new snapshot).
 
@@ -98,30 +134,5 @@ def register_functions(ctx: datafusion.SessionContext, tables: Mapping[str, Tabl
         return
     registry = dict(tables)
     setattr(ctx, _ATTR, registry)
-
-    knn_usage = "memwal_knn(table, column, [vector], k [, filter [, nprobes]])"
-
-    def knn(*args: Any) -> pa.Table:
-        if not 4 <= len(args) <= 6:
-            msg = f"{knn_usage} takes 4 to 6 arguments, got {len(args)}"
-            raise InvalidArgumentError(msg)
-        table = _table(registry, args[0], "memwal_knn")
-        column = _value(args[1], "memwal_knn: the column")
-        query = _value(args[2], "memwal_knn: the query vector")
-        k = _int(args[3], "memwal_knn: k")
-        filt = _value(args[4], "memwal_knn: the filter") if len(args) > 4 else None
-        nprobes = _int(args[5], "memwal_knn: nprobes") if len(args) > 5 else None
-        return table.nearest(str(column), query, k, filter=filt or None, nprobes=nprobes, _in_query=True)
-
-    lookup_usage = "memwal_lookup(table, [key, ...])"
-
-    def lookup(*args: Any) -> pa.Table:
-        if len(args) != 2:
-            msg = f"{lookup_usage} takes 2 arguments, got {len(args)}"
-            raise InvalidArgumentError(msg)
-        table = _table(registry, args[0], "memwal_lookup")
-        keys = _value(args[1], "memwal_lookup: the keys")
-        return table.lookup(keys if isinstance(keys, list) else [keys])
-
-    _register(ctx, "memwal_knn", knn, knn_usage)
-    _register(ctx, "memwal_lookup", lookup, lookup_usage)
+    for name in FUNCTION_NAMES:
+        _register(ctx, name, registry)

@@ -27,6 +27,7 @@ from lance.dataset import serialize_row_addrs
 
 from memwal_query.catchup import CatchupPlan
 from memwal_query.errors import InvalidArgumentError, MemWalError
+from memwal_query.format.lance_open import lance_message
 
 if TYPE_CHECKING:
     from memwal_query.table import Table
@@ -158,7 +159,11 @@ def _search(
     try:
         return ds.scanner(**kwargs).to_table()
     except (ValueError, OSError, RuntimeError) as err:
-        msg = f"vector search in {what} failed: {err}"
+        text = lance_message(err)
+        if filt is not None and "Invalid user input" in text:  # e.g. the filter names no column of the table
+            msg = f"vector search filter {str(filt)!r} does not apply to {what}: {text}"
+            raise InvalidArgumentError(msg) from err
+        msg = f"vector search in {what} failed: {text}"
         raise MemWalError(msg) from err
 
 

@@ -21,7 +21,7 @@ from lance.mem_wal import evaluate_sharding_spec
 
 import memwal_query as mq
 import memwal_write
-from memwal_query.errors import InvalidArgumentError, MemWalError
+from memwal_query.errors import InvalidArgumentError, MemWalError, TableNotFoundError
 from memwal_query.format.decode import RegionSpec, ShardingFieldSpec
 from memwal_query.planner.plan import REGION_NAMESPACE
 from memwal_query.regionspec.spec import evaluate_spec
@@ -460,3 +460,17 @@ def test_auto_falls_back_to_tasks_past_max_result_size(tmp_path: Path) -> None:
     got = mq.open_table(uri).to_arrow()
     assert got.num_rows == 200_000
     assert sorted(got.column("id").to_pylist()) == list(range(200_000))
+
+
+@pytest.mark.parametrize("via", ["tasks", "driver"])
+def test_spark_writes_to_a_missing_table_name_the_path(spark: Any, tmp_path: Path, via: str) -> None:
+    missing = str(tmp_path / "no" / "table")
+    df = spark.createDataFrame([(1, "a", 1.0)], "id long, cat string, amount double")
+    for call in (
+        lambda: memwal_write.write(df, missing, via=via),
+        lambda: memwal_write.delete(df.select("id"), missing, via=via),
+        lambda: memwal_write.merge_generations_spark(spark, missing),
+    ):
+        with pytest.raises(TableNotFoundError, match=f"no Lance table at {missing}") as err:
+            call()
+        assert "\n" not in str(err.value) and ".rs:" not in str(err.value)

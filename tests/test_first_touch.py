@@ -1,0 +1,162 @@
+"""What a new user meets first: one-line errors from SQL functions and writes, a quiet demo."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import memwal_query as mq
+import memwal_write as mw
+from memwal_query.cli import main
+from memwal_query.demo import DIM, write_demo_table
+from memwal_query.errors import InvalidArgumentError, MemWalError, TableNotFoundError
+from memwal_query.lance_log import NOISE
+from memwal_query.sql_functions import FUNCTION_NAMES
+
+VEC = str([0.5] * DIM)
+# SQL function -> (bad call, our message, our exception type), at least one per function.
+BAD_CALLS: dict[str, list[tuple[str, str, type[MemWalError]]]] = {
+    "memwal_knn": [
+        (
+            f"memwal_knn('t', 'no_such_column', {VEC}, 3)",
+            "unknown vector column 'no_such_column'",
+            InvalidArgumentError,
+        ),
+        (f"memwal_knn('t', 'amount', {VEC}, 3)", "column 'amount' of ", InvalidArgumentError),
+        (f"memwal_knn('nope', 'vec', {VEC}, 3)", "no memwal table named 'nope'", InvalidArgumentError),
+        (f"memwal_knn('t', 'vec', {VEC}, 'x')", "memwal_knn: k must be an integer, got 'x'", InvalidArgumentError),
+        ("memwal_knn('t', 'vec', [0.5, 0.5], 3)", "2", InvalidArgumentError),  # wrong dimension
+        ("memwal_knn('t')", "takes 4 to 6 arguments, got 1", InvalidArgumentError),
+        (f"memwal_knn('t', 'vec', {VEC}, 3, 'no_col = 1')", "no_col", InvalidArgumentError),
+    ],
+    "memwal_lookup": [
+        ("memwal_lookup('t')", "takes 2 arguments, got 1", InvalidArgumentError),
+        ("memwal_lookup('t', ['a', 'b'])", "do not fit the key column 'id'", InvalidArgumentError),
+        ("memwal_lookup('t', [1.5])", "was truncated", InvalidArgumentError),
+        ("memwal_lookup('t', id)", "memwal_lookup: the keys must be a literal", InvalidArgumentError),
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return write_demo_table(
+        str(tmp_path_factory.mktemp("first") / "events"), base_rows=800, update_rows=100, memtable_rows=60, seed=9
+    )
+
+
+def test_every_sql_function_has_bad_calls() -> None:
+    assert set(BAD_CALLS) == set(FUNCTION_NAMES)
+
+
+CASES = [(name, *case) for name, cases in BAD_CALLS.items() for case in cases]
+
+
+@pytest.mark.parametrize(("name", "call", "message", "kind"), CASES, ids=[c[1][:40] for c in CASES])
+def test_sql_function_error_is_ours_in_python_and_one_line_in_the_cli(
+    demo: str, capsys: pytest.CaptureFixture[str], name: str, call: str, message: str, kind: type[MemWalError]
+) -> None:
+    query = f"SELECT * FROM {call}"
+    with pytest.raises(kind) as err:
+        mq.open_table(demo).sql(query).collect()
+    assert message in str(err.value) and "PyErr" not in str(err.value) and "Traceback" not in str(err.value)
+    assert main(["sql", demo, query]) == 1
+    out, stderr = capsys.readouterr()
+    assert out == "" and stderr.count("\n") == 1, stderr
+    assert stderr.startswith("memwal: error: ") and message in stderr and "PyErr" not in stderr
+
+
+def test_sql_functions_still_answer(demo: str) -> None:
+    t = mq.open_table(demo)
+    live = t.to_arrow(columns=["id"]).column("id").to_pylist()
+    got = t.sql(f"SELECT id FROM memwal_lookup('t', [{live[0]}, {live[1]}])").to_arrow_table()
+    assert sorted(got.column("id").to_pylist()) == sorted(live[:2])
+    assert t.sql(f"SELECT id FROM memwal_knn('t', 'vec', {VEC}, 3)").to_arrow_table().num_rows == 3
+
+
+def test_sql_error_without_a_function_is_one_line(demo: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sql", demo, "SELECT nope FROM t"]) == 1
+    _, stderr = capsys.readouterr()
+    assert stderr.count("\n") == 1 and stderr.startswith("memwal: error: query failed: ") and "nope" in stderr
+    with pytest.raises(MemWalError, match="nope"):
+        mq.open_table(demo).sql("SELECT nope FROM t")
+
+
+WRITES: dict[str, Callable[[str], Any]] = {
+    "write_arrow": lambda uri: mw.write_arrow(uri, pa.table({"id": [1]})),
+    "write_arrow deletes": lambda uri: mw.write_arrow(uri, None, deletes=pa.table({"id": [1]})),
+    "RoutedWriter.open": lambda uri: mw.RoutedWriter.open(uri),
+    "merge_generations": lambda uri: mw.merge_generations(uri),
+}
+
+
+@pytest.mark.parametrize("entry", sorted(WRITES))
+@pytest.mark.parametrize("relative", [False, True])
+def test_write_to_a_missing_table_names_the_path_as_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, entry: str, relative: bool
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    uri = "no/such/table" if relative else str(tmp_path / "no" / "such")
+    with pytest.raises(TableNotFoundError) as err:
+        WRITES[entry](uri)
+    msg = str(err.value)
+    assert f"no Lance table at {uri}" in msg and "\n" not in msg
+    assert not re.search(r"\.rs:\d+", msg)
+    if relative:
+        assert str(tmp_path / "no" / "such" / "table") in msg  # and where that is
+
+
+def test_write_to_a_directory_without_a_table(tmp_path: Path) -> None:
+    with pytest.raises(TableNotFoundError, match=f"no Lance table at {re.escape(str(tmp_path))} for writing"):
+        mw.write_arrow(str(tmp_path), pa.table({"id": [1]}))
+
+
+def test_demo_is_quiet_and_says_what_to_try_next(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "LANCE_LOG"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "memwal_query.demo", str(tmp_path), "--base-rows", "3000"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""  # no dependency log lines, no warnings
+    assert NOISE not in proc.stdout and "lance::" not in proc.stdout
+    uri = str(tmp_path / "events")
+    assert f"writing {uri}" in proc.stdout and "Next, try:" in proc.stdout
+    assert f"memwal sql {uri}" in proc.stdout and "notebooks" in proc.stdout
+    # what the demo printed is what the table holds
+    n = mq.open_table(uri).count_rows()
+    assert re.search(rf"\|\s+{n}\s+\|", proc.stdout)
+
+
+def test_lance_noise_filter_keeps_other_lance_errors(tmp_path: Path) -> None:
+    """With a filter for another message, the same run prints pylance's line: the filter hides only NOISE."""
+    from memwal_query.lance_log import everything_but
+
+    where = str(tmp_path / "t")
+    script = (
+        "from memwal_query.demo import write_demo_table; "
+        f"write_demo_table({where!r}, base_rows=300, update_rows=60, memtable_rows=40)"
+    )
+    env = {**os.environ, "LANCE_LOG": f"error,lance=error/{everything_but('another message')}"}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0 and NOISE in proc.stderr
+    env.pop("LANCE_LOG")
+    proc = subprocess.run(
+        [sys.executable, "-c", script.replace("'t'", "'u'").replace("/t'", "/u'")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert proc.returncode == 0 and NOISE not in proc.stderr
