@@ -23,14 +23,14 @@ import datetime as dt
 import decimal
 import html
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 
+from memwal_query.explain import explain_table
+from memwal_query.regionspec.spec import lance_field_ids
 from memwal_query.text import counted
-
-if TYPE_CHECKING:
-    from memwal_query.table import Table
+from memwal_query.view.table_view import HasView, TableView, view_of
 
 __all__ = [
     "format_text_table",
@@ -133,9 +133,7 @@ def json_value(value: Any) -> Any:
 # --------------------------------------------------------------------------- #
 
 
-def _spec_fields(table: Table, spec_id: int) -> list[dict[str, Any]]:
-    from memwal_query.regionspec.spec import lance_field_ids
-
+def _spec_fields(table: TableView, spec_id: int) -> list[dict[str, Any]]:
     spec = table.snapshot.index.spec(spec_id)
     if spec is None:
         return []
@@ -154,21 +152,22 @@ def _spec_fields(table: Table, spec_id: int) -> list[dict[str, Any]]:
     ]
 
 
-def freshness(table: Table) -> dict[str, Any]:
+def freshness(source: HasView) -> dict[str, Any]:
     """How current a snapshot is: base version and the newest region manifest.
 
     Returns:
         ``{"base_version": int, "newest_region_manifest": {"region_id", "version"} | None}``.
     """
+    table = view_of(source)
     newest: dict[str, Any] | None = None
     for r in table.snapshot.regions:
         m = r.manifest
         if m is not None and (newest is None or m.version > newest["version"]):
             newest = {"region_id": r.region_id, "version": m.version}
-    return {"base_version": table.version, "newest_region_manifest": newest}
+    return {"base_version": table.snapshot.base_version, "newest_region_manifest": newest}
 
 
-def describe_table(table: Table) -> dict[str, Any]:
+def describe_table(source: HasView) -> dict[str, Any]:
     """Everything ``memwal inspect`` shows, as plain (JSON-ready) Python values.
 
     Args:
@@ -179,8 +178,9 @@ def describe_table(table: Table) -> dict[str, Any]:
         catch-up, freshness) and one entry per region (spec values, manifest,
         generations flushed/merged, WAL tail, MemTable rows).
     """
+    table = view_of(source)
     snap = table.snapshot
-    merge = table.merge_state
+    merge = table.merge
     index = snap.index
     values = table.region_values()
     catchup: dict[str, dict[str, int]] = {}
@@ -233,13 +233,13 @@ def describe_table(table: Table) -> dict[str, Any]:
         )
     return {
         "uri": table.uri,
-        "base_version": table.version,
+        "base_version": table.snapshot.base_version,
         "base_rows": snap.base.count_rows(),
         "base_fragments": len(snap.base.get_fragments()),
         "base_rows_masked": merge.base_shadowed_rows,
-        "live_rows": table.count_rows(),
-        "primary_key": list(table.primary_key),
-        "consistency": table.consistency,
+        "live_rows": table.dataset().count_rows(),
+        "primary_key": list(table.snapshot.primary_key),
+        "consistency": table.snapshot.consistency,
         "specs": [{"spec_id": s.spec_id, "fields": _spec_fields(table, s.spec_id)} for s in index.specs],
         "maintained_indexes": list(index.maintained_indexes),
         "index_catchup": [
@@ -289,7 +289,7 @@ def _rows_table(header: Sequence[str], rows: Sequence[Sequence[tuple[str, bool]]
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _freshness_text(table: Table) -> str:
+def _freshness_text(table: TableView) -> str:
     fr = freshness(table)
     newest = fr["newest_region_manifest"]
     base = _e(f"base v{fr['base_version']}")
@@ -298,7 +298,7 @@ def _freshness_text(table: Table) -> str:
     return f"{base} · newest region manifest v{_e(newest['version'])} (region {_short(newest['region_id'])})"
 
 
-def table_html(table: Table) -> str:
+def table_html(source: HasView) -> str:
     """HTML for a snapshot (``Table._repr_html_``): sources per region, rows, freshness.
 
     Args:
@@ -307,6 +307,7 @@ def table_html(table: Table) -> str:
     Returns:
         A self-contained HTML fragment (escaped; no scripts).
     """
+    table = view_of(source)
     d = describe_table(table)
     summary = _rows_table(
         ["live rows", "primary key", "consistency", "freshness", "base"],
@@ -355,8 +356,8 @@ def table_html(table: Table) -> str:
     )
 
 
-def _plan_html(table: Table, predicate: str) -> tuple[str, str]:
-    plan = table.plan(predicate)
+def _plan_html(table: TableView, predicate: str) -> tuple[str, str]:
+    plan = table.plan_sql(predicate)
     rows: list[list[tuple[str, bool]]] = []
     for rid in plan.regions:
         note = " (spec values unknown: never pruned)" if rid in plan.unknown_values else ""
@@ -367,7 +368,7 @@ def _plan_html(table: Table, predicate: str) -> tuple[str, str]:
     return f"<br><span>{head}</span>" + _rows_table(["region", "decision"], rows), plan.explain()
 
 
-def explain_html(table: Table, predicate: str | None = None) -> str:
+def explain_html(source: HasView, predicate: str | None = None) -> str:
     """HTML of :meth:`~memwal_query.Table.explain`: every source, kept or skipped, and why.
 
     Args:
@@ -382,10 +383,9 @@ def explain_html(table: Table, predicate: str | None = None) -> str:
     Raises:
         InvalidArgumentError: ``predicate`` is not valid SQL over the table.
     """
-    from memwal_query.explain import explain_table
-
+    table = view_of(source)
     snap = table.snapshot
-    merge = table.merge_state
+    merge = table.merge
     base_rows = snap.base.count_rows()
     rows: list[list[tuple[str, bool]]] = [
         [

@@ -4,9 +4,11 @@ After ``register_functions(ctx, {"events": table})`` (``Table.register`` does th
 for the name it registers), SQL can call:
 
 * ``memwal_knn('events', 'vec', [0.1, ...], 10 [, 'category = ''books''' [, nprobes]])``:
-  the k nearest merged rows with ``_distance`` (:meth:`memwal_query.Table.nearest`);
+  the k nearest merged rows with ``_distance`` (:func:`memwal_query.vector.nearest`);
 * ``memwal_lookup('events', [1, 2, 3])``: the live rows of those keys
-  (:meth:`memwal_query.Table.lookup`; single-column keys).
+  (:func:`memwal_query.lookup.lookup`; single-column keys).
+
+The functions read each table's frozen view (:class:`~memwal_query.view.TableView`).
 
 Both are ordinary tables in SQL: join them, filter them, aggregate them.
 The search runs while DataFusion plans the query, through Lance only (DataFusion
@@ -16,7 +18,7 @@ must not be re-entered from inside a query).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import datafusion
 import pyarrow as pa
@@ -25,9 +27,9 @@ from datafusion import udtf
 
 from memwal_query.engine_errors import raised_in_engine
 from memwal_query.errors import InvalidArgumentError, MemWalError
-
-if TYPE_CHECKING:
-    from memwal_query.table import Table
+from memwal_query.lookup import lookup
+from memwal_query.vector import nearest
+from memwal_query.view.table_view import HasView, TableView, view_of
 
 __all__ = ["register_functions", "FUNCTION_NAMES"]
 
@@ -43,13 +45,13 @@ def _value(e: Any, what: str) -> Any:
     return v.as_py() if isinstance(v, pa.Scalar) else v
 
 
-def _table(tables: Mapping[str, Table], e: Any, fn: str) -> Table:
+def _table(tables: Mapping[str, HasView], e: Any, fn: str) -> TableView:
     name = _value(e, f"{fn}: the table name")
     table = tables.get(str(name))
     if table is None:
         msg = f"{fn}: no memwal table named {name!r} is registered (known: {sorted(tables)})"
         raise InvalidArgumentError(msg)
-    return table
+    return view_of(table)
 
 
 def _int(e: Any, what: str) -> int:
@@ -64,7 +66,7 @@ _KNN_USAGE = "memwal_knn(table, column, [vector], k [, filter [, nprobes]])"
 _LOOKUP_USAGE = "memwal_lookup(table, [key, ...])"
 
 
-def _knn(registry: Mapping[str, Table], *args: Any) -> pa.Table:
+def _knn(registry: Mapping[str, HasView], *args: Any) -> pa.Table:
     if not 4 <= len(args) <= 6:
         msg = f"{_KNN_USAGE} takes 4 to 6 arguments, got {len(args)}"
         raise InvalidArgumentError(msg)
@@ -74,16 +76,16 @@ def _knn(registry: Mapping[str, Table], *args: Any) -> pa.Table:
     k = _int(args[3], "memwal_knn: k")
     filt = _value(args[4], "memwal_knn: the filter") if len(args) > 4 else None
     nprobes = _int(args[5], "memwal_knn: nprobes") if len(args) > 5 else None
-    return table.nearest(str(column), query, k, filter=filt or None, nprobes=nprobes, _in_query=True)
+    return nearest(table, str(column), query, k=k, filter=filt or None, nprobes=nprobes, in_query=True).rows
 
 
-def _lookup(registry: Mapping[str, Table], *args: Any) -> pa.Table:
+def _lookup(registry: Mapping[str, HasView], *args: Any) -> pa.Table:
     if len(args) != 2:
         msg = f"{_LOOKUP_USAGE} takes 2 arguments, got {len(args)}"
         raise InvalidArgumentError(msg)
     table = _table(registry, args[0], "memwal_lookup")
     keys = _value(args[1], "memwal_lookup: the keys")
-    return table.lookup(keys if isinstance(keys, list) else [keys])
+    return lookup(table, keys if isinstance(keys, list) else [keys]).rows
 
 
 # name -> (implementation taking the context's table registry first, usage)
@@ -95,7 +97,7 @@ _FUNCTIONS: dict[str, tuple[Callable[..., pa.Table], str]] = {
 FUNCTION_NAMES = tuple(_FUNCTIONS)
 
 
-def _register(ctx: datafusion.SessionContext, name: str, registry: Mapping[str, Table]) -> None:
+def _register(ctx: datafusion.SessionContext, name: str, registry: Mapping[str, HasView]) -> None:
     """Register SQL table function ``name`` over ``registry``.
 
     Its errors come back out of DataFusion as raised (:mod:`memwal_query.engine_errors`):
@@ -118,7 +120,7 @@ def _register(ctx: datafusion.SessionContext, name: str, registry: Mapping[str, 
     ctx.register_udtf(udtf(call, name))
 
 
-def register_functions(ctx: datafusion.SessionContext, tables: Mapping[str, Table]) -> None:
+def register_functions(ctx: datafusion.SessionContext, tables: Mapping[str, HasView]) -> None:
     """Make the SQL table functions (:data:`FUNCTION_NAMES`) available in ``ctx`` for ``tables``.
 
     Calling it again adds tables (a name registered again points at the new snapshot).
@@ -128,7 +130,7 @@ def register_functions(ctx: datafusion.SessionContext, tables: Mapping[str, Tabl
         >>> ctx = datafusion.SessionContext()
         >>> register_functions(ctx, {})
     """
-    registry: dict[str, Table] | None = getattr(ctx, _ATTR, None)
+    registry: dict[str, HasView] | None = getattr(ctx, _ATTR, None)
     if registry is not None:
         registry.update(tables)
         return

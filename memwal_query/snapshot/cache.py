@@ -28,7 +28,7 @@ class SnapshotCache:
     base_keys: dict[int, pa.Table] = field(default_factory=dict)
     base_runs: dict[tuple[object, ...], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     #: Decoded columns of Lance fragments (base and generations), by
-    #: :func:`memwal_query.sources.fragment_cache_key`: column name -> array, plus
+    #: :func:`memwal_query.scan.arrays.fragment_cache_key`: column name -> array, plus
     #: ``_rowaddr``. Fragments never change, so they are decoded once (bounded in size).
     fragment_columns: dict[tuple[object, ...], dict[str, pa.ChunkedArray]] = field(default_factory=dict)
     resident_bytes: int = 0

@@ -40,7 +40,7 @@ def open_generation(
             if not storage.exists(f"{rel}/_versions"):
                 return gone
             # Possibly being deleted right now (merged + GC): retried with the newest
-            # base; still unreadable and unmerged after that, it is lost (memwal_query.recovery).
+            # base; still unreadable and unmerged after that, it is lost (memwal_query.snapshot.recovery).
             return SkippedGeneration(region_id, gen, f"unreadable: {err}", uri, missing=True)
         with cache.lock:
             cache.generations[uri] = ds
