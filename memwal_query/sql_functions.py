@@ -25,13 +25,14 @@ import pyarrow as pa
 import pyarrow.dataset as pds
 from datafusion import udtf
 
+from memwal_query.compat import check_datafusion_supported
 from memwal_query.engine_errors import raised_in_engine
 from memwal_query.errors import InvalidArgumentError, MemWalError
 from memwal_query.lookup import lookup
 from memwal_query.vector import nearest
 from memwal_query.view.table_view import HasView, TableView, view_of
 
-__all__ = ["register_functions", "FUNCTION_NAMES"]
+__all__ = ["register_functions", "register_table", "FUNCTION_NAMES"]
 
 _ATTR = "_memwal_tables"
 
@@ -138,3 +139,24 @@ def register_functions(ctx: datafusion.SessionContext, tables: Mapping[str, HasV
     setattr(ctx, _ATTR, registry)
     for name in FUNCTION_NAMES:
         _register(ctx, name, registry)
+
+
+def register_table(ctx: datafusion.SessionContext, name: str, dataset: pds.Dataset, table: HasView) -> None:
+    """Register ``dataset`` as table ``name`` in ``ctx`` (replacing one) and the SQL functions for it.
+
+    Raises:
+        InvalidArgumentError: ``ctx`` is not a ``datafusion.SessionContext``, or ``name`` is empty.
+    """
+    if not isinstance(ctx, datafusion.SessionContext):
+        msg = f"register() needs a datafusion.SessionContext, got {type(ctx).__name__}"
+        raise InvalidArgumentError(msg)
+    if not isinstance(name, str) or not name:
+        msg = f"table name must be a non-empty string, got {name!r}"
+        raise InvalidArgumentError(msg)
+    check_datafusion_supported()
+    try:
+        ctx.deregister_table(name)
+    except Exception:  # noqa: BLE001 - not registered yet
+        pass
+    ctx.register_dataset(name, dataset)
+    register_functions(ctx, {name: table})

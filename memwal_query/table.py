@@ -6,6 +6,18 @@ lookups (:mod:`memwal_query.lookup`), vector search (:mod:`memwal_query.vector`)
 region pruning (:mod:`memwal_query.planner`), descriptions (:mod:`memwal_query.explain`,
 :mod:`memwal_query.display`). It records the statistics of its own last lookup and
 search (``last_lookup_stats``, ``last_nearest_stats``) as a convenience.
+
+Example:
+    >>> import datafusion, memwal_query as mq
+    >>> from memwal_query.demo import write_demo_table
+    >>> import tempfile
+    >>> uri = tempfile.mkdtemp() + "/events"
+    >>> _ = write_demo_table(uri, base_rows=1000, update_rows=300, memtable_rows=200, seed=1)
+    >>> table = mq.open_table(uri)
+    >>> ctx = datafusion.SessionContext()
+    >>> table.register(ctx, "events")
+    >>> ctx.sql("SELECT count(*) AS n FROM events").to_pydict()["n"][0] == table.count_rows()
+    True
 """
 
 from __future__ import annotations
@@ -17,15 +29,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from lance.mem_wal import ShardSnapshot
 
-from memwal_query.compat import check_datafusion_supported
-from memwal_query.display import ExplainText, explain_html, table_html
+from memwal_query.display import explanation, table_html
 from memwal_query.engine_errors import engine_error
-from memwal_query.errors import InvalidArgumentError, MemWalError
-from memwal_query.explain import explain_table
+from memwal_query.errors import MemWalError
 from memwal_query.format.storage import Storage
 from memwal_query.interop import shard_snapshots
 from memwal_query.lookup import LookupStats, lookup
-from memwal_query.merge import MergeState
 from memwal_query.planner.catchup import BaseIndex, CatchupPlan
 from memwal_query.planner.plan import Plan
 from memwal_query.planner.pruning import RegionValues
@@ -38,31 +47,20 @@ from memwal_query.snapshot.model import (
     Snapshot,
     check_missing_generation_policy,
 )
-from memwal_query.sql_functions import register_functions
+from memwal_query.sql_functions import register_table
 from memwal_query.vector import NearestStats, nearest
-from memwal_query.view.open import open_view
-from memwal_query.view.table_view import OpenTimings, ReadSettings, TableView
+from memwal_query.view.facts import ViewFacts
+from memwal_query.view.open import open_view, refresh_view
+from memwal_query.view.table_view import OpenTimings, TableView
 
 __all__ = ["Table", "open_table", "OpenTimings"]
 
 
-class Table:
+class Table(ViewFacts):
     """A snapshot of an LSM-merged MemWAL table; :meth:`refresh` returns a new one.
 
     Create one with :func:`open_table`. Everything it answers comes from its frozen
     :attr:`view`; the one setting that may change is :attr:`index_catchup`.
-
-    Example:
-        >>> import datafusion, memwal_query as mq
-        >>> from memwal_query.demo import write_demo_table
-        >>> import tempfile
-        >>> uri = tempfile.mkdtemp() + "/events"
-        >>> _ = write_demo_table(uri, base_rows=1000, update_rows=300, memtable_rows=200, seed=1)
-        >>> table = mq.open_table(uri)
-        >>> ctx = datafusion.SessionContext()
-        >>> table.register(ctx, "events")
-        >>> ctx.sql("SELECT count(*) AS n FROM events").to_pydict()["n"][0] == table.count_rows()
-        True
     """
 
     __slots__ = ("_view", "_last_lookup", "_last_nearest")
@@ -90,56 +88,6 @@ class Table:
     def _cache(self) -> SnapshotCache:
         return self._view.cache
 
-    @property
-    def uri(self) -> str:
-        """The table URI."""
-        return self._view.uri
-
-    @property
-    def snapshot(self) -> Snapshot:
-        """The frozen snapshot (base version, regions, sources)."""
-        return self._view.snapshot
-
-    @property
-    def merge_state(self) -> MergeState:
-        """The dedup decision of this snapshot."""
-        return self._view.merge
-
-    @property
-    def timings(self) -> OpenTimings:
-        """Seconds spent opening this snapshot."""
-        return self._view.timings
-
-    @property
-    def version(self) -> int:
-        """The base table version this snapshot reads."""
-        return self._view.snapshot.base_version
-
-    @property
-    def schema(self) -> pa.Schema:
-        """The merged table's schema (without hidden columns)."""
-        return self._view.snapshot.schema
-
-    @property
-    def primary_key(self) -> tuple[str, ...]:
-        """The primary key column(s)."""
-        return self._view.snapshot.primary_key
-
-    @property
-    def consistency(self) -> Consistency:
-        """``"strong"`` or ``"eventual"``."""
-        return self._view.snapshot.consistency
-
-    @property
-    def io_stats(self) -> object:
-        """Storage requests made through memwal's own metadata reads so far."""
-        return self._view.storage.stats
-
-    @property
-    def region_ids(self) -> list[str]:
-        """UUID strings of the regions in this snapshot."""
-        return [r.region_id for r in self._view.snapshot.regions]
-
     # -- DataFusion ---------------------------------------------------------
     def dataset(self, *, hidden_columns: bool = False, prune: bool = True, cache: bool = True) -> MergedDataset:
         """The merged table as a ``pyarrow.dataset.Dataset`` DataFusion can scan.
@@ -161,26 +109,11 @@ class Table:
         prune: bool = True,
         cache: bool = True,
     ) -> None:
-        """Register the merged table (and the SQL table functions) in a DataFusion session.
+        """Register the merged table as ``name`` (options as :meth:`dataset`) and the SQL functions.
 
-        Args: as :meth:`dataset`, plus ``ctx`` and the table ``name`` used in SQL.
-
-        Raises:
-            InvalidArgumentError: ``ctx`` is not a ``datafusion.SessionContext``, or a bad name.
+        Raises :class:`InvalidArgumentError` unless ``ctx`` is a ``datafusion.SessionContext``.
         """
-        if not isinstance(ctx, datafusion.SessionContext):
-            msg = f"register() needs a datafusion.SessionContext, got {type(ctx).__name__}"
-            raise InvalidArgumentError(msg)
-        if not isinstance(name, str) or not name:
-            msg = f"table name must be a non-empty string, got {name!r}"
-            raise InvalidArgumentError(msg)
-        check_datafusion_supported()
-        try:
-            ctx.deregister_table(name)
-        except Exception:  # noqa: BLE001 - not registered yet
-            pass
-        ctx.register_dataset(name, self.dataset(hidden_columns=hidden_columns, prune=prune, cache=cache))
-        register_functions(ctx, {name: self})
+        register_table(ctx, name, self.dataset(hidden_columns=hidden_columns, prune=prune, cache=cache), self)
 
     def sql(self, query: str, *, name: str = "t", ctx: datafusion.SessionContext | None = None) -> datafusion.DataFrame:
         """Run SQL over this table registered as ``name`` (default ``t``)."""
@@ -322,26 +255,11 @@ class Table:
 
     def refresh(self) -> Table:
         """A newer snapshot of the same table, reusing what did not change (and the settings)."""
-        view = self._view
-        snap = view.snapshot
-        return Table(
-            open_view(
-                view.storage,
-                consistency=snap.consistency,
-                live=view.live,
-                cache=view.cache,
-                version=None,
-                on_missing_generation=snap.on_missing_generation,
-                settings=ReadSettings(view.settings.index_catchup),
-            )
-        )
+        return Table(refresh_view(self._view))
 
     def explain(self, predicate: str | None = None) -> str:
         """Sources per region, rows, what was skipped and why (and what ``predicate`` prunes)."""
-        text = explain_table(self)
-        if predicate is not None:
-            text += "\n" + "\n".join("  " + line for line in self.plan(predicate).explain().splitlines())
-        return ExplainText(text, explain_html(self, predicate))
+        return explanation(self, predicate)
 
     def _repr_html_(self) -> str:
         """Jupyter: sources per region, live rows, freshness."""

@@ -184,6 +184,11 @@ class RoutedWriter:
         w._field_names = lance_field_ids(ds)
         return w
 
+    @property
+    def field_names(self) -> dict[int, str]:
+        """Lance field id -> column name of the table (what region specs refer to)."""
+        return self._field_names
+
     # -- routing ---------------------------------------------------------------
     def region_values(self, table: pa.Table) -> pa.Table | None:
         """The region spec's values for every row (``None``: every row goes to one region)."""

@@ -14,7 +14,7 @@ from memwal_query.snapshot.load import load_snapshot
 from memwal_query.snapshot.model import Consistency, LiveMemTable, MissingGenerationPolicy, Snapshot
 from memwal_query.view.table_view import OpenTimings, ReadSettings, TableView
 
-__all__ = ["open_view"]
+__all__ = ["open_view", "refresh_view"]
 
 
 def _forget_unread(cache: SnapshotCache, snap: Snapshot) -> None:
@@ -76,3 +76,21 @@ def open_view(
         timings = OpenTimings(t1 - t0, t2 - t1)
         return TableView(snap, merge, storage, cache, tuple(live), timings, settings or ReadSettings())
     raise AssertionError("unreachable")
+
+
+def refresh_view(view: TableView) -> TableView:
+    """A newer snapshot of the same table, reusing ``view``'s caches and keeping its settings.
+
+    Reuses opened generation datasets, decoded WAL entries, known region manifest versions
+    (probing starts there) and the base key column when the base version did not change.
+    """
+    snap = view.snapshot
+    return open_view(
+        view.storage,
+        consistency=snap.consistency,
+        live=view.live,
+        cache=view.cache,
+        version=None,
+        on_missing_generation=snap.on_missing_generation,
+        settings=ReadSettings(view.settings.index_catchup),
+    )
