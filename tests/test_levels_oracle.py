@@ -12,8 +12,11 @@ both built on the base before any write) whose keys move through every level a r
 * a WAL tail: a writer left open, so its rows exist only in the WAL (strong consistency).
 
 The oracles are independent of the code under test: the dict model of ``lsm_model`` and an
-exact top-k over the model's rows computed with numpy. Every search here is exact (flat
-scans, or IVF_FLAT probing every partition), so answers are compared row by row, in order.
+exact top-k over the model's rows computed with numpy. The writers maintain only the BTREE
+index, so generations are searched flat; the base through IVF_FLAT probing every partition
+(exact), flat, or with catch-up generations: every search is exact and answers are compared
+row by row, in order. A twin table whose generations keep their own vector index
+(IVF_HNSW_SQ, what pylance builds by default) is checked with everything but the exact order.
 Every row version ever written is kept, so stale versions can be aimed at: a query vector
 equal to a superseded version's vector, a filter only that old version matches.
 """
