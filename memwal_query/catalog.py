@@ -52,7 +52,7 @@ from memwal_query.compat import check_datafusion_supported
 from memwal_query.engine_errors import raised_in_engine
 from memwal_query.errors import InvalidArgumentError, MemWalError, NotAMemWalTableError, TableNotFoundError
 from memwal_query.format.storage import Storage
-from memwal_query.snapshot import Consistency
+from memwal_query.snapshot.model import Consistency
 from memwal_query.sql_functions import add_table_resolver
 from memwal_query.table import Table, open_table
 

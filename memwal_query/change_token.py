@@ -40,9 +40,10 @@ from typing import Any
 import pyarrow as pa
 
 from memwal_query.errors import MALFORMED, InvalidArgumentError, one_line
-from memwal_query.format.decode import decode_index_entries, lance_manifest_file_name
+from memwal_query.format.decode import decode_index_entries
+from memwal_query.format.names import lance_manifest_file_name
 from memwal_query.format.storage import Storage
-from memwal_query.snapshot import RegionSnapshot, Snapshot
+from memwal_query.snapshot.model import RegionSnapshot, Snapshot
 
 __all__ = ["RegionMark", "ChangeToken", "token_of", "fingerprint", "index_anchor", "storage_of", "MEMWAL_INDEX"]
 

@@ -17,7 +17,7 @@ records, and it is now in one of three places, per region:
   tells what the merge changed without diffing the base.
 
 The candidate keys are those levels' keys; each one's state now comes from a point
-lookup (:meth:`memwal_query.Table.lookup`). So the cost follows what was written since
+lookup (:func:`memwal_query.lookup.lookup`). So the cost follows what was written since
 the token, not the table. The result is a superset of the keys whose row changed: a key
 written back to its old row, or put and deleted again, appears too (an idempotent
 change); a key never written since never appears.
@@ -47,8 +47,6 @@ Example:
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import Protocol
 
 import lance
 import pyarrow as pa
@@ -56,12 +54,14 @@ import pyarrow.compute as pc
 
 from memwal_query.change_token import ChangeToken, index_anchor, storage_of, token_of
 from memwal_query.errors import ChangesUnavailableError, InvalidArgumentError
-from memwal_query.format.decode import FlushedGeneration
+from memwal_query.format.model import FlushedGeneration
 from memwal_query.format.paths import generation_rel
 from memwal_query.format.storage import Storage
-from memwal_query.snapshot import RegionSnapshot, Snapshot
+from memwal_query.lookup import lookup
+from memwal_query.snapshot.model import RegionSnapshot, Snapshot
+from memwal_query.view.table_view import HasView, TableView
 
-__all__ = ["ChangeSource", "CHANGE_COLUMN", "UPSERT", "DELETE", "changes", "change_schema"]
+__all__ = ["CHANGE_COLUMN", "UPSERT", "DELETE", "changes", "change_schema"]
 
 log = logging.getLogger("memwal_query")
 
@@ -72,16 +72,12 @@ DELETE = "delete"
 _LIVE_SEQ = 1 << 63  # MemTable sequence numbers of in-process (not durable) rows start here
 
 
-class ChangeSource(Protocol):
-    """What the change feed needs of a table snapshot (:class:`memwal_query.Table` has it)."""
-
-    @property
-    def snapshot(self) -> Snapshot: ...
-
-    def lookup(self, keys: object, columns: Sequence[str] | None = None) -> pa.Table: ...
+def _view(source: object) -> TableView | None:
+    got = getattr(source, "view", None)
+    return got if isinstance(got, TableView) else None
 
 
-def change_schema(schema: pa.Schema, primary_key: Sequence[str]) -> pa.Schema:
+def change_schema(schema: pa.Schema, primary_key: tuple[str, ...] | list[str]) -> pa.Schema:
     """The schema of a change feed: the table's columns (non-key ones nullable) + ``_change``.
 
     Example:
@@ -93,11 +89,11 @@ def change_schema(schema: pa.Schema, primary_key: Sequence[str]) -> pa.Schema:
     return pa.schema([*fields, pa.field(CHANGE_COLUMN, pa.string(), nullable=False)])
 
 
-def changes(table: ChangeSource, since: ChangeSource | str) -> pa.Table:
+def changes(table: HasView, since: HasView | str) -> pa.Table:
     """The net change per key from ``since`` to ``table`` (see the module docs).
 
     Args:
-        table: The newer snapshot.
+        table: The newer snapshot (a :class:`~memwal_query.Table` or its view).
         since: An older snapshot of the same table, or its change token.
 
     Returns:
@@ -109,20 +105,25 @@ def changes(table: ChangeSource, since: ChangeSource | str) -> pa.Table:
         ChangesUnavailableError: A generation merged since ``since`` and the token's base
             version were both garbage-collected.
     """
-    snap = table.snapshot
+    view = _view(table)
+    if view is None:
+        msg = f"changes() reads a memwal Table, got {type(table).__name__}"
+        raise InvalidArgumentError(msg)
+    snap = view.snapshot
     storage = storage_of(snap)
     new = token_of(snap, storage)
     extra: list[pa.Table] = []
+    older = _view(since)
     if isinstance(since, str):
         old = ChangeToken.decode(since)
-    elif hasattr(since, "snapshot"):
-        old = token_of(since.snapshot)
-        extra = _in_process_keys(since.snapshot)
+    elif older is not None:
+        old = token_of(older.snapshot)
+        extra = _in_process_keys(older.snapshot)
     else:
         msg = f"changes(since=...) takes an older Table of {snap.uri} or a change token, got {type(since).__name__}"
         raise InvalidArgumentError(msg)
     _check(old, new, snap, storage)
-    return _net(table, _candidate_keys(snap, old, storage) + extra)
+    return _net(view, _candidate_keys(snap, old, storage) + extra)
 
 
 def _check(old: ChangeToken, new: ChangeToken, snap: Snapshot, storage: Storage) -> None:
@@ -264,9 +265,9 @@ def _base_diff_keys(snap: Snapshot, old_version: int, gone: list[tuple[str, int]
     return pa.concat_tables([p.cast(key_schema) for p in parts]) if parts else key_schema.empty_table()
 
 
-def _net(table: ChangeSource, parts: list[pa.Table]) -> pa.Table:
+def _net(view: TableView, parts: list[pa.Table]) -> pa.Table:
     """One row per candidate key: its row now (``upsert``) or its key (``delete``)."""
-    snap = table.snapshot
+    snap = view.snapshot
     pk = list(snap.primary_key)
     out_schema = change_schema(snap.schema, pk)
     key_schema = pa.schema([snap.schema.field(k) for k in pk])
@@ -276,7 +277,7 @@ def _net(table: ChangeSource, parts: list[pa.Table]) -> pa.Table:
     keys = keys.group_by(pk, use_threads=False).aggregate([]).select(pk)
     if keys.num_rows == 0:
         return out_schema.empty_table()
-    live = table.lookup(keys)
+    live = lookup(view, keys).rows
     if len(pk) == 1:
         gone = keys.filter(pc.invert(pc.is_in(keys.column(pk[0]), value_set=live.column(pk[0]).combine_chunks())))
     else:

@@ -5,15 +5,17 @@ for the name it registers; :func:`memwal_query.register_catalog` for every table
 its catalog), SQL can call:
 
 * ``memwal_knn('events', 'vec', [0.1, ...], 10 [, 'category = ''books''' [, nprobes]])``:
-  the k nearest merged rows with ``_distance`` (:meth:`memwal_query.Table.nearest`);
+  the k nearest merged rows with ``_distance`` (:func:`memwal_query.vector.nearest`);
 * ``memwal_lookup('events', [1, 2, 3])``: the live rows of those keys
-  (:meth:`memwal_query.Table.lookup`; single-column keys);
+  (:func:`memwal_query.lookup.lookup`; single-column keys);
 * ``memwal_regions('events')``, ``memwal_generations('events')``, ``memwal_wal('events')``,
   ``memwal_history('events')``: the table's state, what ``memwal inspect`` shows, one row
   per region, flushed generation, WAL tail entry or base version
   (:mod:`memwal_query.state_sql`);
 * ``memwal_changes('events', 'mwc1...')``: the net change per key since a change token
-  (:meth:`memwal_query.Table.changes`).
+  (:mod:`memwal_query.changes`).
+
+The functions read each table's frozen view (:class:`~memwal_query.view.TableView`).
 
 All are ordinary tables in SQL: join them, filter them, aggregate them.
 The search runs while DataFusion plans the query, through Lance only (DataFusion
@@ -23,36 +25,40 @@ must not be re-entered from inside a query).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import datafusion
 import pyarrow as pa
+import pyarrow.dataset as pds
 from datafusion import udtf
 
+from memwal_query.changes import changes
+from memwal_query.compat import check_datafusion_supported
+from memwal_query.describe import describe_table
 from memwal_query.engine_errors import raised_in_engine
 from memwal_query.errors import InvalidArgumentError, MemWalError
+from memwal_query.lookup import lookup
 from memwal_query.state_sql import generations_table, history_table, regions_table, wal_table
 from memwal_query.table_dataset import table_dataset
+from memwal_query.vector import nearest
+from memwal_query.view.table_view import HasView, TableView, view_of
 
-if TYPE_CHECKING:
-    from memwal_query.table import Table
-
-__all__ = ["register_functions", "add_table_resolver", "FUNCTION_NAMES", "TableResolver"]
+__all__ = ["register_functions", "register_table", "add_table_resolver", "FUNCTION_NAMES", "TableResolver"]
 
 _ATTR = "_memwal_tables"
 
 #: Finds a table by the name a SQL function was given (None: not known to it).
-TableResolver = Callable[[str], "Table | None"]
+TableResolver = Callable[[str], "HasView | None"]
 
 
-class _Registry(dict[str, "Table"]):
+class _Registry(dict[str, HasView]):
     """Tables registered by name, then the resolvers (catalogs), asked in order."""
 
     def __init__(self) -> None:
         super().__init__()
         self.resolvers: list[TableResolver] = []
 
-    def find(self, name: str) -> Table | None:
+    def find(self, name: str) -> HasView | None:
         found = self.get(name)
         for resolve in self.resolvers:
             if found is not None:
@@ -70,13 +76,13 @@ def _value(e: Any, what: str) -> Any:
     return v.as_py() if isinstance(v, pa.Scalar) else v
 
 
-def _table(tables: _Registry, e: Any, fn: str) -> Table:
+def _table(tables: _Registry, e: Any, fn: str) -> TableView:
     name = _value(e, f"{fn}: the table name")
     table = tables.find(str(name))
     if table is None:
         msg = f"{fn}: no memwal table named {name!r} is registered (known: {sorted(tables)})"
         raise InvalidArgumentError(msg)
-    return table
+    return view_of(table)
 
 
 def _int(e: Any, what: str) -> int:
@@ -102,7 +108,7 @@ def _knn(registry: _Registry, *args: Any) -> pa.Table:
     k = _int(args[3], "memwal_knn: k")
     filt = _value(args[4], "memwal_knn: the filter") if len(args) > 4 else None
     nprobes = _int(args[5], "memwal_knn: nprobes") if len(args) > 5 else None
-    return table.nearest(str(column), query, k, filter=filt or None, nprobes=nprobes, _in_query=True)
+    return nearest(table, str(column), query, k=k, filter=filt or None, nprobes=nprobes, in_query=True).rows
 
 
 def _lookup(registry: _Registry, *args: Any) -> pa.Table:
@@ -111,11 +117,11 @@ def _lookup(registry: _Registry, *args: Any) -> pa.Table:
         raise InvalidArgumentError(msg)
     table = _table(registry, args[0], "memwal_lookup")
     keys = _value(args[1], "memwal_lookup: the keys")
-    return table.lookup(keys if isinstance(keys, list) else [keys])
+    return lookup(table, keys if isinstance(keys, list) else [keys]).rows
 
 
-def _state(fn: str, build: Callable[[Table], pa.Table]) -> Callable[..., pa.Table]:
-    """The state function ``fn(table)``: ``build`` applied to the named table."""
+def _state(fn: str, build: Callable[[TableView], pa.Table]) -> Callable[..., pa.Table]:
+    """The state function ``fn(table)``: ``build`` applied to the named table's view."""
 
     def call(registry: _Registry, *args: Any) -> pa.Table:
         if len(args) != 1:
@@ -124,18 +130,6 @@ def _state(fn: str, build: Callable[[Table], pa.Table]) -> Callable[..., pa.Tabl
         return build(_table(registry, args[0], fn))
 
     return call
-
-
-def _regions(table: Table) -> pa.Table:
-    from memwal_query.display import describe_table
-
-    return regions_table(describe_table(table))
-
-
-def _generations(table: Table) -> pa.Table:
-    from memwal_query.display import describe_table
-
-    return generations_table(describe_table(table), table.snapshot)
 
 
 def _changes(registry: _Registry, *args: Any) -> pa.Table:
@@ -147,17 +141,20 @@ def _changes(registry: _Registry, *args: Any) -> pa.Table:
     if not isinstance(token, str):
         msg = f"memwal_changes: the change token must be a string (see Table.change_token), got {token!r}"
         raise InvalidArgumentError(msg)
-    return table.changes(token)
+    return changes(table, token)
 
 
 # name -> (implementation taking the context's table registry first, usage)
 _FUNCTIONS: dict[str, tuple[Callable[..., pa.Table], str]] = {
     "memwal_knn": (_knn, _KNN_USAGE),
     "memwal_lookup": (_lookup, _LOOKUP_USAGE),
-    "memwal_regions": (_state("memwal_regions", _regions), "memwal_regions(table)"),
-    "memwal_generations": (_state("memwal_generations", _generations), "memwal_generations(table)"),
-    "memwal_wal": (_state("memwal_wal", lambda t: wal_table(t.snapshot)), "memwal_wal(table)"),
-    "memwal_history": (_state("memwal_history", lambda t: history_table(t.snapshot)), "memwal_history(table)"),
+    "memwal_regions": (_state("memwal_regions", lambda v: regions_table(describe_table(v))), "memwal_regions(table)"),
+    "memwal_generations": (
+        _state("memwal_generations", lambda v: generations_table(describe_table(v), v.snapshot)),
+        "memwal_generations(table)",
+    ),
+    "memwal_wal": (_state("memwal_wal", lambda v: wal_table(v.snapshot)), "memwal_wal(table)"),
+    "memwal_history": (_state("memwal_history", lambda v: history_table(v.snapshot)), "memwal_history(table)"),
     "memwal_changes": (_changes, _CHANGES_USAGE),
 }
 #: The SQL table functions :func:`register_functions` registers.
@@ -187,7 +184,7 @@ def _register(ctx: datafusion.SessionContext, name: str, registry: _Registry) ->
     ctx.register_udtf(udtf(call, name))
 
 
-def register_functions(ctx: datafusion.SessionContext, tables: Mapping[str, Table]) -> None:
+def register_functions(ctx: datafusion.SessionContext, tables: Mapping[str, HasView]) -> None:
     """Make the SQL table functions (:data:`FUNCTION_NAMES`) available in ``ctx`` for ``tables``.
 
     Calling it again adds tables (a name registered again points at the new snapshot).
@@ -215,8 +212,8 @@ def add_table_resolver(ctx: datafusion.SessionContext, resolve: TableResolver) -
     """Let the SQL functions of ``ctx`` find tables through ``resolve`` (registering them if needed).
 
     Names given to :func:`register_functions` come first; ``resolve(name)`` returns a
-    :class:`~memwal_query.Table` or None. It runs while DataFusion plans a query, so it
-    must not call DataFusion.
+    :class:`~memwal_query.Table` (or view) or None. It runs while DataFusion plans a
+    query, so it must not call DataFusion.
 
     Example:
         >>> import datafusion
@@ -224,3 +221,24 @@ def add_table_resolver(ctx: datafusion.SessionContext, resolve: TableResolver) -
         >>> add_table_resolver(ctx, lambda name: None)
     """
     _registry(ctx).resolvers.append(resolve)
+
+
+def register_table(ctx: datafusion.SessionContext, name: str, dataset: pds.Dataset, table: HasView) -> None:
+    """Register ``dataset`` as table ``name`` in ``ctx`` (replacing one) and the SQL functions for it.
+
+    Raises:
+        InvalidArgumentError: ``ctx`` is not a ``datafusion.SessionContext``, or ``name`` is empty.
+    """
+    if not isinstance(ctx, datafusion.SessionContext):
+        msg = f"register() needs a datafusion.SessionContext, got {type(ctx).__name__}"
+        raise InvalidArgumentError(msg)
+    if not isinstance(name, str) or not name:
+        msg = f"table name must be a non-empty string, got {name!r}"
+        raise InvalidArgumentError(msg)
+    check_datafusion_supported()
+    try:
+        ctx.deregister_table(name)
+    except Exception:  # noqa: BLE001 - not registered yet
+        pass
+    ctx.register_dataset(name, dataset)
+    register_functions(ctx, {name: table})

@@ -3,7 +3,7 @@
 The SQL table functions ``memwal_regions``, ``memwal_generations``, ``memwal_wal`` and
 ``memwal_history`` (:mod:`memwal_query.sql_functions`) return these, so the state of a
 table can be joined, filtered and plotted like any table. The region and generation
-tables are built from :func:`memwal_query.display.describe_table`'s description (what
+tables are built from :func:`memwal_query.describe.describe_table`'s description (what
 ``memwal inspect --json`` prints: nothing is read again), plus the row counts the
 region manifests record for merged generations; the WAL table lists the entries of the
 snapshot's WAL tails; the history table the base table's Lance versions.
@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memwal_query.format.wal import TOMBSTONE, WalTail
-from memwal_query.snapshot import RegionSnapshot, Snapshot
+from memwal_query.snapshot.model import RegionSnapshot, Snapshot
 
 __all__ = [
     "REGIONS_SCHEMA",

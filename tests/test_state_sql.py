@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import memwal_query as mq
-from memwal_query.display import describe_table
+from memwal_query.describe import describe_table
 
 
 def rows(table: mq.Table, query: str) -> list[dict[str, Any]]:
