@@ -52,7 +52,7 @@ import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from memwal_query.change_token import ChangeToken, index_anchor, storage_of, token_of
+from memwal_query.change_token import ChangeToken, index_anchor, token_of
 from memwal_query.errors import ChangesUnavailableError, InvalidArgumentError
 from memwal_query.format.model import FlushedGeneration
 from memwal_query.format.paths import generation_rel
@@ -110,14 +110,14 @@ def changes(table: HasView, since: HasView | str) -> pa.Table:
         msg = f"changes() reads a memwal Table, got {type(table).__name__}"
         raise InvalidArgumentError(msg)
     snap = view.snapshot
-    storage = storage_of(snap)
+    storage = view.storage
     new = token_of(snap, storage)
     extra: list[pa.Table] = []
     older = _view(since)
     if isinstance(since, str):
         old = ChangeToken.decode(since)
     elif older is not None:
-        old = token_of(older.snapshot)
+        old = token_of(older.snapshot, older.storage)
         extra = _in_process_keys(older.snapshot)
     else:
         msg = f"changes(since=...) takes an older Table of {snap.uri} or a change token, got {type(since).__name__}"

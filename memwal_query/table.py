@@ -258,7 +258,7 @@ class Table(ViewFacts):
     @property
     def change_token(self) -> str:
         """A string naming this snapshot's state, to store and give :meth:`changes` later (:mod:`.change_token`)."""
-        return token_of(self._view.snapshot).encode()
+        return token_of(self._view.snapshot, self._view.storage).encode()
 
     def changes(self, since: Table | str) -> pa.Table:
         """The net change per key since an older :class:`Table` or change token (:mod:`memwal_query.changes`)."""
