@@ -26,6 +26,7 @@ from memwal_query.engine_errors import engine_error
 from memwal_query.errors import GenerationLostError, InvalidArgumentError, MemWalError
 from memwal_query.format.decode import ShardingFieldSpec
 from memwal_query.format.storage import Storage
+from memwal_query.fts.search import search_text
 from memwal_query.merge import MergeState, compute_merge
 from memwal_query.planner.arrow_expr import from_arrow_expression
 from memwal_query.planner.datafusion_expr import predicate_for_table
@@ -163,6 +164,11 @@ class Table:
     def region_ids(self) -> list[str]:
         """UUID strings of the regions in this snapshot."""
         return [r.region_id for r in self._snapshot.regions]
+
+    @property
+    def storage_options(self) -> dict[str, str]:
+        """The storage options the table was opened with (``{}`` on local disk)."""
+        return dict(self._storage.storage_options)
 
     @property
     def io_stats(self) -> object:
@@ -446,6 +452,46 @@ class Table:
     def last_nearest_stats(self) -> object:
         """Sources searched by the last :meth:`nearest` and the index coverage it found."""
         return self._last_nearest
+
+    # -- full-text and hybrid search -------------------------------------------
+    def search_text(
+        self,
+        column: str,
+        query: str,
+        k: int = 10,
+        *,
+        filter: str | pc.Expression | None = None,
+        columns: Sequence[str] | None = None,
+        phrase: bool = False,
+        _in_query: bool = False,
+    ) -> pa.Table:
+        """The ``k`` live rows that best match ``query`` (BM25), with a ``_score`` column, best first.
+
+        Scored as if one INVERTED index (the base index's tokenizer and parameters)
+        held exactly the snapshot's live rows: superseded and deleted versions count
+        for nothing, wherever they sit (:mod:`memwal_query.fts.search`).
+
+        Args:
+            column: A text column with an INVERTED index on the base table.
+            query: The query text, tokenized like the indexed text; a row matches
+                when it holds any query token (BM25 ranks them).
+            k: How many rows.
+            filter: A prefilter (SQL string or pyarrow expression) on the live rows;
+                a SQL string also prunes regions.
+            columns: Columns to return (default: all).
+            phrase: Match ``query`` as a phrase (the index must store positions:
+                ``with_position=True``).
+
+        Raises:
+            InvalidArgumentError: Unknown or non-text column, no INVERTED index on it,
+                a phrase query without positions, bad ``k``.
+
+        Example:
+            >>> # table.search_text("note", "fast delivery", k=5, filter="category = 'books'")
+        """
+        return search_text(self, column, query, k=k, filter=filter, columns=columns, phrase=phrase, in_query=_in_query)[
+            0
+        ]
 
     @property
     def index_catchup(self) -> str:

@@ -35,12 +35,15 @@ class ModelTable:
         bucket: tuple[str, int] | None = None,
         unsharded: bool = False,
         max_memtable_rows: int = 100,
+        inverted: tuple[str, dict[str, Any]] | None = None,
     ) -> None:
         self.uri = uri
         self.schema = schema
         self.pk = [f.name for f in schema if (f.metadata or {}).get(b"lance-schema:unenforced-primary-key")]
         self.max_rows = max_memtable_rows
         ds = lance.write_dataset(base.cast(schema), uri)
+        if inverted is not None:  # a full-text index on the base: pylance maintains it in every generation
+            ds.create_scalar_index(inverted[0], "INVERTED", **inverted[1])
         kwargs: dict[str, Any] = {"max_memtable_rows": max_memtable_rows}
         if bucket is not None:
             kwargs.update(bucket_column=bucket[0], num_buckets=bucket[1])
