@@ -1,4 +1,4 @@
-"""SQL table functions over merged tables: KNN search and point lookups.
+"""SQL table functions over merged tables: KNN, full-text and hybrid search, point lookups.
 
 After ``register_functions(ctx, {"events": table})`` (``Table.register`` does this
 for the name it registers), SQL can call:
@@ -6,7 +6,12 @@ for the name it registers), SQL can call:
 * ``memwal_knn('events', 'vec', [0.1, ...], 10 [, 'category = ''books''' [, nprobes]])``:
   the k nearest merged rows with ``_distance`` (:meth:`memwal_query.Table.nearest`);
 * ``memwal_lookup('events', [1, 2, 3])``: the live rows of those keys
-  (:meth:`memwal_query.Table.lookup`; single-column keys).
+  (:meth:`memwal_query.Table.lookup`; single-column keys);
+* ``memwal_fts('events', 'note', 'late delivery', 10 [, filter])``: the k best
+  full-text matches with ``_score`` (:meth:`memwal_query.Table.search_text`);
+* ``memwal_hybrid('events', 'vec', [0.1, ...], 'note', 'late delivery', 10 [, filter])``:
+  KNN and full-text search fused by reciprocal rank, with ``_relevance_score``
+  (:meth:`memwal_query.Table.search_hybrid`).
 
 Both are ordinary tables in SQL: join them, filter them, aggregate them.
 The search runs while DataFusion plans the query, through Lance only (DataFusion
@@ -62,6 +67,8 @@ def _int(e: Any, what: str) -> int:
 
 _KNN_USAGE = "memwal_knn(table, column, [vector], k [, filter [, nprobes]])"
 _LOOKUP_USAGE = "memwal_lookup(table, [key, ...])"
+_FTS_USAGE = "memwal_fts(table, column, query, k [, filter])"
+_HYBRID_USAGE = "memwal_hybrid(table, vector_column, [vector], text_column, query, k [, filter])"
 
 
 def _knn(registry: Mapping[str, Table], *args: Any) -> pa.Table:
@@ -86,10 +93,46 @@ def _lookup(registry: Mapping[str, Table], *args: Any) -> pa.Table:
     return table.lookup(keys if isinstance(keys, list) else [keys])
 
 
+def _str(e: Any, what: str) -> str:
+    v = _value(e, what)
+    if not isinstance(v, str):
+        msg = f"{what} must be a string, got {v!r}"
+        raise InvalidArgumentError(msg)
+    return v
+
+
+def _fts(registry: Mapping[str, Table], *args: Any) -> pa.Table:
+    if not 4 <= len(args) <= 5:
+        msg = f"{_FTS_USAGE} takes 4 or 5 arguments, got {len(args)}"
+        raise InvalidArgumentError(msg)
+    table = _table(registry, args[0], "memwal_fts")
+    column = _str(args[1], "memwal_fts: the column")
+    query = _str(args[2], "memwal_fts: the query")
+    k = _int(args[3], "memwal_fts: k")
+    filt = _value(args[4], "memwal_fts: the filter") if len(args) > 4 else None
+    return table.search_text(column, query, k, filter=filt or None, _in_query=True)
+
+
+def _hybrid(registry: Mapping[str, Table], *args: Any) -> pa.Table:
+    if not 6 <= len(args) <= 7:
+        msg = f"{_HYBRID_USAGE} takes 6 or 7 arguments, got {len(args)}"
+        raise InvalidArgumentError(msg)
+    table = _table(registry, args[0], "memwal_hybrid")
+    vcol = _str(args[1], "memwal_hybrid: the vector column")
+    vector = _value(args[2], "memwal_hybrid: the query vector")
+    tcol = _str(args[3], "memwal_hybrid: the text column")
+    query = _str(args[4], "memwal_hybrid: the text query")
+    k = _int(args[5], "memwal_hybrid: k")
+    filt = _value(args[6], "memwal_hybrid: the filter") if len(args) > 6 else None
+    return table.search_hybrid(vcol, vector, tcol, query, k, filter=filt or None, _in_query=True)
+
+
 # name -> (implementation taking the context's table registry first, usage)
 _FUNCTIONS: dict[str, tuple[Callable[..., pa.Table], str]] = {
     "memwal_knn": (_knn, _KNN_USAGE),
     "memwal_lookup": (_lookup, _LOOKUP_USAGE),
+    "memwal_fts": (_fts, _FTS_USAGE),
+    "memwal_hybrid": (_hybrid, _HYBRID_USAGE),
 }
 #: The SQL table functions :func:`register_functions` registers.
 FUNCTION_NAMES = tuple(_FUNCTIONS)

@@ -27,6 +27,7 @@ from memwal_query.errors import GenerationLostError, InvalidArgumentError, MemWa
 from memwal_query.format.decode import ShardingFieldSpec
 from memwal_query.format.storage import Storage
 from memwal_query.fts.search import search_text
+from memwal_query.hybrid import RRF_K, search_hybrid
 from memwal_query.merge import MergeState, compute_merge
 from memwal_query.planner.arrow_expr import from_arrow_expression
 from memwal_query.planner.datafusion_expr import predicate_for_table
@@ -492,6 +493,70 @@ class Table:
         return search_text(self, column, query, k=k, filter=filter, columns=columns, phrase=phrase, in_query=_in_query)[
             0
         ]
+
+    def search_hybrid(
+        self,
+        vector_column: str,
+        vector: object,
+        text_column: str,
+        text: str,
+        k: int = 10,
+        *,
+        filter: str | pc.Expression | None = None,
+        columns: Sequence[str] | None = None,
+        depth: int | None = None,
+        rrf_k: float = RRF_K,
+        nprobes: int | None = None,
+        refine_factor: int | None = None,
+        distance: str = "l2",
+        _in_query: bool = False,
+    ) -> pa.Table:
+        """Hybrid search: merged KNN and merged full-text search fused by reciprocal rank.
+
+        ``relevance = sum of 1 / (rrf_k + rank)`` over the two result lists (ranks from
+        1, ``rrf_k = 60``; :mod:`memwal_query.hybrid`), rows matched by primary key.
+
+        Args:
+            vector_column: The vector column (see :meth:`nearest`).
+            vector: The query vector.
+            text_column: The text column with an INVERTED index (see :meth:`search_text`).
+            text: The text query.
+            k: How many rows.
+            filter: A prefilter on the live rows, applied to both searches.
+            columns: Columns to return (default: all).
+            depth: Rows taken from each search (default ``max(4 * k, 50)``).
+            rrf_k: The fusion constant.
+            nprobes: See :meth:`nearest`.
+            refine_factor: See :meth:`nearest`.
+            distance: See :meth:`nearest`.
+
+        Returns:
+            The columns plus ``_distance`` and ``_score`` (null where that search did
+            not return the row) and ``_relevance_score``, best first.
+
+        Raises:
+            InvalidArgumentError: As :meth:`nearest` and :meth:`search_text`; bad ``k``,
+                ``depth`` or ``rrf_k``.
+
+        Example:
+            >>> # table.search_hybrid("vec", query_vector, "note", "late delivery", k=5)
+        """
+        return search_hybrid(
+            self,
+            vector_column,
+            vector,
+            text_column,
+            text,
+            k=k,
+            filter=filter,
+            columns=columns,
+            depth=depth,
+            rrf_k=rrf_k,
+            nprobes=nprobes,
+            refine_factor=refine_factor,
+            distance=distance,
+            in_query=_in_query,
+        )
 
     @property
     def index_catchup(self) -> str:
