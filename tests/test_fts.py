@@ -6,6 +6,7 @@ INVERTED index; merged search must return the same top-k with scores within 1%.
 
 from __future__ import annotations
 
+import glob
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +14,13 @@ import lance
 import numpy as np
 import pyarrow as pa
 import pytest
+from lance.file import LanceFileReader
 from lance.query import MatchQuery, PhraseQuery
 
 import memwal_query as mq
+from memwal_query.errors import InvalidArgumentError
+from memwal_query.fts.analyzer import Analyzer
+from memwal_query.fts.fst import FstMap
 
 from lsm_model import PK, ModelTable
 
@@ -177,3 +182,119 @@ def test_threshold_rounds_find_the_same_top_k(tables: Any, query: str, monkeypat
         got, stats = search.search_text(table, "text", query, k=k)
         assert not stats.exhaustive
         assert_same(got, oracle_search(ds, query, k), k)
+
+
+PARAMS = [
+    {},
+    {"stem": False, "remove_stop_words": False, "lower_case": False, "ascii_folding": False},
+    {"base_tokenizer": "whitespace", "max_token_length": 6},
+    {"base_tokenizer": "ngram", "min_ngram_length": 2, "max_ngram_length": 3},
+    {"with_position": True, "language": "French"},
+]
+
+
+@pytest.mark.parametrize("params", PARAMS, ids=[",".join(p) or "default" for p in PARAMS])
+def test_analyzer_and_index_files_match_lance(tmp_path: Path, params: dict[str, Any]) -> None:
+    """Token counts per row and df per token, read from the index files, equal our own tokenization."""
+    from memwal_query.fts.corpus import inverted_index
+    from memwal_query.fts.index_files import read_index_files
+
+    rng = np.random.default_rng(3)
+    extra = ["".join(chr(int(c)) for c in rng.integers(0x41, 0x24F, 5)) for _ in range(300)]  # wide first bytes
+    docs = texts(600, rng) + [" ".join(rng.choice(extra, 6)) for _ in range(200)]
+    ds = lance.write_dataset(pa.table({"text": docs}), str(tmp_path / "d"))
+    ds.create_scalar_index("text", "INVERTED", **params)
+    ds = lance.dataset(str(tmp_path / "d"))
+    desc = inverted_index(ds, "text")
+    analyzer = Analyzer.from_params(desc.details)
+    assert analyzer.with_position == bool(params.get("with_position"))
+    files = read_index_files(f"{ds.uri}/_indices/{desc.segments[0].uuid}")
+    mine = analyzer.tokenize_all(docs)
+    lengths = np.array([len(d) for d in mine])
+    assert files.rowids.tolist() == np.flatnonzero(lengths).tolist()  # rows without tokens are no documents
+    assert files.num_tokens.tolist() == lengths[lengths > 0].tolist()
+    assert files.total_tokens == lengths.sum()
+    df: dict[str, int] = {}
+    for d in mine:
+        for tok in set(d.tokens):
+            df[tok] = df.get(tok, 0) + 1
+    assert {t: files.doc_freq(t) for t in df} == df
+    assert files.doc_freq("zzz-not-a-token") == 0
+
+
+def test_fst_of_a_large_unicode_vocabulary(tmp_path: Path) -> None:
+    """Nodes with more than 32 transitions (an index table), multi-byte keys, long shared prefixes."""
+    rng = np.random.default_rng(5)
+    alphabet = [chr(c) for c in range(0x61, 0x7B)] + [chr(c) for c in range(0xE0, 0x17F)] + list("東京日本語")
+    vocab = sorted({"".join(rng.choice(alphabet, int(rng.integers(1, 9)))) for _ in range(4000)})
+    vocab += [f"prefix{'x' * i}" for i in range(30)]
+    params = {"stem": False, "remove_stop_words": False, "ascii_folding": False, "max_token_length": None}
+    ds = lance.write_dataset(pa.table({"text": vocab}), str(tmp_path / "v"))
+    ds.create_scalar_index("text", "INVERTED", **params)
+    (path,) = glob.glob(f"{tmp_path}/v/_indices/*/part_0_tokens.lance")
+    fst = FstMap(LanceFileReader(path).read_all().to_table().column("_token_fst_bytes")[0].as_py())
+    analyzer = Analyzer.from_params(params)
+    tokens = sorted({t for v in vocab for t in analyzer.tokens(v)})
+    ids = [fst.get(t) for t in tokens]
+    assert sorted(i for i in ids if i is not None) == list(range(len(tokens))) and fst.len == len(tokens)
+    assert fst.get("prefixxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx") is None and fst.get("") is None
+
+
+@pytest.mark.parametrize("params", PARAMS[1:], ids=[",".join(p) for p in PARAMS[1:]])
+def test_merged_search_with_other_index_parameters(tmp_path: Path, params: dict[str, Any]) -> None:
+    t = build(str(tmp_path / "t"), seed=4, params=params)
+    ds = oracle(t, str(tmp_path / "o"), params)
+    table = mq.open_table(t.uri)
+    for q in ["Apple banana", "café über", "runn jump", "O'Brien"]:
+        assert_same(table.search_text("text", q, k=15), oracle_search(ds, q, 15), 15)
+
+
+def test_phrase_queries_where_the_index_has_positions(tmp_path: Path) -> None:
+    params = {"with_position": True}
+    t = build(str(tmp_path / "t"), seed=6, params=params)
+    ds = oracle(t, str(tmp_path / "o"), params)
+    table = mq.open_table(t.uri)
+    for q in ["apple banana", "banana apple", "the apple", "cherry, date", "apple apple"]:
+        got = table.search_text("text", q, k=20, phrase=True)
+        assert_same(got, oracle_search(ds, q, 20, phrase=True), 20)
+        assert got.num_rows > 0
+    filtered = table.search_text("text", "apple banana", k=20, phrase=True, filter="cat = 'a'")
+    assert_same(filtered, oracle_search(ds, "apple banana", 20, "cat = 'a'", phrase=True), 20)
+
+
+def test_clear_errors(tables: Any, tmp_path: Path) -> None:
+    t, _ = tables
+    table = mq.open_table(t.uri)
+    with pytest.raises(InvalidArgumentError, match=r"column 'cat' of .* has no INVERTED index") as err:
+        table.search_text("cat", "a")
+    assert "\n" not in str(err.value)
+    with pytest.raises(InvalidArgumentError, match=r"phrase queries need positions: index text_idx on 'text'"):
+        table.search_text("text", "apple banana", phrase=True)
+    with pytest.raises(InvalidArgumentError, match="not a string column"):
+        table.search_text("id", "1")
+    with pytest.raises(InvalidArgumentError, match="k must be a positive integer"):
+        table.search_text("text", "apple", k=0)
+    with pytest.raises(InvalidArgumentError, match="unknown column"):
+        table.search_text("text", "apple", columns=["nope"])
+    with pytest.raises(InvalidArgumentError, match="no_col"):
+        table.search_text("text", "apple", filter="no_col = 1")
+    empty = table.search_text("text", "the and of", columns=["id"])  # stop words only: nothing to match
+    assert empty.num_rows == 0 and empty.column_names == ["id", "_score"]
+
+
+def test_refresh_sees_new_writes_and_merges(tmp_path: Path) -> None:
+    t = build(str(tmp_path / "t"), seed=8, keep_open=False)
+    table = mq.open_table(t.uri)
+    table.search_text("text", "apple")
+    rng = np.random.default_rng(9)
+    t.put(rows(rng.choice(2000, 200, replace=False), rng))
+    t.flush()
+    for r in t.regions()[2:]:  # build() merged generation 1 of the first two regions
+        gens = t.flushed(r)
+        if gens:
+            t.merge(r, gens[0][0])
+    t.delete([(int(k),) for k in rng.choice(2000, 30, replace=False)])
+    ds = oracle(t, str(tmp_path / "o"))
+    fresh = table.refresh()
+    for q in QUERIES[:4]:
+        assert_same(fresh.search_text("text", q, k=10), oracle_search(ds, q, 10), 10)

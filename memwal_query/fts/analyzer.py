@@ -93,8 +93,25 @@ class Analyzer:
         return Doc(tuple(t.text for t in toks), tuple(int(t.position) for t in toks))
 
     def tokens(self, text: str | None) -> tuple[str, ...]:
-        """The tokens of ``text`` in order (a query's, with repeats: Lance counts them)."""
+        """The tokens of ``text`` in order."""
         return self.tokenize(text).tokens
+
+    def query(self, text: str) -> Doc:
+        """A query as Lance weighs it: repeated tokens count once per occurrence, except
+        with the n-gram tokenizer, whose query n-grams count once each (measured).
+
+        Example:
+            >>> ngrams = {"base_tokenizer": "ngram", "min_ngram_length": 2, "max_ngram_length": 2}
+            >>> Analyzer.from_params(ngrams).query("anana").tokens
+            ('an', 'na')
+        """
+        doc = self.tokenize(text)
+        if dict(self.options).get("base_tokenizer") != "ngram":
+            return doc
+        seen: dict[str, int] = {}
+        for tok, pos in zip(doc.tokens, doc.positions, strict=True):
+            seen.setdefault(tok, pos)
+        return Doc(tuple(seen), tuple(seen.values()))
 
     def tokenize_all(self, texts: Iterable[str | None]) -> list[Doc]:
         """Each text tokenized."""

@@ -247,7 +247,7 @@ def search_text(
     if phrase and not corpus.analyzer.with_position:
         msg = f"phrase queries need positions: index {corpus.index_name} on {column!r} of {table.uri} has none"
         raise InvalidArgumentError(msg)
-    tokens = corpus.analyzer.tokenize(query)
+    tokens = corpus.analyzer.query(query)
     q = _Query(
         corpus, query, tokens, phrase, corpus.stats(tokens.tokens), filter, list(dict.fromkeys([*out, column])), k
     )
