@@ -37,6 +37,7 @@ from memwal_query.errors import InvalidArgumentError, MemWalError
 from memwal_query.fts.analyzer import Analyzer, Doc
 from memwal_query.fts.bm25 import CorpusStats
 from memwal_query.fts.index_files import InvertedIndexFiles, read_index_files
+from memwal_query.fts.postings import Postings
 from memwal_query.merge import MergeState
 from memwal_query.planner.plan import Plan
 from memwal_query.regionspec.spec import lance_field_ids
@@ -54,6 +55,9 @@ __all__ = [
 ]
 
 _INVERTED = "InvertedIndexDetails"
+#: Generations with at most this many rows are scored from in-memory postings (tokenized
+#: once per generation); larger ones are searched through their own index.
+POSTINGS_MAX_ROWS = 50_000
 _MEMO_MAX_DOCS = 2_000_000
 
 
@@ -100,21 +104,20 @@ class IndexedSource:
 
 @dataclass(frozen=True)
 class FlatSource:
-    """Rows without a usable index: all tokenized, scored without Lance."""
+    """Rows scored from in-memory postings (:mod:`memwal_query.fts.postings`), no Lance search."""
 
     name: str
     region_id: str | None
     dataset: lance.LanceDataset = field(repr=False)
-    fragments: tuple[int, ...] | None
-    rowaddrs: np.ndarray = field(repr=False)  # live rows, aligned with docs
-    docs: tuple[Doc, ...] = field(repr=False)
+    fragments: tuple[int, ...] | None  # the fragments of ``dataset`` it holds (None: all)
+    postings: Postings = field(repr=False)
+    live: np.ndarray = field(repr=False)  # which rows of the postings are live
     num_docs: int
     total_tokens: int
-    df: Counter[str] = field(repr=False)
 
     def doc_freq(self, token: str) -> int:
         """Live documents of this source holding ``token``."""
-        return self.df.get(token, 0)
+        return self.postings.doc_freq(token, self.live)
 
 
 @dataclass(frozen=True)
@@ -268,6 +271,10 @@ def _indexed_source(
     )
 
 
+_postings: OrderedDict[tuple[str, str, Analyzer], Postings] = OrderedDict()
+_POSTINGS_ENTRIES = 256
+
+
 def _flat_source(
     name: str,
     region_id: str | None,
@@ -275,29 +282,36 @@ def _flat_source(
     fragments: Sequence[int] | None,
     ctx: _Build,
     drop: np.ndarray | None,
-    memo_key: str,
+    cache_key: str | None,
 ) -> FlatSource:
-    rows = ds.scanner(columns=[ctx.column], with_row_address=True, fragments=fragments_of(ds, fragments)).to_table()
-    live = rows.column("_rowaddr").to_numpy().astype(np.uint64)
-    texts = rows.column(ctx.column)
+    """A source scored from postings; ``cache_key`` names rows that never change (kept across snapshots)."""
+    key = None if cache_key is None else (cache_key, ctx.column, ctx.analyzer)
+    with _memo.lock:
+        postings = _postings.get(key) if key is not None else None
+    if postings is None:
+        frags = fragments_of(ds, fragments)
+        rows = ds.scanner(columns=[ctx.column], with_row_address=True, fragments=frags).to_table()
+        addrs = rows.column("_rowaddr").to_numpy().astype(np.uint64)
+        postings = Postings.build(addrs, ctx.analyzer.tokenize_all(rows.column(ctx.column).to_pylist()))
+        live = np.ones(len(postings), dtype=bool)
+        if key is not None:
+            with _memo.lock:
+                _postings[key] = postings
+                while len(_postings) > _POSTINGS_ENTRIES:
+                    _postings.popitem(last=False)
+    else:
+        live = postings.mask_of(_live_addrs(ds, fragments))  # rows deleted since are not live
     if drop is not None and drop.size:
-        keep = ~np.isin(live, np.asarray(drop, dtype=np.uint64))
-        live, texts = live[keep], texts.filter(pa.array(keep))
-    by_addr = dict(zip(live.tolist(), texts.to_pylist(), strict=True))
-    docs = _memo.tokenized((memo_key, ctx.column, ctx.analyzer), live, lambda a: [by_addr[x] for x in a.tolist()])
-    df: Counter[str] = Counter()
-    for d in docs:
-        df.update(set(d.tokens))
+        live &= ~postings.mask_of(drop)
     return FlatSource(
         name=name,
         region_id=region_id,
         dataset=ds,
         fragments=None if fragments is None else tuple(fragments),
-        rowaddrs=live,
-        docs=tuple(docs),
-        num_docs=sum(1 for d in docs if len(d)),
-        total_tokens=sum(len(d) for d in docs),
-        df=df,
+        postings=postings,
+        live=live,
+        num_docs=postings.num_docs(live),
+        total_tokens=postings.total_tokens(live),
     )
 
 
@@ -306,6 +320,11 @@ class _Build:
     column: str
     analyzer: Analyzer
     options: Mapping[str, str]
+
+
+def _fragment_key(ds: lance.LanceDataset, frag: lance.LanceFragment) -> str:
+    """What makes a fragment's rows: its id and data files (deletions only hide rows)."""
+    return f"{ds.uri}#{frag.fragment_id}:" + ",".join(f.path for f in frag.metadata.files)
 
 
 def _memtable_dataset(rows: pa.Table, schema: pa.Schema) -> lance.LanceDataset:
@@ -325,24 +344,34 @@ def _build(table: SearchableTable, column: str) -> Corpus:
     base = snap.base
     indexed = [_indexed_source("base", None, base, desc, ctx, merge.base_drop, indexed_only=True)]
     covered = {int(f) for s in desc.segments for f in s.fragment_ids}
-    uncovered = [f.fragment_id for f in base.get_fragments() if f.fragment_id not in covered]
-    flat = []
-    if uncovered:
-        flat.append(_flat_source("base (not indexed yet)", None, base, uncovered, ctx, merge.base_drop, base.uri))
+    flat = [
+        _flat_source(
+            "base (not indexed yet)",
+            None,
+            base,
+            [f.fragment_id],
+            ctx,
+            merge.base_drop,
+            _fragment_key(base, f),
+        )
+        for f in base.get_fragments()
+        if f.fragment_id not in covered
+    ]
     for region in snap.regions:
         rid = region.region_id
         for g in region.generations:
             what = f"{rid} generation {g.generation}"
             gdesc = None if g.rebuilt_from_wal else inverted_index(g.dataset, column)
             drop = merge.generation_drop.get(g.uri)
-            if gdesc is not None and Analyzer.from_params(gdesc.details) == ctx.analyzer:
+            big = g.num_rows > POSTINGS_MAX_ROWS
+            if big and gdesc is not None and Analyzer.from_params(gdesc.details) == ctx.analyzer:
                 indexed.append(_indexed_source(what, rid, g.dataset, gdesc, ctx, drop, indexed_only=False))
             else:
-                flat.append(_flat_source(f"{what} (no index)", rid, g.dataset, None, ctx, drop, g.uri))
+                flat.append(_flat_source(what, rid, g.dataset, None, ctx, drop, None if g.rebuilt_from_wal else g.uri))
         mem = merge.memtables.get(rid)
         if mem is not None and mem.num_rows:
             ds = _memtable_dataset(mem, snap.schema)
-            flat.append(_flat_source(f"{rid} memtable", rid, ds, None, ctx, None, ds.uri))
+            flat.append(_flat_source(f"{rid} memtable", rid, ds, None, ctx, None, None))
     return Corpus(column, ctx.analyzer, str(desc.name), tuple(indexed), tuple(flat))
 
 

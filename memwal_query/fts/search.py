@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import lance
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -150,31 +151,51 @@ def _search_error(err: Exception, q: _Query, what: str) -> MemWalError:
     return MemWalError(f"text search in {what} failed: {text}")
 
 
-def _flat_hits(src: FlatSource, q: _Query) -> tuple[pa.Table, np.ndarray] | None:
-    """The best ``k`` rows of a source without an index, scored from their tokens."""
-    terms = set(q.tokens.tokens)
-    hit = np.array([bool(terms.intersection(d.tokens)) for d in src.docs], dtype=bool)
-    if q.phrase:
-        hit &= np.array([h and phrase_match(d, q.tokens) for h, d in zip(hit, src.docs, strict=True)], dtype=bool)
-    if q.filter is not None and hit.any():
-        frags = fragments_of(src.dataset, src.fragments)
+@dataclass(frozen=True)
+class _Hits:
+    """Scored candidates of one source; their columns are read only for rows that make the top k."""
+
+    scores: np.ndarray
+    rows: pa.Table | None = None  # already read (indexed sources)
+    dataset: lance.LanceDataset | None = None  # else read from here by row address
+    addrs: np.ndarray | None = None
+    fragments: tuple[int, ...] | None = None
+
+    def load(self, positions: np.ndarray, read: list[str]) -> pa.Table:
+        if self.rows is not None:
+            return self.rows.take(pa.array(positions))
+        assert self.dataset is not None and self.addrs is not None
+        addrs = self.addrs[positions]
+        wanted = ", ".join(str(a) for a in addrs.tolist())
+        frags = fragments_of(self.dataset, self.fragments)
+        scan = self.dataset.scanner(
+            columns=read, filter=f"_rowaddr IN ({wanted})", with_row_address=True, fragments=frags
+        )
+        found = scan.to_table()
+        order = {a: i for i, a in enumerate(found.column(_ADDR).to_numpy().tolist())}
+        return found.take(pa.array([order[a] for a in addrs.tolist()]))
+
+
+def _flat_hits(src: FlatSource, q: _Query) -> _Hits | None:
+    """The best ``k`` rows of a source scored from its postings."""
+    mask = src.live
+    if q.filter is not None:
         try:
-            passing = src.dataset.scanner(columns=[], with_row_address=True, filter=q.filter, fragments=frags)
-            ok = passing.to_table().column(_ADDR).to_numpy().astype(np.uint64)
+            frags = fragments_of(src.dataset, src.fragments)
+            scan = src.dataset.scanner(columns=[], with_row_address=True, filter=q.filter, fragments=frags)
+            passing = scan.to_table().column(_ADDR).to_numpy().astype(np.uint64)
         except (ValueError, OSError, RuntimeError) as err:
             raise _search_error(err, q, src.name) from err
-        hit &= np.isin(src.rowaddrs, ok)
-    idx = np.flatnonzero(hit)
-    if not idx.size:
+        mask = mask & src.postings.mask_of(passing)
+    rows, scores = src.postings.score(q.tokens.tokens, q.stats, mask)
+    if q.phrase and rows.size:
+        keep = np.array([phrase_match(src.postings.docs[r], q.tokens) for r in rows.tolist()], dtype=bool)
+        rows, scores = rows[keep], scores[keep]
+    if not rows.size:
         return None
-    scores = score_docs([src.docs[i] for i in idx], q.tokens.tokens, q.stats)
     best = np.argsort(-scores, kind="stable")[: q.k]
-    addrs = src.rowaddrs[idx[best]]
-    wanted = ", ".join(str(a) for a in addrs.tolist())
-    rows = src.dataset.to_table(columns=q.read, filter=f"_rowaddr IN ({wanted})", with_row_address=True)
-    order = {a: i for i, a in enumerate(rows.column(_ADDR).to_numpy().tolist())}
-    rows = rows.take(pa.array([order[a] for a in addrs.tolist()]))
-    return rows, scores[best]
+    addrs = src.postings.rowaddrs[rows[best]]
+    return _Hits(scores[best], dataset=src.dataset, addrs=addrs, fragments=src.fragments)
 
 
 def _kth(scores: Sequence[np.ndarray], k: int) -> float:
@@ -213,15 +234,26 @@ def _pruned(table: SearchableTable, filt: str | pc.Expression | None, in_query: 
     return set()
 
 
-def _output(parts: list[tuple[pa.Table, np.ndarray]], out: list[str], schema: pa.Schema, k: int) -> pa.Table:
-    target = pa.schema([schema.field(c) for c in out] + [pa.field(_SCORE, pa.float32())])
-    parts = [(t, s) for t, s in parts if t.num_rows]
-    if not parts:
-        return target.empty_table()
-    rows = pa.concat_tables([t.select(out).cast(pa.schema([schema.field(c) for c in out])) for t, s in parts])
-    scores = np.concatenate([s for _, s in parts])
-    order = np.argsort(-scores, kind="stable")[:k]
-    return rows.take(pa.array(order)).append_column(_SCORE, pa.array(scores[order].astype(np.float32)))
+def _output(hits: list[_Hits], q: _Query, out: list[str], schema: pa.Schema) -> pa.Table:
+    """The top ``k`` of all candidates, best first, with their columns."""
+    target = pa.schema([schema.field(c) for c in out])
+    hits = [h for h in hits if h.scores.size]
+    if not hits:
+        return target.append(pa.field(_SCORE, pa.float32())).empty_table()
+    scores = np.concatenate([h.scores for h in hits])
+    part = np.concatenate([np.full(h.scores.size, i) for i, h in enumerate(hits)])
+    pos = np.concatenate([np.arange(h.scores.size) for h in hits])
+    order = np.argsort(-scores, kind="stable")[: q.k]
+    pieces: dict[int, pa.Table] = {}
+    for i in np.unique(part[order]).tolist():
+        mine = order[part[order] == i]
+        pieces[i] = hits[i].load(pos[mine], q.read).select(out).cast(target)
+    taken = {i: 0 for i in pieces}
+    rows = []
+    for i in part[order].tolist():
+        rows.append(pieces[i].slice(taken[i], 1))
+        taken[i] += 1
+    return pa.concat_tables(rows).append_column(_SCORE, pa.array(scores[order].astype(np.float32)))
 
 
 def search_text(
@@ -253,7 +285,7 @@ def search_text(
     )
     pruned = _pruned(table, filter, in_query)
     stats.pruned_regions = sorted(pruned)
-    parts: list[tuple[pa.Table, np.ndarray]] = []
+    hits: list[_Hits] = []
     fetches: list[_Fetch] = []
     if tokens.tokens:
         for src in corpus.indexed:
@@ -269,16 +301,16 @@ def search_text(
             found = _flat_hits(flat, q)
             stats.sources.append(flat.name)
             if found is not None:
-                parts.append(found)
+                hits.append(found)
         while True:
-            theta = _kth([f.scores for f in fetches] + [s for _, s in parts], k)
+            theta = _kth([f.scores for f in fetches] + [h.scores for h in hits], k)
             more = [f for f in fetches if f.bound > 0 and f.bound >= theta * (1 + 1e-9)]
             if not more:
                 break
             for f in more:
                 f.limit = 4 * (f.limit or 0)
                 f.run(q, stats)
-    parts += [(f.rows, f.scores) for f in fetches if f.rows is not None]
-    result = _output(parts, out, table.snapshot.schema, k)
+    hits += [_Hits(f.scores, rows=f.rows) for f in fetches if f.rows is not None]
+    result = _output(hits, q, out, table.snapshot.schema)
     stats.seconds = time.perf_counter() - t0
     return result, stats
