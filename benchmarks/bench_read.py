@@ -75,8 +75,8 @@ from lance.mem_wal import LsmScanner, ShardWriter, evaluate_sharding_spec  # noq
 import memwal_query as mq  # noqa: E402
 from memwal_query.demo import bucket_region_id  # noqa: E402
 from memwal_query.merge import MergeState  # noqa: E402
+from memwal_query.scan.dataset import MergedDataset  # noqa: E402
 from memwal_query.snapshot import SnapshotCache  # noqa: E402
-from memwal_query.sources import MergedDataset  # noqa: E402
 from memwal_write.merger import merge_generations  # noqa: E402
 
 PK = {"lance-schema:unenforced-primary-key": "true"}

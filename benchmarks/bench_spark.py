@@ -109,7 +109,8 @@ def _shuffle_only(spark: Any, df: Any, uri: str) -> None:
     """The task path's Spark side with the same plan (routing column, repartition by
     region, sort by key), each task only counting its Arrow rows."""
     from memwal_write.arrow_writer import RoutedWriter
-    from memwal_write.spark import PKEY, _spark_routing
+    from memwal_write.spark_routing import PKEY
+    from memwal_write.spark_routing import spark_routing as _spark_routing
 
     probe = RoutedWriter.open(uri)
     routed, routing = _spark_routing(df, probe.spec, probe._field_names, probe.dataset.schema, None)

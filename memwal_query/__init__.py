@@ -32,7 +32,8 @@ from memwal_query.errors import (  # noqa: E402
     TableNotFoundError,
     UnsupportedVersionError,
 )
-from memwal_query.snapshot import LiveMemTable  # noqa: E402
+from memwal_query.planner import catchup as catchup  # noqa: E402 - mq.catchup: the Indexed Read Plan
+from memwal_query.snapshot.model import LiveMemTable  # noqa: E402
 from memwal_query.table import Table, open_table  # noqa: E402
 
 __all__ = [

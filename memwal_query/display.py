@@ -23,14 +23,16 @@ import datetime as dt
 import decimal
 import html
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 
+from memwal_query.describe import describe_table, freshness
+from memwal_query.explain import explain_table
+from memwal_query.merge import MergeState
+from memwal_query.snapshot.model import RegionSnapshot
 from memwal_query.text import counted
-
-if TYPE_CHECKING:
-    from memwal_query.table import Table
+from memwal_query.view.table_view import HasView, TableView, view_of
 
 __all__ = [
     "format_text_table",
@@ -40,6 +42,7 @@ __all__ = [
     "table_html",
     "explain_html",
     "ExplainText",
+    "explanation",
 ]
 
 _MAX_CELL = 40
@@ -129,130 +132,6 @@ def json_value(value: Any) -> Any:
 
 
 # --------------------------------------------------------------------------- #
-# A JSON-ready description of a snapshot
-# --------------------------------------------------------------------------- #
-
-
-def _spec_fields(table: Table, spec_id: int) -> list[dict[str, Any]]:
-    from memwal_query.regionspec.spec import lance_field_ids
-
-    spec = table.snapshot.index.spec(spec_id)
-    if spec is None:
-        return []
-    names = lance_field_ids(table.snapshot.base)
-    return [
-        {
-            "field_id": f.field_id,
-            "transform": f.transform,
-            "expression": f.expression,
-            "source_ids": list(f.source_ids),
-            "source_columns": [names.get(i) for i in f.source_ids],
-            "result_type": f.result_type,
-            "parameters": dict(f.parameters),
-        }
-        for f in spec.fields
-    ]
-
-
-def freshness(table: Table) -> dict[str, Any]:
-    """How current a snapshot is: base version and the newest region manifest.
-
-    Returns:
-        ``{"base_version": int, "newest_region_manifest": {"region_id", "version"} | None}``.
-    """
-    newest: dict[str, Any] | None = None
-    for r in table.snapshot.regions:
-        m = r.manifest
-        if m is not None and (newest is None or m.version > newest["version"]):
-            newest = {"region_id": r.region_id, "version": m.version}
-    return {"base_version": table.version, "newest_region_manifest": newest}
-
-
-def describe_table(table: Table) -> dict[str, Any]:
-    """Everything ``memwal inspect`` shows, as plain (JSON-ready) Python values.
-
-    Args:
-        table: An opened snapshot.
-
-    Returns:
-        A dict: table facts (base version, rows, primary key, specs, index
-        catch-up, freshness) and one entry per region (spec values, manifest,
-        generations flushed/merged, WAL tail, MemTable rows).
-    """
-    snap = table.snapshot
-    merge = table.merge_state
-    index = snap.index
-    values = table.region_values()
-    catchup: dict[str, dict[str, int]] = {}
-    for c in index.index_catchup:
-        for mg in c.caught_up:
-            catchup.setdefault(mg.region_id, {})[c.index_name] = mg.generation
-    regions: list[dict[str, Any]] = []
-    for r in snap.regions:
-        m = r.manifest
-        rv = values.get(r.region_id)
-        tail = r.wal_tail
-        kept = merge.memtables.get(r.region_id)
-        regions.append(
-            {
-                "region_id": r.region_id,
-                "spec_id": r.spec_id,
-                "spec_values": dict(rv.values) if rv is not None else None,
-                "spec_values_source": rv.source if rv is not None else None,
-                "manifest_version": m.version if m is not None else None,
-                "writer_epoch": m.writer_epoch if m is not None else None,
-                "state": None if m is None else ("sealed" if m.sealed else "active"),
-                "current_generation": m.current_generation if m is not None else None,
-                "merged_generation": r.merged_generation,
-                "flushed_generations": sorted(g.generation for g in m.flushed_generations) if m is not None else [],
-                "unmerged_generations": [
-                    {
-                        "generation": g.generation,
-                        "rows": g.num_rows,
-                        "dropped": int(d.size) if (d := merge.generation_drop.get(g.uri)) is not None else 0,
-                        "rebuilt_from_wal": list(g.wal_positions or ()) if g.rebuilt_from_wal else None,
-                    }
-                    for g in r.generations
-                ],
-                "skipped_generations": [
-                    {"generation": s.generation, "reason": s.reason, "lost": s.missing} for s in r.skipped
-                ],
-                "wal": {
-                    "replay_after_position": m.replay_after_wal_position if m is not None else None,
-                    "position_last_seen": m.wal_position_last_seen if m is not None else None,
-                    "tail_read": tail is not None,
-                    "tail_entries": len(tail.entries) if tail is not None else None,
-                    "tail_rows": tail.num_rows if tail is not None else None,
-                    "tail_positions": [tail.first_position, tail.last_position] if tail is not None else None,
-                    "torn_position": tail.torn_position if tail is not None else None,
-                },
-                "memtable_rows": r.memtable.table.num_rows if r.memtable is not None else 0,
-                "memtable_live_rows": kept.num_rows if kept is not None else 0,
-                "index_catchup": catchup.get(r.region_id, {}),
-            }
-        )
-    return {
-        "uri": table.uri,
-        "base_version": table.version,
-        "base_rows": snap.base.count_rows(),
-        "base_fragments": len(snap.base.get_fragments()),
-        "base_rows_masked": merge.base_shadowed_rows,
-        "live_rows": table.count_rows(),
-        "primary_key": list(table.primary_key),
-        "consistency": table.consistency,
-        "specs": [{"spec_id": s.spec_id, "fields": _spec_fields(table, s.spec_id)} for s in index.specs],
-        "maintained_indexes": list(index.maintained_indexes),
-        "index_catchup": [
-            {"index": c.index_name, "region_id": mg.region_id, "generation": mg.generation}
-            for c in index.index_catchup
-            for mg in c.caught_up
-        ],
-        "freshness": freshness(table),
-        "regions": regions,
-    }
-
-
-# --------------------------------------------------------------------------- #
 # HTML (Jupyter)
 # --------------------------------------------------------------------------- #
 
@@ -289,7 +168,7 @@ def _rows_table(header: Sequence[str], rows: Sequence[Sequence[tuple[str, bool]]
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _freshness_text(table: Table) -> str:
+def _freshness_text(table: TableView) -> str:
     fr = freshness(table)
     newest = fr["newest_region_manifest"]
     base = _e(f"base v{fr['base_version']}")
@@ -298,7 +177,7 @@ def _freshness_text(table: Table) -> str:
     return f"{base} · newest region manifest v{_e(newest['version'])} (region {_short(newest['region_id'])})"
 
 
-def table_html(table: Table) -> str:
+def table_html(source: HasView) -> str:
     """HTML for a snapshot (``Table._repr_html_``): sources per region, rows, freshness.
 
     Args:
@@ -307,6 +186,7 @@ def table_html(table: Table) -> str:
     Returns:
         A self-contained HTML fragment (escaped; no scripts).
     """
+    table = view_of(source)
     d = describe_table(table)
     summary = _rows_table(
         ["live rows", "primary key", "consistency", "freshness", "base"],
@@ -355,8 +235,8 @@ def table_html(table: Table) -> str:
     )
 
 
-def _plan_html(table: Table, predicate: str) -> tuple[str, str]:
-    plan = table.plan(predicate)
+def _plan_html(table: TableView, predicate: str) -> tuple[str, str]:
+    plan = table.plan_sql(predicate)
     rows: list[list[tuple[str, bool]]] = []
     for rid in plan.regions:
         note = " (spec values unknown: never pruned)" if rid in plan.unknown_values else ""
@@ -367,7 +247,57 @@ def _plan_html(table: Table, predicate: str) -> tuple[str, str]:
     return f"<br><span>{head}</span>" + _rows_table(["region", "decision"], rows), plan.explain()
 
 
-def explain_html(table: Table, predicate: str | None = None) -> str:
+def _region_source_rows(r: RegionSnapshot, merge: MergeState, eventual: bool) -> list[list[tuple[str, bool]]]:
+    """A region's rows of the :func:`explain_html` source table (generations, skipped, MemTable)."""
+    rows: list[list[tuple[str, bool]]] = []
+    for g in r.generations:
+        drop = merge.generation_drop.get(g.uri)
+        rows.append(
+            [
+                (_short(r.region_id), False),
+                (_e(f"generation {g.generation}"), False),
+                (f"{g.num_rows:,}", True),
+                (f"{int(drop.size) if drop is not None else 0:,}", True),
+                (_e(f"REBUILT from the WAL: {g.lost_uri} is lost" if g.rebuilt_from_wal else "read"), False),
+            ]
+        )
+    for s in r.skipped:
+        rows.append(
+            [
+                (_short(r.region_id), False),
+                (_e(f"generation {s.generation}"), False),
+                ('<span class="dim">-</span>', True),
+                ('<span class="dim">-</span>', True),
+                (_e(f"skipped: {s.reason}"), False),
+            ]
+        )
+    if r.memtable is not None:
+        mt = r.memtable
+        kept = merge.memtables.get(r.region_id)
+        live = kept.num_rows if kept is not None else 0
+        rows.append(
+            [
+                (_short(r.region_id), False),
+                (_e(f"memtable ({mt.origin})"), False),
+                (f"{mt.table.num_rows:,}", True),
+                (f"{mt.table.num_rows - live:,}", True),
+                (_e("read"), False),
+            ]
+        )
+    elif eventual:
+        rows.append(
+            [
+                (_short(r.region_id), False),
+                (_e("memtable"), False),
+                ('<span class="dim">-</span>', True),
+                ('<span class="dim">-</span>', True),
+                (_e("not read (eventual consistency)"), False),
+            ]
+        )
+    return rows
+
+
+def explain_html(source: HasView, predicate: str | None = None) -> str:
     """HTML of :meth:`~memwal_query.Table.explain`: every source, kept or skipped, and why.
 
     Args:
@@ -382,10 +312,9 @@ def explain_html(table: Table, predicate: str | None = None) -> str:
     Raises:
         InvalidArgumentError: ``predicate`` is not valid SQL over the table.
     """
-    from memwal_query.explain import explain_table
-
+    table = view_of(source)
     snap = table.snapshot
-    merge = table.merge_state
+    merge = table.merge
     base_rows = snap.base.count_rows()
     rows: list[list[tuple[str, bool]]] = [
         [
@@ -397,50 +326,7 @@ def explain_html(table: Table, predicate: str | None = None) -> str:
         ]
     ]
     for r in snap.regions:
-        for g in r.generations:
-            drop = merge.generation_drop.get(g.uri)
-            rows.append(
-                [
-                    (_short(r.region_id), False),
-                    (_e(f"generation {g.generation}"), False),
-                    (f"{g.num_rows:,}", True),
-                    (f"{int(drop.size) if drop is not None else 0:,}", True),
-                    (_e(f"REBUILT from the WAL: {g.lost_uri} is lost" if g.rebuilt_from_wal else "read"), False),
-                ]
-            )
-        for s in r.skipped:
-            rows.append(
-                [
-                    (_short(r.region_id), False),
-                    (_e(f"generation {s.generation}"), False),
-                    ('<span class="dim">-</span>', True),
-                    ('<span class="dim">-</span>', True),
-                    (_e(f"skipped: {s.reason}"), False),
-                ]
-            )
-        if r.memtable is not None:
-            mt = r.memtable
-            kept = merge.memtables.get(r.region_id)
-            live = kept.num_rows if kept is not None else 0
-            rows.append(
-                [
-                    (_short(r.region_id), False),
-                    (_e(f"memtable ({mt.origin})"), False),
-                    (f"{mt.table.num_rows:,}", True),
-                    (f"{mt.table.num_rows - live:,}", True),
-                    (_e("read"), False),
-                ]
-            )
-        elif snap.consistency == "eventual":
-            rows.append(
-                [
-                    (_short(r.region_id), False),
-                    (_e("memtable"), False),
-                    ('<span class="dim">-</span>', True),
-                    ('<span class="dim">-</span>', True),
-                    (_e("not read (eventual consistency)"), False),
-                ]
-            )
+        rows += _region_source_rows(r, merge, snap.consistency == "eventual")
     sources = _rows_table(["region", "source", "rows", "dropped (superseded/deleted/masked)", "status"], rows)
     head = _e(
         f"{counted(len(snap.regions), 'region')} · consistency {snap.consistency} · merge computed in "
@@ -481,3 +367,12 @@ class ExplainText(str):
 
     def _repr_html_(self) -> str:
         return self._html
+
+
+def explanation(source: HasView, predicate: str | None = None) -> ExplainText:
+    """``Table.explain(predicate)``: the text (plus what ``predicate`` prunes) carrying its HTML."""
+    table = view_of(source)
+    text = explain_table(table)
+    if predicate is not None:
+        text += "\n" + "\n".join("  " + line for line in table.plan_sql(predicate).explain().splitlines())
+    return ExplainText(text, explain_html(table, predicate))

@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import pyarrow as pa
 
-from memwal_query.recovery import REPAIR_HINT
+from memwal_query.snapshot.model import GenerationSource, Snapshot
+from memwal_query.snapshot.recovery import REPAIR_HINT
 from memwal_query.text import counted
-
-if TYPE_CHECKING:
-    from memwal_query.snapshot import GenerationSource, Snapshot
-    from memwal_query.table import Table
+from memwal_query.vector import index_coverage
+from memwal_query.view.table_view import HasView, TableView, view_of
 
 __all__ = ["explain_table"]
 
 
-def _spec_text(table: Table, spec_id: int) -> str:
+def _spec_text(table: TableView, spec_id: int) -> str:
     if spec_id == 0:
         return "manual region (no spec)"
     for spec in table.snapshot.index.specs:
@@ -32,10 +29,11 @@ def _spec_text(table: Table, spec_id: int) -> str:
     return f"spec {spec_id} (not in the MemWAL index)"
 
 
-def explain_table(table: Table) -> str:
+def explain_table(source: HasView) -> str:
     """Describe a snapshot: base, regions, sources kept and skipped, dedup figures."""
+    table = view_of(source)
     snap = table.snapshot
-    merge = table.merge_state
+    merge = table.merge
     ds = table.dataset()
     base_rows = snap.base.count_rows()
     lines = [
@@ -57,8 +55,6 @@ def explain_table(table: Table) -> str:
     for c in snap.index.index_catchup:
         caught = ", ".join(f"{m.region_id[:8]}:{m.generation}" for m in c.caught_up) or "none"
         lines.append(f"  index catch-up {c.index_name}: caught up with generations {caught}")
-    from memwal_query.vector import index_coverage
-
     for f in snap.schema:
         if pa.types.is_fixed_size_list(f.type):
             cov = index_coverage(table, f.name)

@@ -22,50 +22,19 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from memwal_query.errors import InvalidArgumentError
+from memwal_query.fts.search import search_text
+from memwal_query.vector import nearest
+from memwal_query.view.table_view import TableView
 
-__all__ = ["RRF_K", "HybridTable", "rrf", "search_hybrid"]
+__all__ = ["RRF_K", "rrf", "search_hybrid"]
 
 #: The reciprocal rank fusion constant (Cormack et al. 2009).
 RRF_K = 60
-
-
-class HybridTable(Protocol):
-    """What hybrid search uses of a :class:`memwal_query.Table`."""
-
-    @property
-    def schema(self) -> pa.Schema: ...
-    @property
-    def primary_key(self) -> tuple[str, ...]: ...
-    def nearest(  # noqa: PLR0913 - mirrors Table.nearest
-        self,
-        column: str,
-        query: object,
-        k: int = 10,
-        *,
-        filter: str | pc.Expression | None = None,
-        nprobes: int | None = None,
-        refine_factor: int | None = None,
-        distance: str = "l2",
-        columns: Sequence[str] | None = None,
-        _in_query: bool = False,
-    ) -> pa.Table: ...
-    def search_text(  # noqa: PLR0913 - mirrors Table.search_text
-        self,
-        column: str,
-        query: str,
-        k: int = 10,
-        *,
-        filter: str | pc.Expression | None = None,
-        columns: Sequence[str] | None = None,
-        phrase: bool = False,
-        _in_query: bool = False,
-    ) -> pa.Table: ...
 
 
 def rrf(rankings: Sequence[Sequence[Hashable]], rrf_k: float = RRF_K) -> dict[Hashable, float]:
@@ -83,7 +52,7 @@ def _keys(t: pa.Table, pk: Sequence[str]) -> list[Hashable]:
 
 
 def search_hybrid(  # noqa: PLR0913 - the union of both searches' options
-    table: HybridTable,
+    view: TableView,
     vector_column: str,
     vector: object,
     text_column: str,
@@ -116,21 +85,22 @@ def search_hybrid(  # noqa: PLR0913 - the union of both searches' options
     if not isinstance(depth, int) or isinstance(depth, bool) or depth < k:
         msg = f"depth must be an integer of at least k ({k}), got {depth!r}"
         raise InvalidArgumentError(msg)
-    schema, pk = table.schema, list(table.primary_key)
+    schema, pk = view.snapshot.schema, list(view.snapshot.primary_key)
     out = list(columns) if columns is not None else list(schema.names)
     read = list(dict.fromkeys([*pk, *out]))
-    knn = table.nearest(
+    knn = nearest(
+        view,
         vector_column,
         vector,
-        depth,
+        k=depth,
         filter=filter,
         nprobes=nprobes,
         refine_factor=refine_factor,
         distance=distance,
         columns=read,
-        _in_query=in_query,
-    )
-    fts = table.search_text(text_column, text, depth, filter=filter, columns=read, _in_query=in_query)
+        in_query=in_query,
+    ).rows
+    fts = search_text(view, text_column, text, k=depth, filter=filter, columns=read, in_query=in_query).rows
     kk, tk = _keys(knn, pk), _keys(fts, pk)
     fused = rrf([kk, tk], rrf_k)
     best = sorted(fused, key=lambda key: -fused[key])[:k]

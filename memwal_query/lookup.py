@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -25,12 +25,11 @@ from memwal_query.errors import InvalidArgumentError, MemWalCorruptionError
 from memwal_query.format.bloom import BloomFilter, key_hash, read_bloom_filter
 from memwal_query.format.wal import TOMBSTONE
 from memwal_query.merge import first_of_group
-from memwal_query.snapshot import GenerationSource
+from memwal_query.planner.routing import route_keys
+from memwal_query.snapshot.model import GenerationSource, RegionSnapshot
+from memwal_query.view.table_view import TableView
 
-if TYPE_CHECKING:
-    from memwal_query.table import Table
-
-__all__ = ["LookupStats", "normalize_keys", "lookup"]
+__all__ = ["LookupStats", "LookupResult", "normalize_keys", "lookup"]
 
 log = logging.getLogger("memwal_query")
 
@@ -157,12 +156,19 @@ def _split_found(rows: pa.Table) -> tuple[pa.Table, pa.Table]:
     return rows.filter(pc.invert(tomb)), rows.filter(tomb)
 
 
-def _bloom(gen: GenerationSource, table: Table) -> BloomFilter | None:
+class LookupResult(NamedTuple):
+    """A lookup's rows and what it touched."""
+
+    rows: pa.Table
+    stats: LookupStats
+
+
+def _bloom(gen: GenerationSource, view: TableView) -> BloomFilter | None:
     if gen.rebuilt_from_wal:
         return None  # rebuilt from the WAL: no bloom filter
-    storage = table._storage  # noqa: SLF001 - same package
+    storage = view.storage
     rel = gen.uri[len(storage.uri) + 1 :] + "/bloom_filter.bin"
-    cache = table._cache.blooms  # noqa: SLF001
+    cache = view.cache.blooms
     if gen.uri in cache:
         hit = cache[gen.uri]
         return hit if isinstance(hit, BloomFilter) else None
@@ -175,10 +181,106 @@ def _bloom(gen: GenerationSource, table: Table) -> BloomFilter | None:
     return bloom
 
 
-def lookup(table: Table, keys: Any, columns: Sequence[str] | None = None) -> tuple[pa.Table, LookupStats]:
+class _Search:
+    """One lookup in progress: the keys still unresolved, the rows found, the counts."""
+
+    def __init__(self, view: TableView, want: pa.Table, read_cols: list[str], out_cols: list[str]) -> None:
+        self.view = view
+        self.pk = list(view.snapshot.primary_key)
+        self.read_cols = read_cols
+        self.out_cols = out_cols
+        self.remaining = want
+        self.parts: list[pa.Table] = []
+        self.stats = LookupStats(keys=want.num_rows)
+        self.type_names = [str(view.snapshot.schema.field(k).type) for k in self.pk]
+        self.key_hashes: dict[tuple[Any, ...], int] = {}
+
+    def found(self, rows: pa.Table, keys: pa.Table) -> pa.Table:
+        """Record the newest version per key of ``rows``; the keys of ``keys`` still unresolved."""
+        live, dead = _split_found(rows)
+        self.stats.deleted += dead.num_rows
+        self.parts.append(live.select(self.out_cols))
+        return _anti(keys, rows, self.pk)
+
+    def memtable(self, region: RegionSnapshot, rkeys: pa.Table) -> pa.Table:
+        mem = region.memtable
+        if mem is None or not mem.table.num_rows:
+            return rkeys
+        pk = self.pk
+        m = _semi(mem.table.filter(_key_filter(rkeys, pk)), rkeys, pk)
+        if not m.num_rows:
+            return rkeys
+        m = _newest(m, pk, ["_gen", "_seq"])
+        self.stats.memtable_hits += m.num_rows
+        return self.found(m, rkeys)
+
+    def candidates(self, gen: GenerationSource, rkeys: pa.Table) -> pa.Table | None:
+        """The keys the generation's bloom filter may hold (``None``: none of them)."""
+        bloom = _bloom(gen, self.view)
+        if bloom is None:
+            return rkeys
+        hashes = []
+        for tup in zip(*[rkeys.column(k).to_pylist() for k in self.pk], strict=True):
+            h = self.key_hashes.get(tup)
+            if h is None:
+                h = self.key_hashes[tup] = key_hash(tup, self.type_names)
+            hashes.append(h)
+        maybe = bloom.might_contain_hashes(hashes)
+        if not maybe.any():
+            self.stats.generations_skipped_by_bloom += 1
+            return None
+        return rkeys.filter(pa.array(maybe))
+
+    def generation(self, gen: GenerationSource, rkeys: pa.Table) -> pa.Table:
+        candidates = self.candidates(gen, rkeys)
+        if candidates is None:
+            return rkeys
+        self.stats.generations_scanned += 1
+        rows = gen.dataset.to_table(
+            columns=list(dict.fromkeys(self.read_cols + [TOMBSTONE])),
+            filter=_key_filter(candidates, self.pk),
+            with_row_address=True,
+        )
+        rows = _semi(rows, candidates, self.pk)
+        if rows.num_rows == 0:
+            return rkeys
+        rows = _newest(rows, self.pk, ["_rowaddr"])
+        self.stats.generation_hits += rows.num_rows
+        return self.found(rows, rkeys)
+
+    def region(self, region: RegionSnapshot, rkeys: pa.Table) -> None:
+        """Resolve ``rkeys`` in the region's MemTable, then its generations newest first."""
+        pk = self.pk
+        if len(pk) > 1:
+            rkeys = _semi(rkeys, self.remaining, pk)
+        else:
+            rkeys = rkeys.filter(pc.is_in(rkeys.column(pk[0]), value_set=self.remaining.column(pk[0]).combine_chunks()))
+        if rkeys.num_rows == 0:
+            return
+        self.stats.regions_searched += 1
+        left = self.memtable(region, rkeys)
+        for gen in sorted(region.generations, key=lambda g: g.generation, reverse=True):
+            if left.num_rows == 0:
+                break
+            left = self.generation(gen, left)
+        resolved = _anti(rkeys, left, pk) if left.num_rows else rkeys
+        self.remaining = _anti(self.remaining, resolved, pk)
+
+    def base(self) -> None:
+        """The keys no newer level holds: one filtered scan of the base."""
+        if not self.remaining.num_rows:
+            return
+        self.stats.base_keys = self.remaining.num_rows
+        rows = self.view.snapshot.base.to_table(columns=self.read_cols, filter=_key_filter(self.remaining, self.pk))
+        rows = _semi(rows, self.remaining, self.pk)
+        self.stats.base_hits = rows.num_rows
+        self.parts.append(rows.select(self.out_cols))
+
+
+def lookup(view: TableView, keys: Any, columns: Sequence[str] | None = None) -> LookupResult:
     """Newest live row per key (absent when deleted or never written). See module docs."""
     t0 = time.perf_counter()
-    snap = table.snapshot
+    snap = view.snapshot
     pk = list(snap.primary_key)
     schema = snap.schema
     out_cols = list(columns) if columns is not None else list(schema.names)
@@ -186,84 +288,18 @@ def lookup(table: Table, keys: Any, columns: Sequence[str] | None = None) -> tup
     if unknown:
         msg = f"unknown column(s) {unknown} in {snap.uri}"
         raise InvalidArgumentError(msg)
-    read_cols = list(dict.fromkeys(pk + out_cols))
     want = normalize_keys(keys, schema, pk)
-    stats = LookupStats(keys=want.num_rows)
-    parts: list[pa.Table] = []
-    remaining = want
-    routed = table._route_keys(want)  # noqa: SLF001 - region id -> keys (None: every region)
-    type_names = [str(schema.field(k).type) for k in pk]
-    key_hashes: dict[tuple[Any, ...], int] = {}
+    search = _Search(view, want, list(dict.fromkeys(pk + out_cols)), out_cols)
+    routed = route_keys(snap, view.region_values(), view.field_names(), want)  # None: every region
     for region in snap.regions:
-        rkeys = routed.get(region.region_id) if routed is not None else remaining
+        rkeys = routed.get(region.region_id) if routed is not None else search.remaining
         if rkeys is None or rkeys.num_rows == 0:
-            stats.regions_pruned += 1
+            search.stats.regions_pruned += 1
             continue
-        rkeys = (
-            _semi(rkeys, remaining, pk)
-            if len(pk) > 1
-            else rkeys.filter(pc.is_in(rkeys.column(pk[0]), value_set=remaining.column(pk[0]).combine_chunks()))
-        )
-        if rkeys.num_rows == 0:
-            continue
-        stats.regions_searched += 1
-        found_any: list[pa.Table] = []
-        mem = region.memtable
-        if mem is not None and mem.table.num_rows:
-            m = mem.table.filter(_key_filter(rkeys, pk))
-            m = _semi(m, rkeys, pk)
-            if m.num_rows:
-                m = _newest(m, pk, ["_gen", "_seq"])
-                live, dead = _split_found(m)
-                stats.memtable_hits += m.num_rows
-                stats.deleted += dead.num_rows
-                parts.append(live.select(out_cols))
-                found_any.append(m.select(pk))
-                rkeys = _anti(rkeys, m, pk)
-        for gen in sorted(region.generations, key=lambda g: g.generation, reverse=True):
-            if rkeys.num_rows == 0:
-                break
-            bloom = _bloom(gen, table)
-            candidates = rkeys
-            if bloom is not None:
-                tuples = list(zip(*[rkeys.column(k).to_pylist() for k in pk], strict=True))
-                hashes = []
-                for tup in tuples:
-                    h = key_hashes.get(tup)
-                    if h is None:
-                        h = key_hash(tup, type_names)
-                        key_hashes[tup] = h
-                    hashes.append(h)
-                maybe = bloom.might_contain_hashes(hashes)
-                if not maybe.any():
-                    stats.generations_skipped_by_bloom += 1
-                    continue
-                candidates = rkeys.filter(pa.array(maybe))
-            stats.generations_scanned += 1
-            rows = gen.dataset.to_table(
-                columns=list(dict.fromkeys(read_cols + [TOMBSTONE])),
-                filter=_key_filter(candidates, pk),
-                with_row_address=True,
-            )
-            rows = _semi(rows, candidates, pk)
-            if rows.num_rows == 0:
-                continue
-            rows = _newest(rows, pk, ["_rowaddr"])
-            live, dead = _split_found(rows)
-            stats.generation_hits += rows.num_rows
-            stats.deleted += dead.num_rows
-            parts.append(live.select(out_cols))
-            found_any.append(rows.select(pk))
-            rkeys = _anti(rkeys, rows, pk)
-        for f in found_any:
-            remaining = _anti(remaining, f, pk)
-    if remaining.num_rows:
-        stats.base_keys = remaining.num_rows
-        rows = snap.base.to_table(columns=read_cols, filter=_key_filter(remaining, pk))
-        rows = _semi(rows, remaining, pk)
-        stats.base_hits = rows.num_rows
-        parts.append(rows.select(out_cols))
+        search.region(region, rkeys)
+    search.base()
     out_schema = pa.schema([schema.field(c) for c in out_cols])
+    parts = search.parts
     result = pa.concat_tables([p.cast(out_schema) for p in parts]) if parts else out_schema.empty_table()
-    stats.seconds = time.perf_counter() - t0
-    return result, stats
+    search.stats.seconds = time.perf_counter() - t0
+    return LookupResult(result, search.stats)

@@ -30,7 +30,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memwal_query.format.wal import TOMBSTONE
-from memwal_query.snapshot import GenerationSource, MemTableSource, Snapshot, SnapshotCache
+from memwal_query.snapshot.cache import SnapshotCache
+from memwal_query.snapshot.model import GenerationSource, MemTableSource, Snapshot
 
 __all__ = ["RegionMergeStats", "MergeState", "RankedLevels", "compute_merge", "first_of_group", "rank_levels"]
 

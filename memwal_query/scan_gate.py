@@ -27,7 +27,7 @@ import time
 from collections.abc import Iterator
 from typing import TypeVar, cast
 
-__all__ = ["guarded", "EXIT_WAIT_SECONDS"]
+__all__ = ["guarded", "ScanGate", "GATE", "EXIT_WAIT_SECONDS"]
 
 T = TypeVar("T")
 
@@ -39,13 +39,14 @@ EXIT_WAIT_SECONDS = 60.0
 _SETTLE_SECONDS = 0.02
 
 
-class _Gate:
+class ScanGate:
     """Counts scan calls in flight; closed once, at exit."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._active = 0
         self._knocks = 0
+        self._used = False
         self._closed = False
 
     def enter(self) -> bool:
@@ -55,6 +56,7 @@ class _Gate:
                 self._knocks += 1
                 return False
             self._active += 1
+            self._used = True
             return True
 
     def leave(self) -> None:
@@ -72,6 +74,8 @@ class _Gate:
         deadline = time.monotonic() + timeout
         with self._cond:
             self._closed = True
+            if not self._used:
+                return True  # no scan ever ran: nothing can be in flight
             while True:
                 while self._active:
                     left = deadline - time.monotonic()
@@ -87,25 +91,27 @@ class _Gate:
                     return False
 
 
-_GATE = _Gate()
-atexit.register(_GATE.close)
+#: The process's gate, closed at interpreter exit.
+GATE = ScanGate()
+atexit.register(GATE.close)
 
 
-def guarded(batches: Iterator[T]) -> Iterator[T]:
+def guarded(batches: Iterator[T], gate: ScanGate = GATE) -> Iterator[T]:
     """``batches``, ending at once when the interpreter exits; each step counted in flight.
 
     Args:
         batches: A scan's batch iterator.
+        gate: The gate to pass (the process's, closed at exit).
 
     Yields:
         The items of ``batches`` until it ends or the interpreter starts exiting.
     """
     end = object()
-    while _GATE.enter():
+    while gate.enter():
         try:
             item = next(batches, end)
         finally:
-            _GATE.leave()
+            gate.leave()
         if item is end:
             return
         yield cast(T, item)

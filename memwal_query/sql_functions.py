@@ -4,16 +4,18 @@ After ``register_functions(ctx, {"events": table})`` (``Table.register`` does th
 for the name it registers), SQL can call:
 
 * ``memwal_knn('events', 'vec', [0.1, ...], 10 [, 'category = ''books''' [, nprobes]])``:
-  the k nearest merged rows with ``_distance`` (:meth:`memwal_query.Table.nearest`);
+  the k nearest merged rows with ``_distance`` (:func:`memwal_query.vector.nearest`);
 * ``memwal_lookup('events', [1, 2, 3])``: the live rows of those keys
-  (:meth:`memwal_query.Table.lookup`; single-column keys);
+  (:func:`memwal_query.lookup.lookup`; single-column keys);
 * ``memwal_fts('events', 'note', 'late delivery', 10 [, filter])``: the k best
-  full-text matches with ``_score`` (:meth:`memwal_query.Table.search_text`);
+  full-text matches with ``_score`` (:func:`memwal_query.fts.search.search_text`);
 * ``memwal_hybrid('events', 'vec', [0.1, ...], 'note', 'late delivery', 10 [, filter])``:
   KNN and full-text search fused by reciprocal rank, with ``_relevance_score``
-  (:meth:`memwal_query.Table.search_hybrid`).
+  (:func:`memwal_query.hybrid.search_hybrid`).
 
-Both are ordinary tables in SQL: join them, filter them, aggregate them.
+The functions read each table's frozen view (:class:`~memwal_query.view.TableView`).
+
+All are ordinary tables in SQL: join them, filter them, aggregate them.
 The search runs while DataFusion plans the query, through Lance only (DataFusion
 must not be re-entered from inside a query).
 """
@@ -21,20 +23,23 @@ must not be re-entered from inside a query).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import datafusion
 import pyarrow as pa
 import pyarrow.dataset as pds
 from datafusion import udtf
 
+from memwal_query.compat import check_datafusion_supported
 from memwal_query.engine_errors import raised_in_engine
 from memwal_query.errors import InvalidArgumentError, MemWalError
+from memwal_query.fts.search import search_text
+from memwal_query.hybrid import search_hybrid
+from memwal_query.lookup import lookup
+from memwal_query.vector import nearest
+from memwal_query.view.table_view import HasView, TableView, view_of
 
-if TYPE_CHECKING:
-    from memwal_query.table import Table
-
-__all__ = ["register_functions", "FUNCTION_NAMES"]
+__all__ = ["register_functions", "register_table", "FUNCTION_NAMES"]
 
 _ATTR = "_memwal_tables"
 
@@ -48,13 +53,13 @@ def _value(e: Any, what: str) -> Any:
     return v.as_py() if isinstance(v, pa.Scalar) else v
 
 
-def _table(tables: Mapping[str, Table], e: Any, fn: str) -> Table:
+def _table(tables: Mapping[str, HasView], e: Any, fn: str) -> TableView:
     name = _value(e, f"{fn}: the table name")
     table = tables.get(str(name))
     if table is None:
         msg = f"{fn}: no memwal table named {name!r} is registered (known: {sorted(tables)})"
         raise InvalidArgumentError(msg)
-    return table
+    return view_of(table)
 
 
 def _int(e: Any, what: str) -> int:
@@ -71,7 +76,7 @@ _FTS_USAGE = "memwal_fts(table, column, query, k [, filter])"
 _HYBRID_USAGE = "memwal_hybrid(table, vector_column, [vector], text_column, query, k [, filter])"
 
 
-def _knn(registry: Mapping[str, Table], *args: Any) -> pa.Table:
+def _knn(registry: Mapping[str, HasView], *args: Any) -> pa.Table:
     if not 4 <= len(args) <= 6:
         msg = f"{_KNN_USAGE} takes 4 to 6 arguments, got {len(args)}"
         raise InvalidArgumentError(msg)
@@ -81,16 +86,16 @@ def _knn(registry: Mapping[str, Table], *args: Any) -> pa.Table:
     k = _int(args[3], "memwal_knn: k")
     filt = _value(args[4], "memwal_knn: the filter") if len(args) > 4 else None
     nprobes = _int(args[5], "memwal_knn: nprobes") if len(args) > 5 else None
-    return table.nearest(str(column), query, k, filter=filt or None, nprobes=nprobes, _in_query=True)
+    return nearest(table, str(column), query, k=k, filter=filt or None, nprobes=nprobes, in_query=True).rows
 
 
-def _lookup(registry: Mapping[str, Table], *args: Any) -> pa.Table:
+def _lookup(registry: Mapping[str, HasView], *args: Any) -> pa.Table:
     if len(args) != 2:
         msg = f"{_LOOKUP_USAGE} takes 2 arguments, got {len(args)}"
         raise InvalidArgumentError(msg)
     table = _table(registry, args[0], "memwal_lookup")
     keys = _value(args[1], "memwal_lookup: the keys")
-    return table.lookup(keys if isinstance(keys, list) else [keys])
+    return lookup(table, keys if isinstance(keys, list) else [keys]).rows
 
 
 def _str(e: Any, what: str) -> str:
@@ -101,7 +106,7 @@ def _str(e: Any, what: str) -> str:
     return v
 
 
-def _fts(registry: Mapping[str, Table], *args: Any) -> pa.Table:
+def _fts(registry: Mapping[str, HasView], *args: Any) -> pa.Table:
     if not 4 <= len(args) <= 5:
         msg = f"{_FTS_USAGE} takes 4 or 5 arguments, got {len(args)}"
         raise InvalidArgumentError(msg)
@@ -110,10 +115,10 @@ def _fts(registry: Mapping[str, Table], *args: Any) -> pa.Table:
     query = _str(args[2], "memwal_fts: the query")
     k = _int(args[3], "memwal_fts: k")
     filt = _value(args[4], "memwal_fts: the filter") if len(args) > 4 else None
-    return table.search_text(column, query, k, filter=filt or None, _in_query=True)
+    return search_text(table, column, query, k=k, filter=filt or None, in_query=True).rows
 
 
-def _hybrid(registry: Mapping[str, Table], *args: Any) -> pa.Table:
+def _hybrid(registry: Mapping[str, HasView], *args: Any) -> pa.Table:
     if not 6 <= len(args) <= 7:
         msg = f"{_HYBRID_USAGE} takes 6 or 7 arguments, got {len(args)}"
         raise InvalidArgumentError(msg)
@@ -124,7 +129,7 @@ def _hybrid(registry: Mapping[str, Table], *args: Any) -> pa.Table:
     query = _str(args[4], "memwal_hybrid: the text query")
     k = _int(args[5], "memwal_hybrid: k")
     filt = _value(args[6], "memwal_hybrid: the filter") if len(args) > 6 else None
-    return table.search_hybrid(vcol, vector, tcol, query, k, filter=filt or None, _in_query=True)
+    return search_hybrid(table, vcol, vector, tcol, query, k=k, filter=filt or None, in_query=True)
 
 
 # name -> (implementation taking the context's table registry first, usage)
@@ -138,7 +143,7 @@ _FUNCTIONS: dict[str, tuple[Callable[..., pa.Table], str]] = {
 FUNCTION_NAMES = tuple(_FUNCTIONS)
 
 
-def _register(ctx: datafusion.SessionContext, name: str, registry: Mapping[str, Table]) -> None:
+def _register(ctx: datafusion.SessionContext, name: str, registry: Mapping[str, HasView]) -> None:
     """Register SQL table function ``name`` over ``registry``.
 
     Its errors come back out of DataFusion as raised (:mod:`memwal_query.engine_errors`):
@@ -161,7 +166,7 @@ def _register(ctx: datafusion.SessionContext, name: str, registry: Mapping[str, 
     ctx.register_udtf(udtf(call, name))
 
 
-def register_functions(ctx: datafusion.SessionContext, tables: Mapping[str, Table]) -> None:
+def register_functions(ctx: datafusion.SessionContext, tables: Mapping[str, HasView]) -> None:
     """Make the SQL table functions (:data:`FUNCTION_NAMES`) available in ``ctx`` for ``tables``.
 
     Calling it again adds tables (a name registered again points at the new snapshot).
@@ -171,7 +176,7 @@ def register_functions(ctx: datafusion.SessionContext, tables: Mapping[str, Tabl
         >>> ctx = datafusion.SessionContext()
         >>> register_functions(ctx, {})
     """
-    registry: dict[str, Table] | None = getattr(ctx, _ATTR, None)
+    registry: dict[str, HasView] | None = getattr(ctx, _ATTR, None)
     if registry is not None:
         registry.update(tables)
         return
@@ -179,3 +184,24 @@ def register_functions(ctx: datafusion.SessionContext, tables: Mapping[str, Tabl
     setattr(ctx, _ATTR, registry)
     for name in FUNCTION_NAMES:
         _register(ctx, name, registry)
+
+
+def register_table(ctx: datafusion.SessionContext, name: str, dataset: pds.Dataset, table: HasView) -> None:
+    """Register ``dataset`` as table ``name`` in ``ctx`` (replacing one) and the SQL functions for it.
+
+    Raises:
+        InvalidArgumentError: ``ctx`` is not a ``datafusion.SessionContext``, or ``name`` is empty.
+    """
+    if not isinstance(ctx, datafusion.SessionContext):
+        msg = f"register() needs a datafusion.SessionContext, got {type(ctx).__name__}"
+        raise InvalidArgumentError(msg)
+    if not isinstance(name, str) or not name:
+        msg = f"table name must be a non-empty string, got {name!r}"
+        raise InvalidArgumentError(msg)
+    check_datafusion_supported()
+    try:
+        ctx.deregister_table(name)
+    except Exception:  # noqa: BLE001 - not registered yet
+        pass
+    ctx.register_dataset(name, dataset)
+    register_functions(ctx, {name: table})

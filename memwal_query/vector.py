@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, NamedTuple
 
 import lance
 import numpy as np
@@ -25,14 +24,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from lance.dataset import serialize_row_addrs
 
-from memwal_query.catchup import CatchupPlan
 from memwal_query.errors import InvalidArgumentError, MemWalError
 from memwal_query.format.lance_open import lance_message
+from memwal_query.merge import MergeState
+from memwal_query.planner.catchup import CatchupPlan
+from memwal_query.view.table_view import HasView, TableView, view_of
 
-if TYPE_CHECKING:
-    from memwal_query.table import Table
-
-__all__ = ["NearestStats", "IndexCoverage", "nearest", "index_coverage"]
+__all__ = ["NearestStats", "NearestResult", "IndexCoverage", "nearest", "index_coverage"]
 
 METRICS = {"l2": "l2", "cosine": "cosine", "dot": "dot"}
 
@@ -86,15 +84,16 @@ class NearestStats:
     seconds: float = 0.0
 
 
-def index_coverage(table: Table, column: str) -> IndexCoverage | None:
+def index_coverage(table: HasView, column: str) -> IndexCoverage | None:
     """Which base fragments the index on ``column`` covers (None: no index)."""
-    found = next((i for i in table.base_indexes() if column in i.columns), None)
+    view = view_of(table)
+    found = next((i for i in view.base_indexes() if column in i.columns), None)
     if found is None:
         return None
-    plan = table.catchup_plan(found.name)  # it also finds the unindexed fragments
+    plan = view.catchup_plan(found.name)  # it also finds the unindexed fragments
     catchup = None
     source = "the index's fragment bitmap"
-    for c in table.snapshot.index.index_catchup:
+    for c in view.snapshot.index.index_catchup:
         if c.index_name == found.name:
             catchup = tuple((m.region_id, m.generation) for m in c.caught_up)
             source = "the MemWAL index catch-up progress"
@@ -108,20 +107,20 @@ def index_coverage(table: Table, column: str) -> IndexCoverage | None:
         caught_up_generations=catchup,
         source=source,
         plan=plan if plan.uncovered_fragments else None,
-        plan_used=table.uses_catchup(plan),
+        plan_used=view.uses_catchup(plan),
     )
 
 
-def _query_vector(table: Table, column: str, query: Any) -> np.ndarray:
-    schema = table.snapshot.schema
+def _query_vector(view: TableView, column: str, query: Any) -> np.ndarray:
+    schema = view.snapshot.schema
     if column not in schema.names:
-        msg = f"unknown vector column {column!r} in {table.uri} (columns: {schema.names})"
+        msg = f"unknown vector column {column!r} in {view.uri} (columns: {schema.names})"
         raise InvalidArgumentError(msg)
     typ = schema.field(column).type
     if not pa.types.is_fixed_size_list(typ) or not (
         pa.types.is_floating(typ.value_type) or pa.types.is_integer(typ.value_type)
     ):
-        msg = f"column {column!r} of {table.uri} is {typ}, not a fixed-size list of numbers (a vector)"
+        msg = f"column {column!r} of {view.uri} is {typ}, not a fixed-size list of numbers (a vector)"
         raise InvalidArgumentError(msg)
     try:
         q = np.asarray(query.as_py() if isinstance(query, pa.Scalar) else query, dtype=np.float32).reshape(-1)
@@ -129,7 +128,7 @@ def _query_vector(table: Table, column: str, query: Any) -> np.ndarray:
         msg = f"query for {column!r} is not a numeric vector: {err}"
         raise InvalidArgumentError(msg) from err
     if q.size != typ.list_size:
-        msg = f"query vector has dimension {q.size}, column {column!r} of {table.uri} has dimension {typ.list_size}"
+        msg = f"query vector has dimension {q.size}, column {column!r} of {view.uri} has dimension {typ.list_size}"
         raise InvalidArgumentError(msg)
     return q
 
@@ -167,8 +166,102 @@ def _search(
         raise MemWalError(msg) from err
 
 
+class NearestResult(NamedTuple):
+    """A vector search's rows (with ``_distance``) and what it searched."""
+
+    rows: pa.Table
+    stats: NearestStats
+
+
+def _search_args(
+    column: str, q: np.ndarray, k: int, distance: str, nprobes: int | None, refine: int | None
+) -> dict[str, Any]:
+    """Lance ``nearest`` arguments (``k`` and ``distance`` already checked)."""
+    metric = METRICS[str(distance).lower()]
+    args: dict[str, Any] = {"column": column, "q": q, "k": k, "metric": metric}
+    if nprobes is not None:
+        args["nprobes"] = int(nprobes)
+    if refine is not None:
+        args["refine_factor"] = int(refine)
+    return args
+
+
+def _pruned(view: TableView, filter: str | pc.Expression | None, in_query: bool) -> set[str]:
+    """Regions the filter prunes (a SQL string cannot be planned inside a running query)."""
+    if isinstance(filter, pc.Expression):
+        return set(view.plan_expression(filter).pruned_regions)
+    if isinstance(filter, str) and not in_query:
+        return set(view.plan_sql(filter).pruned_regions)
+    return set()
+
+
+class _Sources:
+    """The per-source searches of one vector search, and their labels."""
+
+    def __init__(self, view: TableView, out_cols: list[str], filt: str | pc.Expression | None) -> None:
+        self.view = view
+        self.out_cols = out_cols
+        self.filt = filt
+        self.parts: list[pa.Table] = []
+        self.labels: list[str] = []
+
+    def search(
+        self,
+        ds: lance.LanceDataset,
+        what: str,
+        args: dict[str, Any],
+        block: np.ndarray | None,
+        label: str,
+        *,
+        indexed_only: bool = False,
+    ) -> None:
+        self.parts.append(_search(ds, what, self.out_cols, args, self.filt, block, indexed_only=indexed_only))
+        self.labels.append(label)
+
+    def base(self, args: dict[str, Any], merge: MergeState, coverage: IndexCoverage | None, catchup: bool) -> None:
+        if coverage is None:
+            label = "base (no index: flat)"
+        elif catchup:
+            label = f"base (index {coverage.index_name}, indexed fragments only)"
+        else:
+            label = f"base ({coverage.describe()})"
+        view = self.view
+        self.search(view.snapshot.base, f"base of {view.uri}", args, merge.base_drop, label, indexed_only=catchup)
+
+    def catchup(self, args: dict[str, Any], plan: CatchupPlan, pruned: set[str]) -> None:
+        for src in plan.sources:
+            g = src.generation
+            if g.region_id not in pruned:
+                # the rows stand in for base rows: searched with the base's search parameters
+                label = f"{g.region_id} catch-up generation {g.generation} (unindexed base rows)"
+                self.search(g.dataset, g.uri, args, src.drop, label)
+
+    def regions(self, flat: dict[str, Any], merge: MergeState, pruned: set[str]) -> None:
+        for region in self.view.snapshot.regions:
+            if region.region_id in pruned:
+                continue
+            for g in region.generations:
+                label = f"{region.region_id} generation {g.generation}"
+                self.search(g.dataset, g.uri, flat, merge.generation_drop.get(g.uri), label)
+            mem = merge.memtables.get(region.region_id)
+            if mem is not None and mem.num_rows:
+                ds = self.view.memtable_dataset(region.region_id, mem)
+                self.search(ds, f"memtable of region {region.region_id}", flat, None, f"{region.region_id} memtable")
+
+    def top(self, k: int, schema: pa.Schema) -> pa.Table:
+        parts = [p for p in self.parts if p.num_rows]
+        if not parts:
+            return pa.schema(
+                [schema.field(c) for c in self.out_cols] + [pa.field("_distance", pa.float32())]
+            ).empty_table()
+        target = pa.schema([schema.field(c) for c in self.out_cols] + [parts[0].schema.field("_distance")])
+        allrows = pa.concat_tables([p.select(target.names).cast(target) for p in parts])
+        order = pc.sort_indices(allrows, sort_keys=[("_distance", "ascending")])
+        return allrows.take(order[:k])
+
+
 def nearest(
-    table: Table,
+    view: TableView,
     column: str,
     query: Any,
     *,
@@ -179,7 +272,7 @@ def nearest(
     distance: str = "l2",
     columns: Sequence[str] | None = None,
     in_query: bool = False,
-) -> tuple[pa.Table, NearestStats]:
+) -> NearestResult:
     """Top-k merged rows nearest to ``query``; see the module docs.
 
     A filter also prunes regions (their generations and MemTables are not searched).
@@ -191,83 +284,35 @@ def nearest(
     if not isinstance(k, int) or k <= 0:
         msg = f"k must be a positive integer, got {k!r}"
         raise InvalidArgumentError(msg)
-    metric = METRICS.get(str(distance).lower())
-    if metric is None:
+    if METRICS.get(str(distance).lower()) is None:
         msg = f"distance must be one of {sorted(METRICS)}, got {distance!r}"
         raise InvalidArgumentError(msg)
-    q = _query_vector(table, column, query)
-    schema = table.snapshot.schema
+    q = _query_vector(view, column, query)
+    schema = view.snapshot.schema
     out_cols = list(columns) if columns is not None else list(schema.names)
     missing = [c for c in out_cols if c not in schema.names]
     if missing:
-        msg = f"unknown column(s) {missing} in {table.uri}"
+        msg = f"unknown column(s) {missing} in {view.uri}"
         raise InvalidArgumentError(msg)
-    args: dict[str, Any] = {"column": column, "q": q, "k": k, "metric": metric}
-    if nprobes is not None:
-        args["nprobes"] = int(nprobes)
-    if refine_factor is not None:
-        args["refine_factor"] = int(refine_factor)
-    merge = table.merge_state
-    stats = NearestStats(coverage=index_coverage(table, column))
-    pruned: set[str] = set()
-    if isinstance(filter, pc.Expression):
-        pruned = set(table._plan_pushed_filter(filter).pruned_regions)  # noqa: SLF001
-    elif isinstance(filter, str) and not in_query:
-        pruned = set(table.plan(filter).pruned_regions)
+    args = _search_args(column, q, k, distance, nprobes, refine_factor)
+    stats = NearestStats(coverage=index_coverage(view, column))
+    pruned = _pruned(view, filter, in_query)
     stats.pruned_regions = sorted(pruned)
-    parts: list[pa.Table] = []
     plan = stats.coverage.plan if stats.coverage is not None else None
-    catchup = plan is not None and table.uses_catchup(plan)
+    catchup = plan is not None and view.uses_catchup(plan)
     if catchup:
         assert plan is not None and stats.coverage is not None
-        plan = table._recheck_catchup(plan)  # noqa: SLF001 - a merger may have deleted a generation
+        plan = view.recheck_catchup(plan)  # a merger may have deleted a generation
         catchup = plan.usable
         stats.coverage = dataclasses.replace(stats.coverage, plan=plan, plan_used=catchup)
-    parts.append(
-        _search(
-            table.snapshot.base, f"base of {table.uri}", out_cols, args, filter, merge.base_drop, indexed_only=catchup
-        )
-    )
-    if stats.coverage is None:
-        stats.sources.append("base (no index: flat)")
-    elif catchup:
-        stats.sources.append(f"base (index {stats.coverage.index_name}, indexed fragments only)")
-    else:
-        stats.sources.append(f"base ({stats.coverage.describe()})")
-    flat = {k_: v for k_, v in args.items() if k_ not in ("nprobes", "refine_factor")}
+    merge = view.merge
+    sources = _Sources(view, out_cols, filter)
+    sources.base(args, merge, stats.coverage, catchup)
     if catchup:
         assert plan is not None
-        for src in plan.sources:
-            g = src.generation
-            if g.region_id in pruned:
-                continue
-            # the rows stand in for base rows: searched with the base's search parameters
-            parts.append(_search(g.dataset, g.uri, out_cols, args, filter, src.drop))
-            stats.sources.append(f"{g.region_id} catch-up generation {g.generation} (unindexed base rows)")
-    for region in table.snapshot.regions:
-        if region.region_id in pruned:
-            continue
-        for g in region.generations:
-            drop = merge.generation_drop.get(g.uri)
-            parts.append(_search(g.dataset, g.uri, out_cols, flat, filter, drop))
-            stats.sources.append(f"{region.region_id} generation {g.generation}")
-        mem = merge.memtables.get(region.region_id)
-        if mem is not None and mem.num_rows:
-            ds = table._memtable_dataset(region.region_id, mem)  # noqa: SLF001 - same package
-            parts.append(_search(ds, f"memtable of region {region.region_id}", out_cols, flat, filter, None))
-            stats.sources.append(f"{region.region_id} memtable")
-    parts = [p for p in parts if p.num_rows]
-    if not parts:
-        out = pa.schema([schema.field(c) for c in out_cols] + [pa.field("_distance", pa.float32())]).empty_table()
-    else:
-        target = pa.schema([schema.field(c) for c in out_cols] + [parts[0].schema.field("_distance")])
-        allrows = pa.concat_tables([p.select(target.names).cast(target) for p in parts])
-        order = pc.sort_indices(allrows, sort_keys=[("_distance", "ascending")])
-        out = allrows.take(order[:k])
+        sources.catchup(args, plan, pruned)
+    sources.regions({k_: v for k_, v in args.items() if k_ not in ("nprobes", "refine_factor")}, merge, pruned)
+    stats.sources = sources.labels
+    out = sources.top(k, schema)
     stats.seconds = time.perf_counter() - t0
-    return out, stats
-
-
-def memory_dataset(table: pa.Table) -> lance.LanceDataset:
-    """An in-memory Lance dataset of ``table`` (for MemTable rows)."""
-    return lance.write_dataset(table, f"memory://memwal-{uuid.uuid4().hex}")
+    return NearestResult(out, stats)

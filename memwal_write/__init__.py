@@ -6,10 +6,11 @@ Example:
 
 from __future__ import annotations
 
+from memwal_query.spark_read import read_spark  # the read side; kept here for compatibility
 from memwal_write.arrow_writer import RegionWriteStats, RoutedWriter, conform, write_arrow
 from memwal_write.merger import merge_generations, merge_generations_spark
 from memwal_write.routing import region_id_for
-from memwal_write.spark import delete, read_spark, to_datafusion, write
+from memwal_write.spark import delete, to_datafusion, write
 
 __all__ = ["write_arrow", "RoutedWriter", "RegionWriteStats", "conform", "region_id_for"]
 __all__ += ["write", "delete", "read_spark", "to_datafusion", "merge_generations", "merge_generations_spark"]

@@ -25,18 +25,16 @@ from lance.mem_wal import ShardWriter
 
 from memwal_proto import mem_wal_pb2
 from memwal_query.conform import conform
-from memwal_query.errors import InvalidArgumentError, MemWalError, NotAMemWalTableError
+from memwal_query.errors import InvalidArgumentError, MemWalError
 from memwal_query.format.decode import (
-    MemWalIndex,
     RegionSpec,
     bitrev64_name,
-    decode_mem_wal_index,
-    lance_manifest_file_name,
 )
 from memwal_query.format.lance_open import lance_message, open_lance
+from memwal_query.format.memwal_index import read_memwal_index
 from memwal_query.format.storage import Storage
 from memwal_query.regionspec.spec import evaluate_spec, lance_field_ids, region_runs
-from memwal_query.snapshot import primary_key_of
+from memwal_query.snapshot.model import primary_key_of
 from memwal_write.routing import field_entries, region_id_for
 
 __all__ = ["RoutedWriter", "RegionWriteStats", "REGION_STATS_SCHEMA", "write_arrow", "conform"]
@@ -89,17 +87,6 @@ def _to_table(data: Any) -> pa.Table:
         f"cannot write {type(data).__name__}: pass a pyarrow Table, RecordBatch, RecordBatchReader or pandas DataFrame"
     )
     raise InvalidArgumentError(msg)
-
-
-def _read_index(storage: Storage, ds: lance.LanceDataset) -> MemWalIndex:
-    data = storage.read_bytes(f"_versions/{lance_manifest_file_name(ds.version)}")
-    if data is None:
-        data = storage.read_bytes(f"_versions/{ds.version}.manifest")
-    index = decode_mem_wal_index(data) if data is not None else None
-    if index is None:
-        msg = f"{storage.uri} has no MemWAL index (run LanceDataset.initialize_mem_wal() first)"
-        raise NotAMemWalTableError(msg)
-    return index
 
 
 def _check_spec_on_key(spec: RegionSpec, names: Mapping[int, str], pk: tuple[str, ...], uri: str) -> None:
@@ -175,7 +162,7 @@ class RoutedWriter:
         """
         storage = Storage.open(uri, storage_options)
         ds = open_lance(storage, str(uri), " for writing")
-        index = _read_index(storage, ds)
+        index = read_memwal_index(storage, ds.version)
         pk = primary_key_of(ds.schema)
         spec = max(index.specs, key=lambda s: s.spec_id) if index.specs else None
         if spec is None and region_id is None:
@@ -196,6 +183,11 @@ class RoutedWriter:
         w = cls(storage.uri, ds, storage, spec, pk, rows, dict(writer_options), region_id, workers)
         w._field_names = lance_field_ids(ds)
         return w
+
+    @property
+    def field_names(self) -> dict[int, str]:
+        """Lance field id -> column name of the table (what region specs refer to)."""
+        return self._field_names
 
     # -- routing ---------------------------------------------------------------
     def region_values(self, table: pa.Table) -> pa.Table | None:

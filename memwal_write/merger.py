@@ -51,13 +51,14 @@ import pyarrow.compute as pc
 from lance.mem_wal import CompactedSsTable
 
 from memwal_query.errors import GenerationLostError, MemWalError
-from memwal_query.format.decode import FlushedGeneration, MemWalIndex
 from memwal_query.format.lance_open import lance_message, open_lance, require_table
+from memwal_query.format.memwal_index import read_memwal_index
+from memwal_query.format.model import FlushedGeneration, MemWalIndex
 from memwal_query.format.paths import generation_rel
 from memwal_query.format.storage import Storage
-from memwal_query.recovery import wal_generation_rows
-from memwal_query.snapshot import latest_region_manifest, list_regions, primary_key_of
-from memwal_write.arrow_writer import _read_index
+from memwal_query.snapshot.manifests import latest_region_manifest, list_regions
+from memwal_query.snapshot.model import primary_key_of
+from memwal_query.snapshot.recovery import wal_generation_rows
 
 __all__ = ["merge_generations", "merge_generations_spark", "MERGE_STATS_SCHEMA", "GenerationMergeStats"]
 
@@ -92,7 +93,7 @@ class GenerationMergeStats:
 
 def _open_latest(storage: Storage, given: str | None = None) -> tuple[lance.LanceDataset, MemWalIndex]:
     ds = open_lance(storage, given or storage.uri, " to merge generations")
-    return ds, _read_index(storage, ds)
+    return ds, read_memwal_index(storage, ds.version)
 
 
 def _is_stale(err: BaseException) -> bool:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import glob
 from typing import Any
 
+import lance
 import numpy as np
 import pyarrow as pa
 
@@ -63,3 +65,24 @@ def build_events(path: str, *, seed: int = 0, keep_open: bool = True) -> ModelTa
     if not keep_open:
         t.flush()
     return t
+
+
+def plain_live_rows(uri: str) -> pa.Table:
+    """The live rows of a MemWAL table whose writers are all closed, computed with plain
+    Lance reads (nothing from ``memwal_query``): the base, then every flushed generation
+    directory found on storage, oldest first, row by row (a later row wins, a tombstone
+    deletes). A merged generation replays what the base already holds, so merge progress
+    is not needed. Rows still in a WAL tail are not seen.
+    """
+    base = lance.dataset(uri).to_table()
+    pk = [f.name for f in base.schema if (f.metadata or {}).get(b"lance-schema:unenforced-primary-key")]
+    live = {tuple(r[k] for k in pk): r for r in base.to_pylist()}
+    gens = sorted((int(d.rsplit("_gen_", 1)[1]), d) for d in glob.glob(f"{uri}/_mem_wal/*/*_gen_*"))
+    for _, d in gens:
+        for r in lance.dataset(d).to_table().to_pylist():
+            key = tuple(r[k] for k in pk)
+            if r.pop("_tombstone"):
+                live.pop(key, None)
+            else:
+                live[key] = r
+    return pa.Table.from_pylist(list(live.values()), schema=base.schema)

@@ -7,7 +7,7 @@ delete in the order the writer saw them (later rows of one batch win).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import lance
@@ -35,16 +35,20 @@ class ModelTable:
         bucket: tuple[str, int] | None = None,
         unsharded: bool = False,
         max_memtable_rows: int = 100,
-        inverted: tuple[str, dict[str, Any]] | None = None,
+        prepare: Callable[[lance.LanceDataset], None] | None = None,
+        maintained_indexes: list[str] | None = None,
     ) -> None:
         self.uri = uri
         self.schema = schema
         self.pk = [f.name for f in schema if (f.metadata or {}).get(b"lance-schema:unenforced-primary-key")]
         self.max_rows = max_memtable_rows
         ds = lance.write_dataset(base.cast(schema), uri)
-        if inverted is not None:  # a full-text index on the base: pylance maintains it in every generation
-            ds.create_scalar_index(inverted[0], "INVERTED", **inverted[1])
+        if prepare is not None:  # e.g. build indexes before the MemWAL exists
+            prepare(ds)
+            ds = lance.dataset(uri)
         kwargs: dict[str, Any] = {"max_memtable_rows": max_memtable_rows}
+        if maintained_indexes is not None:
+            kwargs["maintained_indexes"] = maintained_indexes
         if bucket is not None:
             kwargs.update(bucket_column=bucket[0], num_buckets=bucket[1])
         elif unsharded:

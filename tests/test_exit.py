@@ -89,3 +89,35 @@ def test_script_ending_after_limit_query_exits_cleanly(tables: dict[str, ModelTa
     script.write_text(SCRIPT)
     query, limit, pred = SHAPES[0]
     _check(_run([sys.executable, str(script), tables["levels"].uri, query, "1"]), tables["levels"], limit, pred)
+
+
+def test_gate_waits_for_a_call_in_flight_and_ends_later_calls() -> None:
+    import threading
+    import time
+
+    from memwal_query.scan_gate import ScanGate, guarded
+
+    gate = ScanGate()
+    inside, release, done = threading.Event(), threading.Event(), []
+
+    def slow() -> Any:
+        yield 1
+        inside.set()
+        release.wait(5)  # a fragment decode in flight (GIL released)
+        yield 2
+        yield 3  # never asked for: the gate is closed by then
+
+    def consume() -> None:
+        done.extend(guarded(slow(), gate))
+
+    t = threading.Thread(target=consume)
+    t.start()
+    assert inside.wait(5)
+    threading.Timer(0.2, release.set).start()
+    started = time.monotonic()
+    assert gate.close(timeout=5)  # waited for the call in flight
+    assert time.monotonic() - started >= 0.15
+    t.join(5)
+    assert done == [1, 2]
+    assert list(guarded(iter([4]), gate)) == []  # a scan starting after close ends at once
+    assert ScanGate().close(timeout=0)  # no scan ever: returns at once

@@ -96,8 +96,10 @@ def test_sql_functions_still_answer(demo: str) -> None:
     got = t.sql(f"SELECT id FROM memwal_lookup('t', [{live[0]}, {live[1]}])").to_arrow_table()
     assert sorted(got.column("id").to_pylist()) == sorted(live[:2])
     assert t.sql(f"SELECT id FROM memwal_knn('t', 'vec', {VEC}, 3)").to_arrow_table().num_rows == 3
-    fts = t.sql("SELECT id, _score FROM memwal_fts('t', 'note', 'refund', 4)").to_arrow_table()
-    assert fts.equals(t.search_text("note", "refund", 4, columns=["id"]))
+    fts = t.sql("SELECT id, _score FROM memwal_fts('t', 'note', 'refund', 4) ORDER BY _score DESC, id").to_pylist()
+    assert fts == sorted(
+        t.search_text("note", "refund", 4, columns=["id"]).to_pylist(), key=lambda r: (-r["_score"], r["id"])
+    )
     hybrid = t.sql(f"SELECT id FROM memwal_hybrid('t', 'vec', {VEC}, 'note', 'refund', 5, 'amount > 10')")
     assert hybrid.to_arrow_table().num_rows == 5
 

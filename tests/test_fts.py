@@ -71,7 +71,14 @@ def build(path: str, *, seed: int = 0, params: dict[str, Any] | None = None, kee
     (deleted base rows in the base index, unindexed base fragments), a WAL tail."""
     rng = np.random.default_rng(seed)
     base = pa.Table.from_pylist(rows(range(1500), rng), schema=schema())
-    t = ModelTable(path, schema(), base, bucket=("id", 4), max_memtable_rows=120, inverted=("text", params or {}))
+    t = ModelTable(
+        path,
+        schema(),
+        base,
+        bucket=("id", 4),
+        max_memtable_rows=120,
+        prepare=lambda ds: ds.create_scalar_index("text", "INVERTED", **(params or {})),
+    )
     t.put(rows(rng.choice(1900, 300, replace=False), rng))
     t.delete([(int(k),) for k in rng.choice(1500, 40, replace=False)])
     t.flush()
@@ -155,7 +162,7 @@ def test_filter_prunes_regions(tables: Any) -> None:
     from memwal_query.fts.search import search_text
 
     table = mq.open_table(t.uri)
-    _, stats = search_text(table, "text", "apple", k=5, filter="id = 7")
+    _, stats = search_text(table.view, "text", "apple", k=5, filter="id = 7")
     assert len(stats.pruned_regions) == 3
     assert not any(r in s for s in stats.sources for r in stats.pruned_regions)
 
@@ -179,7 +186,7 @@ def test_threshold_rounds_find_the_same_top_k(tables: Any, query: str, monkeypat
     t, ds = tables
     table = mq.open_table(t.uri)
     for k in (1, 3, 25):
-        got, stats = search.search_text(table, "text", query, k=k)
+        got, stats = search.search_text(table.view, "text", query, k=k)
         assert not stats.exhaustive
         assert_same(got, oracle_search(ds, query, k), k)
 

@@ -217,7 +217,9 @@ def test_nearest_filter_applies_to_live_rows(vectors) -> None:  # type: ignore[n
     table = mq.open_table(vectors.uri)
     q = np.full(DIM, 0.3, dtype=np.float32)
     got = table.nearest("vec", q, k=15, filter="cat = 'y'", nprobes=16, refine_factor=20)
-    assert set(got.column("cat").to_pylist()) == {"y"}
+    assert set(got.column("cat").to_pylist()) == {"y"} and got.num_rows == 15
+    for r in got.to_pylist():  # every returned row is the live version (exact checks: test_levels_oracle.py)
+        assert vectors.model.get((r["id"],)) == {k: r[k] for k in ("id", "cat", "vec")}
     exact = _exact(vectors.model, q, 15, "y")
     assert len(set(got.column("id").to_pylist()) & set(exact)) >= 14
 
@@ -240,10 +242,14 @@ def test_sql_table_functions(vectors) -> None:  # type: ignore[no-untyped-def]
     register_functions(ctx, {"vec": table})
     q = np.full(DIM, -0.2, dtype=np.float32)
     qsql = "[" + ", ".join(f"{x:.1f}" for x in q) + "]"
-    sql = f"SELECT k.id, k._distance FROM memwal_knn('vec', 'vec', {qsql}, 5) k ORDER BY k._distance"
-    got = ctx.sql(sql).to_arrow_table()
-    want = table.nearest("vec", q, k=5)
-    assert got.column("id").to_pylist() == want.column("id").to_pylist()
+    q = np.asarray([float(f"{x:.1f}") for x in q], dtype=np.float32)  # the query as the SQL literal spells it
+    sql = f"SELECT k.* FROM memwal_knn('vec', 'vec', {qsql}, 5, NULL, 16) k ORDER BY k._distance"
+    got = ctx.sql(sql).to_arrow_table().to_pylist()
+    # against the model (an IVF_PQ base and HNSW generations: approximate, so recall, not order)
+    assert len(got) == 5 and len({r["id"] for r in got}) == 5
+    for r in got:  # each row is the live version
+        assert vectors.model.get((r["id"],)) == {c: r[c] for c in ("id", "cat", "vec")}
+    assert len({r["id"] for r in got} & set(_exact(vectors.model, q, 5))) >= 4
     ctx.register_record_batches(
         "labels", [[pa.record_batch({"id": pa.array([1, 2, 3], pa.int64()), "l": ["a", "b", "c"]})]]
     )

@@ -1,5 +1,8 @@
 """Pure decoders for the MemWAL on-storage format (no I/O).
 
+The values they return live in :mod:`memwal_query.format.model`, the file names in
+:mod:`memwal_query.format.names`; both are re-exported here.
+
 Every function here takes bytes (or names) and returns plain, immutable Python
 values; reading the bytes from storage is the caller's job. Malformed input
 raises :class:`ValueError` with a message saying what is wrong; callers wrap it
@@ -25,14 +28,35 @@ from __future__ import annotations
 import json
 import struct
 import uuid
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from types import MappingProxyType
+from collections.abc import Iterable
 from typing import Final
 
 from google.protobuf.message import DecodeError, Message
 
 from memwal_proto import lance_manifest_pb2, mem_wal_pb2
+from memwal_query.format.model import (
+    MAX_HINT_BYTES,
+    MAX_VERSION,
+    MAX_WAL_POSITION,
+    MEM_WAL_INDEX_NAME,
+    FlushedGeneration,
+    IndexCatchup,
+    IndexEntry,
+    LanceField,
+    LanceManifestInfo,
+    MemWalIndex,
+    MergedGeneration,
+    RegionManifest,
+    RegionSpec,
+    ShardingFieldSpec,
+    frozen_map,
+)
+from memwal_query.format.names import (
+    bitrev64_name,
+    lance_manifest_file_name,
+    parse_bitrev64_name,
+    parse_lance_manifest_file_name,
+)
 
 __all__ = [
     "MEM_WAL_INDEX_NAME",
@@ -62,263 +86,9 @@ __all__ = [
     "parse_lance_manifest_file_name",
 ]
 
-MEM_WAL_INDEX_NAME: Final = "__lance_mem_wal"
-"""Name of the Lance index entry that holds the MemWAL index details."""
-
 _MEM_WAL_TYPE_SUFFIX: Final = ".memwalindexdetails"
 _LANCE_MAGIC: Final = b"LANC"
 _FOOTER_LEN: Final = 16
-_U64_MAX: Final = (1 << 64) - 1
-_EMPTY_MAP: Final[Mapping[str, str]] = MappingProxyType({})
-MAX_VERSION: Final = (1 << 63) - 2
-"""Highest region manifest version and generation memwal accepts (they feed int64 columns)."""
-MAX_WAL_POSITION: Final = (1 << 32) - 2
-"""Highest WAL position memwal accepts (a position is the high half of a 64-bit sequence)."""
-MAX_HINT_BYTES: Final = 4096
-"""Largest ``version_hint.json`` memwal reads."""
-
-
-def _frozen_map(items: Mapping[str, str]) -> Mapping[str, str]:
-    return MappingProxyType(dict(sorted(items.items())))
-
-
-# --------------------------------------------------------------------------- #
-# Data classes
-# --------------------------------------------------------------------------- #
-
-
-@dataclass(frozen=True)
-class ShardingFieldSpec:
-    """One field of a region (sharding) spec.
-
-    Attributes:
-        field_id: Name of the spec field (pylance uses ``"bucket"`` for every
-            transform).
-        source_ids: Lance field ids of the source columns.
-        transform: ``"bucket"``, ``"identity"``, ``"unsharded"``, ... or None
-            when the field is defined by ``expression``.
-        expression: A DataFusion SQL expression, or None.
-        result_type: Arrow type name of the field value (e.g. ``"int32"``).
-        parameters: Transform parameters, e.g. ``{"num_buckets": "4"}``.
-    """
-
-    field_id: str
-    source_ids: tuple[int, ...]
-    transform: str | None
-    expression: str | None
-    result_type: str
-    parameters: Mapping[str, str] = field(default_factory=lambda: _EMPTY_MAP)
-
-
-@dataclass(frozen=True)
-class RegionSpec:
-    """A region (sharding) spec of the MemWAL index.
-
-    Attributes:
-        spec_id: Id referenced by :attr:`RegionManifest.spec_id` (0 is reserved
-            for manually managed regions).
-        fields: The spec fields, in order.
-    """
-
-    spec_id: int
-    fields: tuple[ShardingFieldSpec, ...]
-
-
-@dataclass(frozen=True)
-class FlushedGeneration:
-    """A flushed generation of a region: an ordinary Lance dataset.
-
-    Attributes:
-        generation: Generation number (1-based; the base table is generation 0).
-        path: Directory of the dataset, relative to ``_mem_wal/{region_id}/``.
-        in_memory_bytes: Size of the MemTable it was flushed from.
-        physical_rows: Rows in the dataset, tombstones included.
-        primary_key_bytes: Bytes of primary-key data.
-    """
-
-    generation: int
-    path: str
-    in_memory_bytes: int
-    physical_rows: int
-    primary_key_bytes: int
-
-
-@dataclass(frozen=True)
-class RegionManifest:
-    """One version of a region manifest (``ShardManifest``).
-
-    Attributes:
-        region_id: Region UUID as a lowercase string with dashes.
-        version: Manifest version (equals the version in the file name).
-        writer_epoch: Fencing token, bumped by every writer claim.
-        replay_after_wal_position: Last WAL position covered by a flushed
-            generation; WAL replay starts after it (it can lag a flush).
-        wal_position_last_seen: Hint of the last WAL position written.
-        current_generation: Generation of the active MemTable.
-        flushed_generations: Flushed generations, as listed in the manifest.
-        spec_id: Region spec id; 0 for a manually managed region.
-        field_values: ``(field_id, raw little-endian Arrow scalar)`` pairs;
-            empty for regions written by pylance.
-        sealed: True when the region is not active (writers refuse to claim it).
-    """
-
-    region_id: str
-    version: int
-    writer_epoch: int
-    replay_after_wal_position: int
-    wal_position_last_seen: int
-    current_generation: int
-    flushed_generations: tuple[FlushedGeneration, ...]
-    spec_id: int
-    field_values: tuple[tuple[str, bytes], ...]
-    sealed: bool
-
-
-@dataclass(frozen=True)
-class MergedGeneration:
-    """A generation of a region that has been merged into the base table.
-
-    Attributes:
-        region_id: Region UUID as a lowercase string with dashes.
-        generation: The merged generation.
-    """
-
-    region_id: str
-    generation: int
-
-
-@dataclass(frozen=True)
-class IndexCatchup:
-    """How far one base-table index has caught up with merged generations.
-
-    Attributes:
-        index_name: Name of the base-table index.
-        caught_up: Per region, the generation the index has caught up to.
-    """
-
-    index_name: str
-    caught_up: tuple[MergedGeneration, ...]
-
-
-@dataclass(frozen=True)
-class MemWalIndex:
-    """The MemWAL index (``MemWalIndexDetails``) of one base-table version.
-
-    Attributes:
-        snapshot_ts_millis: Snapshot timestamp (0 when not set; pylance leaves
-            it unset).
-        num_regions: Number of regions the spec implies (``num_buckets`` for a
-            bucket spec, 0 otherwise).
-        inline_snapshots: Inline region snapshots (Lance file bytes), or None.
-        specs: Region specs.
-        maintained_indexes: Names of base-table indexes the writers maintain.
-        merged_generations: Per region, the generation merged into the base.
-        index_catchup: Index catch-up progress.
-        writer_config_defaults: Default writer configuration.
-        maintain_all_indexes: Whether every base-table index is maintained.
-    """
-
-    snapshot_ts_millis: int
-    num_regions: int
-    inline_snapshots: bytes | None
-    specs: tuple[RegionSpec, ...]
-    maintained_indexes: tuple[str, ...]
-    merged_generations: tuple[MergedGeneration, ...]
-    index_catchup: tuple[IndexCatchup, ...]
-    writer_config_defaults: Mapping[str, str]
-    maintain_all_indexes: bool
-
-    def merged_generation(self, region_id: str) -> int:
-        """Return the highest generation of ``region_id`` merged into the base.
-
-        Args:
-            region_id: Region UUID string (any case, with or without dashes).
-
-        Returns:
-            The merged generation, or 0 when none of the region is merged.
-        """
-        key = _normalize_uuid(region_id)
-        return max(
-            (m.generation for m in self.merged_generations if m.region_id == key),
-            default=0,
-        )
-
-    def spec(self, spec_id: int) -> RegionSpec | None:
-        """Return the region spec with ``spec_id``, or None if there is none."""
-        for s in self.specs:
-            if s.spec_id == spec_id:
-                return s
-        return None
-
-
-@dataclass(frozen=True)
-class LanceField:
-    """One field of a Lance dataset schema, as stored in its manifest.
-
-    Attributes:
-        name: Field name.
-        id: Lance field id (what ``source_ids`` and index ``fields`` refer to).
-        parent_id: Parent field id; -1 for a top-level field.
-        logical_type: Lance logical type name, e.g. ``"int64"``, ``"string"``.
-        nullable: Whether the field is nullable.
-        primary_key: Whether the field is part of the unenforced primary key.
-    """
-
-    name: str
-    id: int
-    parent_id: int
-    logical_type: str
-    nullable: bool
-    primary_key: bool
-
-
-@dataclass(frozen=True)
-class LanceManifestInfo:
-    """What memwal needs from a Lance manifest file.
-
-    Attributes:
-        version: Dataset version of the manifest.
-        index_section_offset: File offset of the index section, or None when
-            the version has no indexes. 0 is a valid offset.
-        fields: Schema fields, in manifest order.
-        writer_library: Library that wrote the manifest (e.g. ``"lance"``).
-        writer_version: Its version (e.g. ``"14.0.2"``).
-        format_major: Major version from the file footer.
-        format_minor: Minor version from the file footer.
-    """
-
-    version: int
-    index_section_offset: int | None
-    fields: tuple[LanceField, ...]
-    writer_library: str
-    writer_version: str
-    format_major: int
-    format_minor: int
-
-
-@dataclass(frozen=True)
-class IndexEntry:
-    """One entry of a Lance manifest's index section.
-
-    Attributes:
-        name: Index name (``"__lance_mem_wal"`` for the MemWAL index).
-        uuid: Index UUID string with dashes.
-        fields: Lance field ids of the indexed columns.
-        dataset_version: Dataset version the index was last updated at.
-        fragment_bitmap: Covered fragment ids as a serialized 32-bit Roaring
-            bitmap (empty bytes when not recorded).
-        type_url: ``index_details`` type URL, e.g. ``"/lance.table.BTreeIndexDetails"``.
-        details: ``index_details`` payload bytes.
-    """
-
-    name: str
-    uuid: str
-    fields: tuple[int, ...]
-    dataset_version: int
-    fragment_bitmap: bytes
-    type_url: str = ""
-    details: bytes = b""
-
 
 # --------------------------------------------------------------------------- #
 # Helpers
@@ -336,13 +106,6 @@ def _uuid_str(raw: bytes, what: str) -> str:
     if len(raw) != 16:
         raise ValueError(f"{what}: expected a 16-byte UUID, got {len(raw)} bytes")
     return str(uuid.UUID(bytes=raw))
-
-
-def _normalize_uuid(text: str) -> str:
-    try:
-        return str(uuid.UUID(text))
-    except ValueError:
-        return text
 
 
 def _merged(entries: Iterable[mem_wal_pb2.CompactedSsTable], what: str) -> tuple[MergedGeneration, ...]:
@@ -582,7 +345,7 @@ def decode_mem_wal_index_details(details: bytes) -> MemWalIndex:
                         transform=f.transform if f.HasField("transform") else None,
                         expression=f.expression if f.HasField("expression") else None,
                         result_type=f.result_type,
-                        parameters=_frozen_map(f.parameters),
+                        parameters=frozen_map(f.parameters),
                     )
                     for f in s.fields
                 ),
@@ -598,7 +361,7 @@ def decode_mem_wal_index_details(details: bytes) -> MemWalIndex:
             )
             for c in pb.index_catchup
         ),
-        writer_config_defaults=_frozen_map(pb.writer_config_defaults),
+        writer_config_defaults=frozen_map(pb.writer_config_defaults),
         maintain_all_indexes=pb.maintain_all_indexes,
     )
 
@@ -628,82 +391,3 @@ def decode_mem_wal_index(file_bytes: bytes) -> MemWalIndex | None:
             )
         return decode_mem_wal_index_details(bytes(idx.index_details.value))
     return None
-
-
-# --------------------------------------------------------------------------- #
-# File names
-# --------------------------------------------------------------------------- #
-
-
-def bitrev64_name(n: int) -> str:
-    """Return the bit-reversed 64-character binary name of ``n``.
-
-    Used for region manifest versions and WAL positions: ``1 -> "1000…0"``.
-
-    Args:
-        n: A value in ``[0, 2**64)``.
-
-    Returns:
-        The 64-character name, without extension.
-
-    Raises:
-        ValueError: ``n`` is out of range.
-    """
-    if not 0 <= n <= _U64_MAX:
-        raise ValueError(f"bitrev64 value out of range: {n}")
-    return format(n, "064b")[::-1]
-
-
-def parse_bitrev64_name(name: str) -> int | None:
-    """Inverse of :func:`bitrev64_name`.
-
-    Args:
-        name: A file name; an extension (``.binpb``, ``.arrow``) is ignored.
-
-    Returns:
-        The value, or None when the name is not a bitrev64 name.
-    """
-    stem = name.split(".", 1)[0]
-    if len(stem) != 64 or stem.strip("01"):
-        return None
-    return int(stem[::-1], 2)
-
-
-def lance_manifest_file_name(version: int) -> str:
-    """Return the V2-scheme Lance manifest file name of ``version``.
-
-    Args:
-        version: Dataset version in ``[0, 2**64)``.
-
-    Returns:
-        ``"{u64::MAX - version:020d}.manifest"``.
-
-    Raises:
-        ValueError: ``version`` is out of range.
-    """
-    if not 0 <= version <= _U64_MAX:
-        raise ValueError(f"Lance version out of range: {version}")
-    return f"{_U64_MAX - version:020d}.manifest"
-
-
-def parse_lance_manifest_file_name(name: str) -> int | None:
-    """Inverse of :func:`lance_manifest_file_name`.
-
-    A 20-digit stem is read with the V2 scheme; a shorter all-digit stem is
-    read as a V1 name (``{version}.manifest``).
-
-    Args:
-        name: A file name in ``_versions/``.
-
-    Returns:
-        The dataset version, or None when the name is not a manifest name.
-    """
-    if not name.endswith(".manifest"):
-        return None
-    stem = name[: -len(".manifest")]
-    if not stem.isascii() or not stem.isdigit():
-        return None
-    value = int(stem)
-    if len(stem) == 20:
-        return _U64_MAX - value if value <= _U64_MAX else None
-    return value

@@ -21,16 +21,14 @@ across snapshots (a row address never changes its text).
 from __future__ import annotations
 
 import threading
-import uuid
 import weakref
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import lance
 import numpy as np
-import pyarrow as pa
 from lance.file import LanceFileReader
 
 from memwal_query.errors import InvalidArgumentError, MemWalError
@@ -38,13 +36,10 @@ from memwal_query.fts.analyzer import Analyzer, Doc
 from memwal_query.fts.bm25 import CorpusStats
 from memwal_query.fts.index_files import InvertedIndexFiles, read_index_files
 from memwal_query.fts.postings import Postings
-from memwal_query.merge import MergeState
-from memwal_query.planner.plan import Plan
 from memwal_query.regionspec.spec import lance_field_ids
-from memwal_query.snapshot import Snapshot
+from memwal_query.view.table_view import TableView
 
 __all__ = [
-    "SearchableTable",
     "IndexedSource",
     "FlatSource",
     "Corpus",
@@ -59,20 +54,6 @@ _INVERTED = "InvertedIndexDetails"
 #: once per generation); larger ones are searched through their own index.
 POSTINGS_MAX_ROWS = 50_000
 _MEMO_MAX_DOCS = 2_000_000
-
-
-class SearchableTable(Protocol):
-    """What text search reads of a :class:`memwal_query.Table`."""
-
-    @property
-    def uri(self) -> str: ...
-    @property
-    def snapshot(self) -> Snapshot: ...
-    @property
-    def merge_state(self) -> MergeState: ...
-    @property
-    def storage_options(self) -> Mapping[str, str]: ...
-    def plan(self, predicate_sql: str | None = None) -> Plan: ...
 
 
 @dataclass(frozen=True)
@@ -327,20 +308,17 @@ def _fragment_key(ds: lance.LanceDataset, frag: lance.LanceFragment) -> str:
     return f"{ds.uri}#{frag.fragment_id}:" + ",".join(f.path for f in frag.metadata.files)
 
 
-def _memtable_dataset(rows: pa.Table, schema: pa.Schema) -> lance.LanceDataset:
-    return lance.write_dataset(rows.select(schema.names).cast(schema), f"memory://memwal-fts-{uuid.uuid4().hex}")
-
-
-def _build(table: SearchableTable, column: str) -> Corpus:
-    snap, merge = table.snapshot, table.merge_state
+def _build(view: TableView, column: str) -> Corpus:
+    snap, merge = view.snapshot, view.merge
     desc = inverted_index(snap.base, column)
     if desc is None:
         msg = (
-            f"column {column!r} of {table.uri} has no INVERTED index: create one on the base table "
+            f"column {column!r} of {view.uri} has no INVERTED index: create one on the base table "
             f"(create_scalar_index({column!r}, 'INVERTED')) before initialize_mem_wal"
         )
         raise InvalidArgumentError(msg)
-    ctx = _Build(column, Analyzer.from_params(desc.details, f"index {desc.name} on {column!r}"), table.storage_options)
+    analyzer = Analyzer.from_params(desc.details, f"index {desc.name} on {column!r}")
+    ctx = _Build(column, analyzer, view.storage.storage_options)
     base = snap.base
     indexed = [_indexed_source("base", None, base, desc, ctx, merge.base_drop, indexed_only=True)]
     covered = {int(f) for s in desc.segments for f in s.fragment_ids}
@@ -370,7 +348,7 @@ def _build(table: SearchableTable, column: str) -> Corpus:
                 flat.append(_flat_source(what, rid, g.dataset, None, ctx, drop, None if g.rebuilt_from_wal else g.uri))
         mem = merge.memtables.get(rid)
         if mem is not None and mem.num_rows:
-            ds = _memtable_dataset(mem, snap.schema)
+            ds = view.memtable_dataset(rid, mem)
             flat.append(_flat_source(f"{rid} memtable", rid, ds, None, ctx, None, None))
     return Corpus(column, ctx.analyzer, str(desc.name), tuple(indexed), tuple(flat))
 
@@ -379,25 +357,25 @@ _corpora: dict[tuple[int, str], Corpus] = {}
 _corpora_lock = threading.Lock()
 
 
-def corpus_of(table: SearchableTable, column: str) -> Corpus:
+def corpus_of(view: TableView, column: str) -> Corpus:
     """The corpus of ``column`` in ``table``'s snapshot (built once per snapshot).
 
     Raises:
         InvalidArgumentError: ``column`` has no INVERTED index on the base table.
         MemWalError: A source cannot be read.
     """
-    merge = table.merge_state
+    merge = view.merge
     key = (id(merge), column)
     with _corpora_lock:
         hit = _corpora.get(key)
     if hit is not None:
         return hit
     try:
-        corpus = _build(table, column)
+        corpus = _build(view, column)
     except MemWalError:
         raise
     except (OSError, ValueError, RuntimeError) as err:
-        msg = f"cannot read the full-text sources of {table.uri}: {err}"
+        msg = f"cannot read the full-text sources of {view.uri}: {err}"
         raise MemWalError(msg) from err
     with _corpora_lock:
         if key not in _corpora:

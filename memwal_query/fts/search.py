@@ -27,7 +27,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import lance
 import numpy as np
@@ -43,13 +43,13 @@ from memwal_query.fts.corpus import (
     Corpus,
     FlatSource,
     IndexedSource,
-    SearchableTable,
     corpus_of,
     fragments_of,
     tokenize_rows,
 )
+from memwal_query.view.table_view import TableView
 
-__all__ = ["TextSearchStats", "search_text"]
+__all__ = ["TextSearchResult", "TextSearchStats", "search_text"]
 
 _ADDR = "_rowaddr"
 _SCORE = "_score"
@@ -205,8 +205,8 @@ def _kth(scores: Sequence[np.ndarray], k: int) -> float:
     return float(np.partition(allv, allv.size - k)[allv.size - k])
 
 
-def _check(table: SearchableTable, column: str, query: object, k: object, columns: Sequence[str] | None) -> list[str]:
-    schema = table.snapshot.schema
+def _check(view: TableView, column: str, query: object, k: object, columns: Sequence[str] | None) -> list[str]:
+    schema = view.snapshot.schema
     if not isinstance(k, int) or isinstance(k, bool) or k <= 0:
         msg = f"k must be a positive integer, got {k!r}"
         raise InvalidArgumentError(msg)
@@ -214,23 +214,26 @@ def _check(table: SearchableTable, column: str, query: object, k: object, column
         msg = f"the text query must be a string, got {query!r}"
         raise InvalidArgumentError(msg)
     if column not in schema.names:
-        msg = f"unknown text column {column!r} in {table.uri} (columns: {schema.names})"
+        msg = f"unknown text column {column!r} in {view.uri} (columns: {schema.names})"
         raise InvalidArgumentError(msg)
     typ = schema.field(column).type
     if not (pa.types.is_string(typ) or pa.types.is_large_string(typ)):
-        msg = f"column {column!r} of {table.uri} is {typ}, not a string column"
+        msg = f"column {column!r} of {view.uri} is {typ}, not a string column"
         raise InvalidArgumentError(msg)
     out = list(columns) if columns is not None else list(schema.names)
     missing = [c for c in out if c not in schema.names]
     if missing:
-        msg = f"unknown column(s) {missing} in {table.uri}"
+        msg = f"unknown column(s) {missing} in {view.uri}"
         raise InvalidArgumentError(msg)
     return out
 
 
-def _pruned(table: SearchableTable, filt: str | pc.Expression | None, in_query: bool) -> set[str]:
+def _pruned(view: TableView, filt: str | pc.Expression | None, in_query: bool) -> set[str]:
+    """Regions the filter prunes (a SQL string cannot be planned inside a running query)."""
+    if isinstance(filt, pc.Expression):
+        return set(view.plan_expression(filt).pruned_regions)
     if isinstance(filt, str) and not in_query:
-        return set(table.plan(filt).pruned_regions)
+        return set(view.plan_sql(filt).pruned_regions)
     return set()
 
 
@@ -256,8 +259,15 @@ def _output(hits: list[_Hits], q: _Query, out: list[str], schema: pa.Schema) -> 
     return pa.concat_tables(rows).append_column(_SCORE, pa.array(scores[order].astype(np.float32)))
 
 
+class TextSearchResult(NamedTuple):
+    """A text search's rows (with ``_score``, best first) and what it searched."""
+
+    rows: pa.Table
+    stats: TextSearchStats
+
+
 def search_text(
-    table: SearchableTable,
+    view: TableView,
     column: str,
     query: str,
     *,
@@ -266,24 +276,24 @@ def search_text(
     columns: Sequence[str] | None = None,
     phrase: bool = False,
     in_query: bool = False,
-) -> tuple[pa.Table, TextSearchStats]:
+) -> TextSearchResult:
     """Top-k live rows for ``query`` with ``_score``, best first; see the module docs.
 
     ``in_query``: called from inside a running DataFusion query (the SQL table
     function): a SQL filter is applied but cannot be planned for region pruning there.
     """
     t0 = time.perf_counter()
-    out = _check(table, column, query, k, columns)
-    corpus = corpus_of(table, column)
+    out = _check(view, column, query, k, columns)
+    corpus = corpus_of(view, column)
     stats = TextSearchStats(approximate_rows=sum(s.unreadable_rows for s in corpus.indexed))
     if phrase and not corpus.analyzer.with_position:
-        msg = f"phrase queries need positions: index {corpus.index_name} on {column!r} of {table.uri} has none"
+        msg = f"phrase queries need positions: index {corpus.index_name} on {column!r} of {view.uri} has none"
         raise InvalidArgumentError(msg)
     tokens = corpus.analyzer.query(query)
     q = _Query(
         corpus, query, tokens, phrase, corpus.stats(tokens.tokens), filter, list(dict.fromkeys([*out, column])), k
     )
-    pruned = _pruned(table, filter, in_query)
+    pruned = _pruned(view, filter, in_query)
     stats.pruned_regions = sorted(pruned)
     hits: list[_Hits] = []
     fetches: list[_Fetch] = []
@@ -311,6 +321,6 @@ def search_text(
                 f.limit = 4 * (f.limit or 0)
                 f.run(q, stats)
     hits += [_Hits(f.scores, rows=f.rows) for f in fetches if f.rows is not None]
-    result = _output(hits, q, out, table.snapshot.schema)
+    result = _output(hits, q, out, view.snapshot.schema)
     stats.seconds = time.perf_counter() - t0
-    return result, stats
+    return TextSearchResult(result, stats)

@@ -15,7 +15,7 @@ import pyarrow as pa
 from memwal_query.format.decode import RegionSpec
 from memwal_query.planner.predicates import Predicate, Unknown, to_sql
 from memwal_query.planner.pruning import RegionValues, Transform, region_might_match
-from memwal_query.snapshot import Snapshot
+from memwal_query.snapshot.model import Snapshot
 
 __all__ = ["Plan", "PrunedRegion", "plan_regions", "region_values_of", "REGION_NAMESPACE"]
 

@@ -32,6 +32,7 @@ __all__ = [
     "Unknown",
     "to_nnf",
     "columns_of",
+    "needed_columns",
     "to_sql",
 ]
 
@@ -139,6 +140,34 @@ def columns_of(p: Predicate) -> set[str]:
     if isinstance(p, Not):
         return columns_of(p.child)
     return set()
+
+
+def needed_columns(p: Predicate) -> frozenset[str] | None:
+    """Every column evaluating ``p`` reads, or ``None`` when part of it is :class:`Unknown`.
+
+    Unlike :func:`columns_of` (enough for pruning, which ignores what it cannot read),
+    an unknown part may read any column.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> sorted(needed_columns(And((Compare("a", ">", pa.scalar(1)), IsNull("b")))))
+        ['a', 'b']
+        >>> needed_columns(Or((Compare("a", "=", pa.scalar(1)), Unknown("f(b)")))) is None
+        True
+    """
+    if isinstance(p, Unknown):
+        return None
+    if isinstance(p, (And, Or)):
+        out: set[str] = set()
+        for c in p.children:
+            got = needed_columns(c)
+            if got is None:
+                return None
+            out |= got
+        return frozenset(out)
+    if isinstance(p, Not):
+        return needed_columns(p.child)
+    return frozenset(columns_of(p))
 
 
 _PLAIN_NAME = re.compile(r"[a-z_][a-z0-9_]*")

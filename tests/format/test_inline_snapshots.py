@@ -12,7 +12,7 @@ import pytest
 from lance.file import LanceFileWriter
 
 import memwal_query as mq
-import memwal_query.snapshot as snapshot_mod
+import memwal_query.snapshot.load as snapshot_mod
 from memwal_query.format.inline_snapshots import decode_inline_snapshots
 
 from lsm_model import PK
@@ -58,9 +58,9 @@ def test_inline_snapshots_drive_eventual_discovery_and_pruning(tmp_path: Path, m
             w.put(pa.table({"id": [key], "v": [key]}, schema=SCHEMA))
     listed = sorted(regions.items())[:3]  # the index's snapshot knows 3 of the 4 regions
     data = _inline_bytes(tmp_path, [{"id": r, "bucket": b} for b, r in listed])
-    real = snapshot_mod._read_index
+    real = snapshot_mod.read_memwal_index
     monkeypatch.setattr(
-        snapshot_mod, "_read_index", lambda s, v: dataclasses.replace(real(s, v), inline_snapshots=data)
+        snapshot_mod, "read_memwal_index", lambda s, v: dataclasses.replace(real(s, v), inline_snapshots=data)
     )
     eventual = mq.open_table(uri, consistency="eventual")
     assert sorted(eventual.region_ids) == sorted(r for _, r in listed)

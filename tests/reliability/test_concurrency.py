@@ -330,9 +330,9 @@ def _expected(t: ModelTable) -> list[tuple[int, int]]:
 def _merge_gc_after_index_read(monkeypatch: pytest.MonkeyPatch, t: ModelTable, *, partial: bool = False) -> None:
     """The next snapshot reads base version V, then a merger merges + GCs before the
     snapshot opens the generations (the race the concurrent test hits)."""
-    import memwal_query.snapshot as snapshot_mod
+    import memwal_query.snapshot.load as snapshot_mod
 
-    orig = snapshot_mod._read_index
+    orig = snapshot_mod.read_memwal_index
     fired: list[bool] = []
 
     def read_index_then_gc(storage: Any, version: int) -> Any:
@@ -342,7 +342,7 @@ def _merge_gc_after_index_read(monkeypatch: pytest.MonkeyPatch, t: ModelTable, *
             _merge_and_gc(t, partial=partial)
         return index
 
-    monkeypatch.setattr(snapshot_mod, "_read_index", read_index_then_gc)
+    monkeypatch.setattr(snapshot_mod, "read_memwal_index", read_index_then_gc)
 
 
 def test_open_racing_merge_and_gc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -395,7 +395,7 @@ def test_query_of_a_snapshot_whose_generation_was_merged_and_gcd(tmp_path: Path)
 def _writes_between_region_reads(monkeypatch: pytest.MonkeyPatch, t: ModelTable) -> tuple[int, int]:
     """The next snapshot reads region A; then, before it reads region B, a writer puts key
     ``a`` into A and after that key ``b`` into B. Returns ``(a, b)``."""
-    import memwal_query.snapshot as snapshot_mod
+    import memwal_query.snapshot.load as snapshot_mod
 
     first, second = t.regions()
     routed = t.route(pa.table({"id": pa.array(range(100, 200), pa.int64())}))
@@ -437,7 +437,7 @@ def test_strong_snapshot_keeps_a_writers_order_across_regions(tmp_path: Path, mo
 def test_strong_snapshot_says_when_it_could_not_settle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With no re-check passes allowed, the same race leaves region A as first read, and
     the snapshot says it is not one instant (the state a re-check exists to prevent)."""
-    import memwal_query.snapshot as snapshot_mod
+    import memwal_query.snapshot.load as snapshot_mod
 
     monkeypatch.setattr(snapshot_mod, "MAX_CUT_ROUNDS", 0)
     t = _small_table(tmp_path / "t")

@@ -20,6 +20,7 @@ import shutil
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pyarrow as pa
@@ -29,13 +30,16 @@ from hypothesis import strategies as st
 
 import memwal_query as mq
 from memwal_proto import mem_wal_pb2
-from memwal_query import snapshot as snap
 from memwal_query.errors import MemWalError
 from memwal_query.format.bloom import read_bloom_filter
 from memwal_query.format.decode import bitrev64_name, lance_manifest_file_name
 from memwal_query.format.inline_snapshots import decode_inline_snapshots
+from memwal_query.format.memwal_index import read_memwal_index
 from memwal_query.format.storage import Storage
 from memwal_query.format.wal import read_wal_entry, wal_entry_path
+from memwal_query.snapshot import load as _load
+from memwal_query.snapshot import manifests as _manifests
+from memwal_query.snapshot import memtables as _memtables
 
 from hostile import SCHEMA, Hostile, build_hostile, edit_mem_wal_details, edit_region_manifest, inline_snapshot_bytes
 
@@ -44,6 +48,16 @@ QUICK = 30
 DEEP = int(os.environ.get("MEMWAL_FUZZ_EXAMPLES", "1000"))
 REGION = "00000000-0000-4000-8000-000000000001"
 DATA_SCHEMA = pa.schema([*SCHEMA, pa.field("_tombstone", pa.bool_())])
+
+# the snapshot loader's pieces these decoders feed (the module was split into a package)
+snap = SimpleNamespace(
+    _read_region_manifest_version=_manifests._read_region_manifest_version,
+    _version_hint=_manifests._version_hint,
+    latest_region_manifest=_manifests.latest_region_manifest,
+    _read_index=read_memwal_index,
+    _inline_regions=_load._inline_regions,
+    _conform=_memtables._conform,
+)
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ raise it for a deeper search).
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import tempfile
 from typing import Any
@@ -63,7 +64,7 @@ def _sql(table: mq.Table, query: str) -> list[dict[str, Any]]:
 class Scenario:
     """The system under test is a real table; the oracle is ``ModelTable.model``."""
 
-    def __init__(self, path: str, buckets: int, base: list[tuple[int, str]]) -> None:
+    def __init__(self, path: str, buckets: int, base: list[tuple[int, str]], rnd: random.Random) -> None:
         rows = {k: {"id": k, "v": -1 - i, "c": c} for i, (k, c) in enumerate(base)}  # base keys are unique
         rows[SENTINEL["id"]] = SENTINEL
         self.t = FastModelTable(
@@ -74,6 +75,8 @@ class Scenario:
             max_memtable_rows=MAX_MEMTABLE_ROWS,
         )
         self.seq = 0  # op counter: every written row gets a fresh ``v``
+        self.rnd = rnd  # draws the keys each check looks up one by one
+        self.written: set[int] = set(rows)  # every key ever written or deleted
         self.merged: dict[str, int] = {}  # region -> highest generation merged by us
         self.refreshed = mq.open_table(self.t.uri)
         # a snapshot kept across steps with the model rows it showed: it must not change
@@ -96,11 +99,13 @@ class Scenario:
         """Updates, new keys, re-inserts and duplicates inside one batch (last wins)."""
         self.seq += 1
         self.t.put([{"id": k, "v": self.seq * 1000 + i, "c": c} for i, (k, c) in enumerate(items)])
+        self.written.update(k for k, _ in items)
 
     def delete(self, keys: list[int]) -> None:
         """Deletes of present and absent keys (and the same key twice)."""
         self.seq += 1
         self.t.delete([(k,) for k in keys])
+        self.written.update(keys)
 
     def flush(self, picks: list[int]) -> None:
         """Close every writer: MemTables become flushed generations; then merge some."""
@@ -110,6 +115,13 @@ class Scenario:
         eventual = mq.open_table(self.t.uri, consistency="eventual")
         assert eventual.to_arrow().sort_by("id").to_pylist() == self.expected(), "eventual view after flush"
         self.merge(picks)
+
+    def twice(self, items: list[tuple[int, str]]) -> None:
+        """The same keys put and flushed twice, nothing merged: each key then lives in two
+        unmerged generations of its region (the newer must win)."""
+        for _ in range(2):
+            self.put(items)
+            self.flush([])
 
     def merge(self, picks: list[int]) -> None:
         """Merge the oldest unmerged flushed generation of a region, once per pick (writers
@@ -148,10 +160,14 @@ class Scenario:
         assert got_v == [{"id": r["id"], "v": r["v"]} for r in exp if r["v"] >= lo], step
         got_c = _sql(fresh, "SELECT id FROM t WHERE c = 'a' AND v < 0 ORDER BY id")
         assert got_c == [{"id": r["id"]} for r in exp if r["c"] == "a" and r["v"] < 0], step
-        # point lookups of a few present and absent keys
-        keys = [0, 7, 13, 29, 42, 60, SENTINEL["id"]]
+        # point lookups: every key ever written (live, deleted, re-inserted) and a never-written
+        # one at once, then a random few of them one at a time
+        keys = sorted(self.written) + [-1]
         got_l = sorted(fresh.lookup(keys).to_pylist(), key=lambda r: r["id"])
-        assert got_l == [r for r in exp if r["id"] in keys], step
+        assert got_l == exp, f"after {step}: lookup of every written key"
+        for k in self.rnd.sample(keys, min(3, len(keys))):
+            want = [self.t.model[(k,)]] if (k,) in self.t.model else []
+            assert fresh.lookup(k).to_pylist() == want, f"after {step}: lookup({k})"
         if self.pinned is not None:
             table, rows = self.pinned
             assert table.to_arrow().sort_by("id").to_pylist() == rows, f"after {step}: pinned snapshot changed"
@@ -163,6 +179,7 @@ OPS = st.one_of(
     st.tuples(st.just("delete"), st.lists(KEYS, min_size=1, max_size=20)),
     st.tuples(st.just("flush"), st.lists(st.integers(0, 3), max_size=3)),
     st.tuples(st.just("flush"), st.lists(st.integers(0, 3), min_size=1, max_size=4)),
+    st.tuples(st.just("twice"), st.lists(st.tuples(KEYS, st.sampled_from(CATS)), min_size=1, max_size=12)),
     st.tuples(st.just("put"), st.lists(st.tuples(KEYS, st.sampled_from(CATS)), min_size=20, max_size=70)),
     st.tuples(st.just("merge"), st.lists(st.integers(0, 3), min_size=1, max_size=3)),
     st.tuples(st.just("pin")),
@@ -172,14 +189,15 @@ SEQUENCES = st.tuples(
     st.integers(min_value=2, max_value=4),
     st.lists(st.tuples(KEYS, st.sampled_from(CATS)), max_size=30),
     st.lists(OPS, min_size=6, max_size=12),
+    st.randoms(use_true_random=False),
 )
 
 
-def run_sequence(case: tuple[int, list[tuple[int, str]], list[tuple[Any, ...]]]) -> None:
-    buckets, base, ops = case
+def run_sequence(case: tuple[int, list[tuple[int, str]], list[tuple[Any, ...]], random.Random]) -> None:
+    buckets, base, ops, rnd = case
     tmp = tempfile.mkdtemp(prefix="memwal-prop-")
     try:
-        sc = Scenario(tmp + "/t", buckets, base)
+        sc = Scenario(tmp + "/t", buckets, base, rnd)
         try:
             sc.check("open")
             for i, op in enumerate(ops):

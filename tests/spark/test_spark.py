@@ -25,7 +25,11 @@ from memwal_query.errors import InvalidArgumentError, MemWalError, TableNotFound
 from memwal_query.format.decode import RegionSpec, ShardingFieldSpec
 from memwal_query.planner.plan import REGION_NAMESPACE
 from memwal_query.regionspec.spec import evaluate_spec
-from memwal_write.spark import _Dedup, _hashable, _write_partition, _WriteJob, bucket_column
+from memwal_write.dedupe import Dedup as _Dedup
+from memwal_write.spark import bucket_column
+from memwal_write.spark_routing import hashable as _hashable
+from memwal_write.spark_tasks import WriteJob as _WriteJob
+from memwal_write.spark_tasks import write_partition as _write_partition
 
 from lsm_model import PK, sort_table
 

@@ -34,16 +34,16 @@ import pyarrow as pa
 
 from memwal_query.conform import conform
 from memwal_query.errors import GenerationLostError, MemWalCorruptionError
-from memwal_query.format.decode import FlushedGeneration
+from memwal_query.format.model import FlushedGeneration
 from memwal_query.format.storage import Storage
 from memwal_query.format.wal import TOMBSTONE, GenerationWal, scan_generations
-from memwal_query.snapshot import (
+from memwal_query.snapshot.cache import SnapshotCache
+from memwal_query.snapshot.model import (
     GenerationSource,
     MissingGenerationPolicy,
     RegionSnapshot,
     SkippedGeneration,
     Snapshot,
-    SnapshotCache,
 )
 
 __all__ = [

@@ -23,6 +23,7 @@ version the index was last built at (its fragment bitmap says which fragments it
 covers): the generations merged since then are the catch-up generations.
 
 Whether a usable plan is *chosen* is :attr:`memwal_query.Table.index_catchup`'s call
+(:meth:`memwal_query.view.TableView.uses_catchup`)
 (by default a cost rule: many small generations cost more as indexed searches than a
 few thousand rows searched flat). The plan is checked before it is used: every catch-up generation must still be
 readable (a merger may garbage-collect merged generations), and their live rows
@@ -37,20 +38,29 @@ import dataclasses
 import logging
 import warnings
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from memwal_query.errors import MemWalError
+from memwal_query.format.memwal_index import read_memwal_index
 from memwal_query.format.paths import generation_rel
+from memwal_query.format.storage import Storage
 from memwal_query.merge import rank_levels
-from memwal_query.snapshot import GenerationSource, _generation_intact, _open_generation, _read_index
+from memwal_query.snapshot.cache import SnapshotCache
+from memwal_query.snapshot.generations import generation_intact, open_generation
+from memwal_query.snapshot.model import GenerationSource, Snapshot
 
-if TYPE_CHECKING:
-    from memwal_query.table import Table
-
-__all__ = ["CATCHUP_MIN_ROWS_PER_SOURCE", "BaseIndex", "CatchupPlan", "base_indexes", "plan_catchup"]
+__all__ = [
+    "CATCHUP_MIN_ROWS_PER_SOURCE",
+    "BaseIndex",
+    "CatchupSource",
+    "CatchupPlan",
+    "base_indexes",
+    "plan_catchup",
+    "still_readable",
+]
 
 log = logging.getLogger("memwal_query")
 
@@ -72,13 +82,13 @@ class BaseIndex:
     fragment_ids: frozenset[int]
 
 
-def base_indexes(table: Table) -> list[BaseIndex]:
+def base_indexes(snapshot: Snapshot) -> list[BaseIndex]:
     """The user indexes of the snapshot's base version (the MemWAL index left out)."""
     try:
         # describe_indices() (the successor) does not expose fragment coverage yet.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
-            raw = table.snapshot.base.list_indices()
+            raw = snapshot.base.list_indices()
     except Exception:  # noqa: BLE001 - no index metadata at all
         return []
     out = []
@@ -136,9 +146,8 @@ class CatchupPlan:
         return f"index {self.index.name}: {frags}, searched flat ({self.reason})"
 
 
-def _caught_up(table: Table, index: BaseIndex) -> tuple[dict[str, int], str] | str:
+def _caught_up(snap: Snapshot, storage: Storage, index: BaseIndex) -> tuple[dict[str, int], str] | str:
     """Per region, the generation the index has caught up with, and where that came from."""
-    snap = table.snapshot
     for c in snap.index.index_catchup:
         if c.index_name == index.name:
             return {m.region_id: int(m.generation) for m in c.caught_up}, "MemWAL index catch-up progress"
@@ -150,7 +159,7 @@ def _caught_up(table: Table, index: BaseIndex) -> tuple[dict[str, int], str] | s
     if index.dataset_version == snap.base_version:
         return {r.region_id: r.merged_generation for r in snap.regions}, "index built at this version"
     try:
-        then = _read_index(table._storage, index.dataset_version)  # noqa: SLF001 - same package
+        then = read_memwal_index(storage, index.dataset_version)
     except MemWalError as err:
         if "no MemWAL index" in str(err):
             return {}, f"index built at version {index.dataset_version}, before the MemWAL index existed"
@@ -161,9 +170,8 @@ def _caught_up(table: Table, index: BaseIndex) -> tuple[dict[str, int], str] | s
     )
 
 
-def plan_catchup(table: Table, index: BaseIndex) -> CatchupPlan:
-    """Work out (and check) the Indexed Read Plan of ``index`` for this snapshot."""
-    snap = table.snapshot
+def plan_catchup(snap: Snapshot, storage: Storage, cache: SnapshotCache, index: BaseIndex) -> CatchupPlan:
+    """Work out (and check) the Indexed Read Plan of ``index`` for snapshot ``snap``."""
     frags = snap.base.get_fragments()
     uncovered = [f for f in frags if f.fragment_id not in index.fragment_ids]
     uncovered_rows = sum(int(f.count_rows()) for f in uncovered)
@@ -174,7 +182,7 @@ def plan_catchup(table: Table, index: BaseIndex) -> CatchupPlan:
 
     if not uncovered:
         return plan((), False, "nothing to catch up")
-    progress = _caught_up(table, index)
+    progress = _caught_up(snap, storage, index)
     if isinstance(progress, str):
         return plan((), False, progress)
     caught, origin = progress
@@ -194,19 +202,19 @@ def plan_catchup(table: Table, index: BaseIndex) -> CatchupPlan:
             path = listed.get(g)
             if path is None:
                 return plan((), False, f"generation {g} of region {region.region_id} is not listed any more")
-            rel = generation_rel(table._storage, region.region_id, path, what=f"flushed generation {g}")  # noqa: SLF001
-            if not table._storage.exists(f"{rel}/_versions"):  # noqa: SLF001
+            rel = generation_rel(storage, region.region_id, path, what=f"flushed generation {g}")
+            if not storage.exists(f"{rel}/_versions"):
                 return plan((), False, f"generation {g} of region {region.region_id} was garbage-collected")
-            got = _open_generation(table._storage, region.region_id, g, path, table._cache)  # noqa: SLF001
+            got = open_generation(storage, region.region_id, g, path, cache)
             if not isinstance(got, GenerationSource):
                 return plan((), False, f"generation {g} of region {region.region_id}: {got.reason}")
             gens.append(got)
             paths.append(rel)
-        alone = rank_levels(gens, None, pk, key_schema, table._cache)  # noqa: SLF001
+        alone = rank_levels(gens, None, pk, key_schema, cache)
         if alone is None:
             continue
         live_total += int((alone.first & ~alone.tombstone).sum())
-        ranked = rank_levels([*gens, *region.generations], region.memtable, pk, key_schema, table._cache)  # noqa: SLF001
+        ranked = rank_levels([*gens, *region.generations], region.memtable, pk, key_schema, cache)
         assert ranked is not None
         keep = ranked.first & ~ranked.tombstone
         for i, source in enumerate(gens):
@@ -222,7 +230,7 @@ def plan_catchup(table: Table, index: BaseIndex) -> CatchupPlan:
     return plan(tuple(sources), True, f"progress from {origin}")
 
 
-def still_readable(table: Table, plan: CatchupPlan) -> CatchupPlan:
+def still_readable(storage: Storage, plan: CatchupPlan) -> CatchupPlan:
     """``plan``, or an unusable copy if a merger has garbage-collected one of its generations.
 
     Catch-up generations are merged already, so a merger may delete them at any time;
@@ -230,9 +238,9 @@ def still_readable(table: Table, plan: CatchupPlan) -> CatchupPlan:
     back to the base fragments if one is gone.
     """
     for src in plan.sources:
-        if not _generation_intact(table._storage, src.path, src.generation.dataset, manifest_checked=False):  # noqa: SLF001
+        if not generation_intact(storage, src.path, src.generation.dataset, manifest_checked=False):
             g = src.generation
             why = f"generation {g.generation} of region {g.region_id} was garbage-collected after the plan was made"
-            log.info("%s: %s; reading the unindexed base fragments instead", table.uri, why)
+            log.info("%s: %s; reading the unindexed base fragments instead", storage.uri, why)
             return dataclasses.replace(plan, sources=(), usable=False, reason=why)
     return plan

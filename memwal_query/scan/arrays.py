@@ -1,0 +1,103 @@
+"""Whole-array helpers of the scan: drop masks, fragment ranges, cache keys, chunks.
+
+Example:
+    >>> import numpy as np, pyarrow as pa
+    >>> drop_mask(pa.array([1, 2, 3], pa.uint64()), np.array([2], dtype=np.uint64)).to_pylist()
+    [True, False, True]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = [
+    "drop_mask",
+    "fragment_cache_key",
+    "in_fragment",
+    "one_chunk",
+    "is_gone",
+    "as_expression",
+    "zero_column_batches",
+    "chain_first",
+]
+
+COUNT_CHUNK = 1 << 20
+
+
+def drop_mask(rowaddr: pa.Array | pa.ChunkedArray, drop: np.ndarray) -> pa.Array:
+    """``True`` for rows whose address is *not* in the sorted ``drop`` array."""
+    ra = np.asarray(rowaddr.to_numpy() if isinstance(rowaddr, pa.Array) else rowaddr.to_numpy(), dtype=np.uint64)
+    if ra.size and bool(np.all(ra[1:] >= ra[:-1])):
+        # Scans return a fragment's rows in address order: look up only the drops
+        # inside this batch's address range (few), not every row (many).
+        d = drop[np.searchsorted(drop, ra[0]) : np.searchsorted(drop, ra[-1], "right")]
+        keep = np.ones(ra.size, dtype=bool)
+        if d.size:
+            pos = np.searchsorted(ra, d)
+            ok = pos < ra.size
+            pos, d = pos[ok], d[ok]
+            keep[pos[ra[pos] == d]] = False
+        return pa.array(keep)
+    idx = np.searchsorted(drop, ra)
+    idx[idx == drop.size] = 0
+    return pa.array(drop[idx] != ra)
+
+
+def fragment_cache_key(source_uri: str, frag: lance.fragment.LanceFragment) -> tuple[object, ...]:
+    """What identifies a Lance fragment's rows: its dataset, id, data files and deletion file."""
+    meta = frag.metadata
+    d = meta.deletion_file
+    deletion = None if d is None else (d.read_version, d.id, d.num_deleted_rows)
+    return (source_uri, int(frag.fragment_id), tuple(f.path for f in frag.data_files()), deletion)
+
+
+def as_expression(filt: object) -> pc.Expression:
+    """A pushed filter as an Expression (DataFusion may hand a simplified constant scalar)."""
+    return filt if isinstance(filt, pc.Expression) else pc.scalar(filt)
+
+
+def in_fragment(drop: np.ndarray, frag: lance.fragment.LanceFragment) -> np.ndarray:
+    """The part of a sorted row-address list that falls in ``frag`` (addresses are fragment id << 32 | offset)."""
+    lo = np.searchsorted(drop, np.uint64(frag.fragment_id << 32))
+    hi = np.searchsorted(drop, np.uint64((frag.fragment_id + 1) << 32))
+    return drop[lo:hi]
+
+
+def one_chunk(col: pa.ChunkedArray) -> pa.ChunkedArray:
+    """``col`` as one contiguous chunk when it fits one Arrow array.
+
+    Lance decodes ~8k-row chunks; kept columns are filtered by every later query, and
+    each output chunk is one Python round trip into DataFusion: one chunk per fragment
+    makes a filtered scan of a cached fragment one kernel call and a few batches.
+    """
+    if col.num_chunks <= 1:
+        return col
+    try:
+        return pa.chunked_array([col.combine_chunks()], col.type)
+    except (pa.ArrowInvalid, pa.ArrowCapacityError):  # e.g. > 2 GiB of string data
+        return col
+
+
+def is_gone(err: BaseException) -> bool:
+    """Whether a storage error says the file is gone (merged and garbage-collected)."""
+    text = str(err).lower()
+    return "not found" in text or "no such file" in text
+
+
+def zero_column_batches(n: int) -> Iterator[pa.RecordBatch]:
+    """``n`` rows of no column (a ``count(*)``), in chunks."""
+    while n > 0:
+        k = min(n, COUNT_CHUNK)
+        yield pa.record_batch({"_": pa.nulls(k)}).select([])
+        n -= k
+
+
+def chain_first(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``first``, then the rest of the batches."""
+    yield first
+    yield from rest

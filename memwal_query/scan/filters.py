@@ -1,0 +1,68 @@
+"""The columns a pushed filter reads, from the predicate IR (one decode per filter).
+
+DataFusion hands every fragment the same ``pyarrow.compute.Expression``; it is decoded
+into the predicate IR (:mod:`memwal_query.planner.arrow_expr`) once and remembered by
+its text. A filter the IR cannot read entirely (:class:`~memwal_query.planner.predicates.Unknown`)
+may read any column: the answer is then "all columns".
+
+Example:
+    >>> import pyarrow.compute as pc
+    >>> sorted(filter_columns((pc.field("a") > 1) & (pc.field("b") == "x"), ("a", "b", "c")))
+    ['a', 'b']
+    >>> scan_columns(["c"], pc.field("a") > 1, ("a", "b", "c"))
+    ['c', 'a']
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import pyarrow.compute as pc
+
+from memwal_query.planner.arrow_expr import from_arrow_expression
+from memwal_query.planner.predicates import Predicate, needed_columns
+
+__all__ = ["decoded", "filter_columns", "scan_columns", "mentions_any"]
+
+_MEMO_SIZE = 256
+_memo: dict[tuple[str, tuple[str, ...]], Predicate] = {}
+_lock = threading.Lock()
+
+
+def decoded(filt: pc.Expression, names: Sequence[str]) -> Predicate:
+    """``filt`` as the predicate IR over columns ``names`` (decoded once per filter text)."""
+    key = (str(filt), tuple(names))
+    with _lock:
+        got = _memo.get(key)
+    if got is None:
+        got = from_arrow_expression(filt, key[1])
+        with _lock:
+            if len(_memo) >= _MEMO_SIZE:
+                _memo.clear()
+            _memo[key] = got
+    return got
+
+
+def filter_columns(filt: object, names: Sequence[str]) -> frozenset[str] | None:
+    """The columns of ``names`` that ``filt`` reads; ``None`` when the IR cannot tell (any)."""
+    if filt is None or not isinstance(filt, pc.Expression):
+        return frozenset()  # no filter, or a constant DataFusion simplified it to
+    return needed_columns(decoded(filt, names))
+
+
+def scan_columns(cols: list[str], filt: object, names: Sequence[str]) -> list[str]:
+    """``cols`` plus the columns of ``names`` the filter reads (all of them when unknown)."""
+    if filt is None:
+        return cols
+    used = filter_columns(filt, names)
+    extra = names if used is None else [n for n in names if n in used]
+    return [*cols, *[n for n in extra if n not in cols]]
+
+
+def mentions_any(filt: object, names: Sequence[str], these: Sequence[str]) -> bool:
+    """Whether ``filt`` (over ``names``) may read one of ``these`` (yes when unknown)."""
+    if filt is None:
+        return False
+    used = filter_columns(filt, names)
+    return used is None or any(c in used for c in these)

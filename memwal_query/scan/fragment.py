@@ -1,0 +1,216 @@
+"""The scan's partitions: what DataFusion scans, one fragment per source part.
+
+DataFusion's Python bindings duck-type a ``pyarrow.dataset.Dataset``: per fragment
+``scanner(schema, columns=, filter=, batch_size=).to_batches()``. Filters arrive as
+``pyarrow.compute.Expression`` and are *Exact*: every fragment applies them.
+:class:`SourceFragment` is the public fragment API (``region``, ``label``,
+``live_rows()``, ``rows_hint()``, ``scanner()``) that :mod:`memwal_query.spark_read`
+ships to Spark tasks; :class:`MemoryFragment` holds MemTable rows,
+:class:`~memwal_query.scan.lance_fragment.LanceFragment` a Lance fragment minus its
+drop list, :class:`~memwal_query.scan.group.GroupFragment` several small ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from memwal_query.engine_errors import recorded
+from memwal_query.errors import InvalidArgumentError
+from memwal_query.scan.arrays import drop_mask, zero_column_batches
+from memwal_query.scan_gate import guarded
+from memwal_query.snapshot.model import GenerationSource
+
+__all__ = [
+    "HIDDEN_COLUMNS",
+    "SCAN_BATCH_ROWS",
+    "hidden_fields",
+    "Scan",
+    "ScanContext",
+    "SourceFragment",
+    "MemoryFragment",
+    "rebuilt_rows",
+]
+
+HIDDEN_COLUMNS = ("_gen", "_rowaddr", "_region")
+SCAN_BATCH_ROWS = 65536
+
+
+def hidden_fields() -> list[pa.Field]:
+    """The optional debugging columns: generation (0 = base), row address, region."""
+    return [
+        pa.field("_gen", pa.int64(), nullable=False),
+        pa.field("_rowaddr", pa.uint64(), nullable=False),
+        pa.field("_region", pa.string(), nullable=True),
+    ]
+
+
+@dataclass
+class Scan:
+    """What DataFusion gets back from ``scanner()``: a schema and a batch iterator."""
+
+    projected_schema: pa.Schema
+    _batches: Iterator[pa.RecordBatch] | None = None
+
+    def to_batches(self) -> Iterator[pa.RecordBatch]:
+        """The batches, guarded and error-recorded for DataFusion's threads."""
+        # DataFusion pulls these on its own threads: guarded, so none is left running
+        # Python when the interpreter exits (see scan_gate); our errors are recorded
+        # so they come back out of DataFusion as raised (see engine_errors).
+        return guarded(recorded(self._batches)) if self._batches is not None else iter(())
+
+    def to_table(self) -> pa.Table:
+        return pa.Table.from_batches(list(self.to_batches()), schema=self.projected_schema)
+
+
+@dataclass(frozen=True)
+class ScanContext:
+    """What a fragment needs from its table: picklable, so fragments can be shipped.
+
+    A pickled fragment carries this context, its Lance dataset (pylance pickles a
+    dataset with its manifest, so unpickling reads nothing) and its drop list: a
+    Spark task can scan it without opening the table or recomputing the merge.
+    """
+
+    uri: str
+    data_schema: pa.Schema
+    schema: pa.Schema
+    with_hidden: bool
+
+    def projected(self, columns: Sequence[str] | None) -> pa.Schema:
+        """The schema of a projection; raises on unknown columns."""
+        if columns is None:
+            return self.schema
+        missing = [c for c in columns if c not in self.schema.names]
+        if missing:
+            msg = f"unknown column(s) {missing} in {self.uri}"
+            raise InvalidArgumentError(msg)
+        return pa.schema([self.schema.field(c) for c in columns])
+
+
+class SourceFragment:
+    """One partition of the merged table (picklable: see :class:`ScanContext`)."""
+
+    kind = "fragment"
+    region: str | None = None
+
+    def __init__(self, owner: ScanContext) -> None:
+        self.context = owner
+
+    def scanner(
+        self,
+        schema: pa.Schema | None = None,
+        columns: Sequence[str] | None = None,
+        filter: pc.Expression | None = None,
+        batch_size: int | None = None,
+        **_: object,
+    ) -> Scan:
+        """Scan this fragment: DataFusion's per-partition call.
+
+        ``columns=[]`` without a filter is a ``count(*)``: answered from metadata.
+        """
+        out = self._out_schema(columns)
+        cols = list(out.names)
+        if not cols and filter is None:
+            return Scan(out, zero_column_batches(self.live_rows()))
+        return Scan(out, self.batches(cols, filter, out, batch_size))
+
+    def live_rows(self) -> int:
+        """Rows this fragment contributes to the merged table."""
+        raise NotImplementedError
+
+    def rows_hint(self) -> int:
+        """Rows before masking (cheap; used to pack small sources together)."""
+        return self.live_rows()
+
+    def batches(
+        self, cols: list[str], filt: pc.Expression | None, out: pa.Schema, batch_size: int | None
+    ) -> Iterator[pa.RecordBatch]:
+        raise NotImplementedError
+
+    def _out_schema(self, columns: Sequence[str] | None) -> pa.Schema:
+        return self.context.projected(columns)
+
+    def _finish(
+        self,
+        batch: pa.RecordBatch,
+        columns: list[str],
+        gen: int,
+        region: str | None,
+        post_filter: pc.Expression | None,
+        out: pa.Schema,
+    ) -> pa.RecordBatch | None:
+        n = batch.num_rows
+        cols = {name: batch.column(name) for name in batch.schema.names}
+        if self.context.with_hidden:
+            cols.setdefault("_gen", pa.array(np.full(n, gen, dtype=np.int64)))
+            cols.setdefault("_region", pa.array([region] * n, pa.string()) if region else pa.nulls(n, pa.string()))
+        if post_filter is not None:
+            full = pa.RecordBatch.from_pydict(cols)
+            full = pa.Table.from_batches([full]).filter(post_filter).combine_chunks()
+            if full.num_rows == 0:
+                return None
+            batch = full.to_batches()[0]
+            n = batch.num_rows
+            cols = {name: batch.column(name) for name in batch.schema.names}
+        if n == 0:
+            return None
+        if not columns:
+            return pa.record_batch({"_": pa.nulls(n)}).select([])
+        arrays = [cols[c] if c in cols else pa.nulls(n, out.field(c).type) for c in columns]
+        arrays = [
+            a.cast(out.field(c).type) if a.type != out.field(c).type else a
+            for a, c in zip(arrays, columns, strict=True)
+        ]
+        return pa.RecordBatch.from_arrays(arrays, schema=out)
+
+
+class MemoryFragment(SourceFragment):
+    """A region's surviving MemTable rows."""
+
+    def __init__(self, owner: ScanContext, table: pa.Table, region: str) -> None:
+        super().__init__(owner)
+        self.table = table
+        self.region = region
+
+    def __repr__(self) -> str:
+        return f"<memwal memtable region={self.region} rows={self.table.num_rows}>"
+
+    def live_rows(self) -> int:
+        return int(self.table.num_rows)
+
+    def batches(
+        self, cols: list[str], filt: pc.Expression | None, out: pa.Schema, batch_size: int | None
+    ) -> Iterator[pa.RecordBatch]:
+        t = self.table
+        data = {name: t.column(name) for name in self.context.data_schema.names}
+        n = t.num_rows
+        if self.context.with_hidden:
+            data["_gen"] = t.column("_gen")
+            data["_rowaddr"] = t.column("_seq")
+            data["_region"] = pa.chunked_array([pa.array([self.region] * n, pa.string())])
+        full = pa.table(data)
+        if filt is not None:
+            full = full.filter(filt)
+        sel = full.select(cols) if cols else full.select([])
+        for b in sel.to_batches(max_chunksize=batch_size or SCAN_BATCH_ROWS):
+            yield pa.RecordBatch.from_arrays(b.columns, schema=out) if cols else b
+
+
+def rebuilt_rows(g: GenerationSource, drop: np.ndarray) -> pa.Table:
+    """The surviving rows of a generation rebuilt from the WAL, laid out as MemTable rows.
+
+    They live in memory anyway, and a shipped fragment (Spark tasks) carries them along
+    (the in-process Lance dataset they were put in is not readable elsewhere).
+    """
+    t = g.dataset.to_table(with_row_address=True)
+    if drop.size:
+        t = t.filter(drop_mask(t.column("_rowaddr"), drop))
+    seq = t.column("_rowaddr")
+    t = t.drop_columns(["_rowaddr"])
+    t = t.append_column("_gen", pa.array(np.full(t.num_rows, g.generation, dtype=np.int64)))
+    return t.append_column("_seq", seq)

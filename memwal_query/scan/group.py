@@ -1,0 +1,116 @@
+"""Small sources (generations, MemTables) packed into shared partitions.
+
+Each partition costs DataFusion a Python round trip; dozens of small generations
+would cost more in partitions than in rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from memwal_query.scan.arrays import as_expression, one_chunk
+from memwal_query.scan.filters import scan_columns
+from memwal_query.scan.fragment import SCAN_BATCH_ROWS, MemoryFragment, ScanContext, SourceFragment
+from memwal_query.scan.lance_fragment import LanceFragment
+
+__all__ = ["GroupFragment", "pack_small", "SMALL_SOURCE_ROWS", "GROUP_ROWS"]
+
+SMALL_SOURCE_ROWS = 200_000
+GROUP_ROWS = 1_000_000
+
+
+class GroupFragment(SourceFragment):
+    """Several small sources (generations, MemTables) scanned as one partition.
+
+    Each partition costs DataFusion a Python round trip; dozens of small
+    generations would cost more in partitions than in rows.
+    """
+
+    def __init__(
+        self, owner: ScanContext, parts: list[SourceFragment], memo: dict[object, pa.Table] | None = None
+    ) -> None:
+        super().__init__(owner)
+        self.parts = parts
+        self._memo = memo
+
+    def __repr__(self) -> str:
+        return f"<memwal group of {len(self.parts)} small sources>"
+
+    def __getstate__(self) -> dict[str, object]:
+        return {**self.__dict__, "_memo": None}
+
+    def live_rows(self) -> int:
+        return sum(p.live_rows() for p in self.parts)
+
+    def _combined(self, names: list[str]) -> pa.Table | None:
+        """Surviving rows of every part (columns ``names``) as one table, built once per
+        snapshot from cached columns: one filter per query instead of one per source."""
+        if self._memo is None or self.context.with_hidden or not names:
+            return None  # (no columns: a zero-column table would lose its row count)
+        key = (tuple(id(p) for p in self.parts), tuple(names))
+        got = self._memo.get(key)
+        if got is not None:
+            return got
+        target = pa.schema([self.context.data_schema.field(n) for n in names])
+        tables = []
+        for p in self.parts:
+            if isinstance(p, MemoryFragment):
+                t: pa.Table | None = p.table.select(names)
+            elif isinstance(p, LanceFragment):
+                t = p.survivors(names)
+                t = None if t is None else t.select(names)
+            else:
+                t = None
+            if t is None:
+                return None
+            try:
+                tables.append(t.cast(target))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+                return None
+        combined = pa.concat_tables(tables) if tables else target.empty_table()
+        combined = pa.table({c: one_chunk(combined.column(c)) for c in combined.column_names})
+        if len(self._memo) >= 64:  # distinct pruning patterns: keep the memo small
+            self._memo.clear()
+        self._memo[key] = combined
+        return combined
+
+    def batches(
+        self, cols: list[str], filt: pc.Expression | None, out: pa.Schema, batch_size: int | None
+    ) -> Iterator[pa.RecordBatch]:
+        rows = self._combined(scan_columns(cols, filt, self.context.data_schema.names))
+        if rows is not None and filt is not None:
+            try:
+                rows = rows.filter(as_expression(filt))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError):
+                rows = None  # let each source evaluate it
+        if rows is not None:
+            for b in rows.to_batches(max_chunksize=max(batch_size or 0, SCAN_BATCH_ROWS)):
+                res = self._finish(b, cols, 0, None, None, out)
+                if res is not None:
+                    yield res
+            return
+        for p in self.parts:
+            yield from p.batches(cols, filt, out, batch_size)
+
+
+def pack_small(frags: list[SourceFragment], memo: dict[object, pa.Table] | None = None) -> list[SourceFragment]:
+    """Base fragments stay one partition each; small sources share partitions."""
+    out: list[SourceFragment] = []
+    group: list[SourceFragment] = []
+    rows = 0
+    for f in frags:
+        n = f.rows_hint()
+        if f.region is None or n > SMALL_SOURCE_ROWS:
+            out.append(f)
+            continue
+        if group and rows + n > GROUP_ROWS:
+            out.append(group[0] if len(group) == 1 else GroupFragment(group[0].context, group, memo))
+            group, rows = [], 0
+        group.append(f)
+        rows += n
+    if group:
+        out.append(group[0] if len(group) == 1 else GroupFragment(group[0].context, group, memo))
+    return out

@@ -1,0 +1,237 @@
+"""A Lance fragment (base or flushed generation) minus a sorted drop list.
+
+Its columns are decoded once per table lineage and kept in the
+:class:`~memwal_query.snapshot.cache.SnapshotCache` (bounded by
+:data:`RESIDENT_MAX_BYTES`): fragments are immutable, so later scans of any snapshot
+filter memory instead of decoding Lance pages again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from lance.dataset import serialize_row_addrs
+
+from memwal_query.errors import MemWalError
+from memwal_query.scan.arrays import as_expression, chain_first, drop_mask, fragment_cache_key, is_gone, one_chunk
+from memwal_query.scan.filters import mentions_any, scan_columns
+from memwal_query.scan.fragment import HIDDEN_COLUMNS, SCAN_BATCH_ROWS, ScanContext, SourceFragment
+from memwal_query.snapshot.cache import SnapshotCache
+
+__all__ = ["RESIDENT_MAX_BYTES", "LanceFragment"]
+
+log = logging.getLogger("memwal_query")
+
+#: Decoded columns kept per table lineage (:class:`SnapshotCache`): fragments are
+#: immutable, so a column of a fragment is decoded from Lance once and later scans of
+#: any snapshot of the lineage filter it in memory. Beyond the budget, scans read Lance.
+RESIDENT_MAX_BYTES = 512 << 20
+
+
+class LanceFragment(SourceFragment):
+    """A Lance fragment (base or flushed generation) minus a sorted drop list."""
+
+    def __init__(
+        self,
+        owner: ScanContext,
+        dataset: lance.LanceDataset,
+        fragment: lance.fragment.LanceFragment,
+        drop: np.ndarray,
+        gen: int,
+        region: str | None,
+        label: str,
+    ) -> None:
+        super().__init__(owner)
+        self.dataset = dataset
+        self.fragment = fragment
+        self.drop = drop
+        self._blocklist: bytes | None = None
+        self._rows: int | None = None
+        self.gen = gen
+        self.region = region
+        self.label = label
+        self.resident: SnapshotCache | None = None  # where decoded columns are kept
+        self.source_uri = str(dataset.uri)  # the snapshot's name for the dataset (cache key)
+        self._key: tuple[object, ...] | None = None
+        self._keep: pa.Array | None = None  # this snapshot's drop list as a mask over cached rows
+        self._surviving: dict[str, pa.ChunkedArray] = {}  # cached columns with the mask applied
+
+    def __repr__(self) -> str:
+        return f"<memwal fragment {self.label} dropped={self.drop.size}>"
+
+    def __getstate__(self) -> dict[str, object]:
+        # shipped fragments (Spark tasks) carry no process-local cache
+        return {**self.__dict__, "resident": None, "_keep": None, "_surviving": {}}
+
+    def _resident(self, names: list[str]) -> pa.Table | None:
+        """Rows of columns ``names`` (and ``_rowaddr``), decoded once per table lineage.
+
+        Fragments never change (a new deletion file makes a new cache key), so their
+        columns are kept in the table's :class:`SnapshotCache` (shared with refreshed
+        snapshots, bounded by ``RESIDENT_MAX_BYTES``); :meth:`survivors` applies the
+        snapshot's drop list. A query then filters memory instead of decoding Lance pages.
+        """
+        cache = self.resident
+        if cache is None:
+            return None
+        if self._key is None:
+            self._key = fragment_cache_key(self.source_uri, self.fragment)
+        key = self._key
+        with cache.lock:
+            if key in cache.over_budget:
+                return None
+            entry = dict(cache.fragment_columns.get(key, {}))
+        missing = [c for c in names if c not in entry]
+        if missing or "_rowaddr" not in entry:
+            try:
+                t = self.fragment.to_table(columns=missing, with_row_address=True)
+            except (ValueError, OSError, RuntimeError, pa.ArrowException) as err:
+                if is_gone(err):
+                    raise self._gone(err) from err
+                raise
+            known = entry.get("_rowaddr")
+            if known is not None and not known.equals(t.column("_rowaddr")):
+                return None  # not the rows cached for this key: read Lance (never seen)
+            add = {c: one_chunk(t.column(c)) for c in [*missing, "_rowaddr"] if c not in entry}
+            size = sum(a.nbytes for a in add.values())
+            entry.update(add)
+            with cache.lock:
+                if cache.resident_bytes + size > RESIDENT_MAX_BYTES:
+                    cache.over_budget.add(key)  # this scan uses what it decoded; later ones read Lance
+                else:
+                    stored = cache.fragment_columns.setdefault(key, {})
+                    cache.resident_bytes += sum(a.nbytes for c, a in add.items() if c not in stored)
+                    for c, a in add.items():
+                        stored.setdefault(c, a)
+        return pa.table({**{c: entry[c] for c in names}, "_rowaddr": entry["_rowaddr"]})
+
+    def _keep_mask(self, rows: pa.Table) -> pa.Array | None:
+        """The drop list as a mask over cached rows (computed once per snapshot); None: keep all."""
+        if not self.drop.size:
+            return None
+        if self._keep is None:
+            self._keep = drop_mask(rows.column("_rowaddr"), self.drop)
+        return self._keep
+
+    def survivors(self, names: list[str]) -> pa.Table | None:
+        """Cached rows of ``names`` (and ``_rowaddr``) that survive the merge (None when not cached).
+
+        The drop list is applied once per snapshot and column (a column copy lives as long
+        as this snapshot's dataset): a later query filters only its own predicate, as over
+        the raw base.
+        """
+        rows = self._resident(names)
+        if rows is None:
+            return None
+        keep = self._keep_mask(rows)
+        if keep is None:
+            return rows
+        out = {}
+        for c in rows.column_names:
+            col = self._surviving.get(c)
+            if col is None:
+                col = self._surviving[c] = pc.filter(rows.column(c), keep)
+            out[c] = col
+        return pa.table(out)
+
+    def _resident_batches(
+        self, rows: pa.Table, cols: list[str], filt: pc.Expression | None, out: pa.Schema, size: int
+    ) -> Iterator[pa.RecordBatch] | None:
+        if filt is not None:
+            try:
+                rows = rows.filter(as_expression(filt))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError):
+                return None  # let Lance evaluate it
+        return (
+            res
+            for b in rows.to_batches(max_chunksize=size)
+            if (res := self._finish(b, cols, self.gen, self.region, None, out)) is not None
+        )
+
+    def live_rows(self) -> int:
+        return int(self.fragment.count_rows()) - int(self.drop.size)
+
+    def _gone(self, err: BaseException) -> MemWalError:
+        where = f"generation {self.gen} of region {self.region}" if self.gen else "base fragment"
+        msg = (
+            f"{where} ({self.label}) of {self.context.uri} is no longer readable: it was merged and "
+            f"garbage-collected after this snapshot was opened; refresh() the table and retry ({err})"
+        )
+        return MemWalError(msg)
+
+    def _guard(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        try:
+            yield from batches
+        except (ValueError, OSError, RuntimeError, pa.ArrowException) as err:
+            if is_gone(err):
+                raise self._gone(err) from err
+            raise
+
+    def rows_hint(self) -> int:
+        if self._rows is None:
+            self._rows = int(self.fragment.count_rows())
+        return self._rows
+
+    def batches(
+        self, cols: list[str], filt: pc.Expression | None, out: pa.Schema, batch_size: int | None
+    ) -> Iterator[pa.RecordBatch]:
+        owner = self.context
+        post = None
+        lance_filter = filt
+        read = [c for c in cols if c not in HIDDEN_COLUMNS]
+        if owner.with_hidden and mentions_any(filt, [*owner.data_schema.names, *HIDDEN_COLUMNS], HIDDEN_COLUMNS):
+            post, lance_filter = filt, None
+            read = list(owner.data_schema.names)
+        need_addr = self.drop.size > 0 or "_rowaddr" in cols or post is not None
+        size = max(batch_size or 0, SCAN_BATCH_ROWS)
+        if post is None:
+            rows = self.survivors(scan_columns(read, filt, owner.data_schema.names))
+            if rows is not None:
+                resident = self._resident_batches(rows, cols, lance_filter, out, size)
+                if resident is not None:
+                    yield from resident
+                    return
+        if self.drop.size and filt is None and not owner.with_hidden:
+            # Unfiltered scan: let Lance skip the dropped rows while decoding
+            # (measured faster than masking whole batches afterwards).
+            if self._blocklist is None:
+                self._blocklist = serialize_row_addrs(self.drop.tolist())
+            scanner = self.dataset.scanner(
+                fragments=[self.fragment], columns=read, row_addr_blocklist=self._blocklist, batch_size=size
+            )
+            for b in self._guard(scanner.to_batches()):
+                res = self._finish(b, cols, self.gen, self.region, None, out)
+                if res is not None:
+                    yield res
+            return
+
+        def scan(f: pc.Expression | None, columns: list[str]) -> Iterator[pa.RecordBatch]:
+            return self.fragment.scanner(
+                columns=columns, filter=f, with_row_address=need_addr, batch_size=size
+            ).to_batches()
+
+        try:
+            it = scan(lance_filter, read)
+            first = next(it, None)
+        except (ValueError, OSError, RuntimeError, pa.ArrowException) as err:
+            if is_gone(err):
+                raise self._gone(err) from err
+            if lance_filter is None:
+                raise
+            log.debug("Lance rejected filter %s (%s); filtering in memory", lance_filter, err)
+            post, read = lance_filter, list(owner.data_schema.names)
+            it = scan(None, read)
+            first = next(it, None)
+        if first is None:
+            return
+        for b in self._guard(chain_first(first, it)):
+            if self.drop.size:
+                b = b.filter(drop_mask(b.column("_rowaddr"), self.drop))
+            res = self._finish(b, cols, self.gen, self.region, post, out)
+            if res is not None:
+                yield res

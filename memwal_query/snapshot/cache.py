@@ -1,0 +1,55 @@
+"""What one snapshot opened and hands to the next (``Table.refresh``), shared by a table lineage."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+import lance
+import numpy as np
+import pyarrow as pa
+
+from memwal_query.format.model import RegionManifest
+from memwal_query.format.wal import WalEntry
+from memwal_query.snapshot.model import GenerationSource
+
+__all__ = ["SnapshotCache"]
+
+
+@dataclass
+class SnapshotCache:
+    """What a snapshot opened and can hand to the next one (see ``refresh``)."""
+
+    generations: dict[str, lance.LanceDataset] = field(default_factory=dict)
+    wal_entries: dict[tuple[str, int], WalEntry] = field(default_factory=dict)
+    manifests: dict[str, RegionManifest] = field(default_factory=dict)
+    generation_keys: dict[str, pa.Table] = field(default_factory=dict)
+    blooms: dict[str, object] = field(default_factory=dict)
+    base_keys: dict[int, pa.Table] = field(default_factory=dict)
+    base_runs: dict[tuple[object, ...], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    #: Decoded columns of Lance fragments (base and generations), by
+    #: :func:`memwal_query.scan.arrays.fragment_cache_key`: column name -> array, plus
+    #: ``_rowaddr``. Fragments never change, so they are decoded once (bounded in size).
+    fragment_columns: dict[tuple[object, ...], dict[str, pa.ChunkedArray]] = field(default_factory=dict)
+    resident_bytes: int = 0
+    #: Fragments whose columns did not fit the budget: scanned through Lance.
+    over_budget: set[tuple[object, ...]] = field(default_factory=set)
+    #: Lost generations rebuilt from the WAL, by (directory URI, WAL positions).
+    rebuilt: dict[tuple[str, tuple[int, ...]], GenerationSource] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def keep_generations(self, uris: set[str]) -> None:
+        """Forget what was cached for generations a snapshot no longer reads (merged ones)."""
+        with self.lock:
+            for d in (self.generations, self.generation_keys):
+                for uri in [u for u in d if u not in uris]:
+                    del d[uri]
+            for key in [k for k, g in self.rebuilt.items() if g.uri not in uris]:
+                del self.rebuilt[key]
+
+    def keep_fragments(self, keys: set[tuple[object, ...]]) -> None:
+        """Forget decoded columns of fragments the newest snapshot does not read."""
+        with self.lock:
+            for key in [k for k in self.fragment_columns if k not in keys]:
+                self.resident_bytes -= sum(a.nbytes for a in self.fragment_columns.pop(key).values())
+            self.over_budget &= keys

@@ -1,0 +1,66 @@
+"""Opening flushed generations, and checking that one is still whole (a merger may
+garbage-collect a merged generation at any time)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+import lance
+
+from memwal_query.format.paths import generation_rel
+from memwal_query.format.storage import Storage
+from memwal_query.snapshot.cache import SnapshotCache
+from memwal_query.snapshot.model import GenerationSource, SkippedGeneration
+
+__all__ = ["open_generation", "generation_intact"]
+
+log = logging.getLogger("memwal_query")
+
+
+def open_generation(
+    storage: Storage, region_id: str, gen: int, path: str, cache: SnapshotCache
+) -> GenerationSource | SkippedGeneration:
+    """Generation ``gen`` of a region, or why it cannot be read (cached datasets are re-checked)."""
+    rel = generation_rel(storage, region_id, path, what=f"flushed generation {gen}")
+    uri = storage.child_uri(rel)
+    gone = SkippedGeneration(region_id, gen, "directory missing", uri, missing=True)
+    with cache.lock:
+        ds = cache.generations.get(uri)
+    fresh = ds is None
+    if ds is None:
+        if not storage.exists(f"{rel}/_versions"):
+            # Merged and garbage-collected since the base version was read, or lost:
+            # load_snapshot retries with the newest base version, then decides.
+            log.info("region %s: flushed generation %d directory %s is missing", region_id, gen, uri)
+            return gone
+        try:
+            ds = lance.dataset(uri, storage_options=dict(storage.storage_options) or None)
+        except (ValueError, OSError, RuntimeError) as err:
+            if not storage.exists(f"{rel}/_versions"):
+                return gone
+            # Possibly being deleted right now (merged + GC): retried with the newest
+            # base; still unreadable and unmerged after that, it is lost (memwal_query.snapshot.recovery).
+            return SkippedGeneration(region_id, gen, f"unreadable: {err}", uri, missing=True)
+        with cache.lock:
+            cache.generations[uri] = ds
+    # A merger may have merged and garbage-collected it since it was opened (a cached
+    # dataset) or be deleting it right now (manifest still there, data files gone).
+    if not generation_intact(storage, rel, ds, manifest_checked=fresh):
+        with cache.lock:
+            cache.generations.pop(uri, None)
+            cache.generation_keys.pop(uri, None)
+        log.info("region %s: flushed generation %d at %s is (partly) deleted", region_id, gen, uri)
+        return replace(gone, reason="partly deleted (data files missing)")
+    return GenerationSource(region_id, gen, uri, ds, ds.count_rows())
+
+
+def generation_intact(storage: Storage, rel: str, ds: lance.LanceDataset, *, manifest_checked: bool) -> bool:
+    """Its manifest and every data file still exist (a handful of existence probes)."""
+    if not manifest_checked and not storage.exists(f"{rel}/_versions"):
+        return False
+    for frag in ds.get_fragments():
+        for f in frag.data_files():
+            if not storage.exists(f"{rel}/data/{f.path}"):
+                return False
+    return True

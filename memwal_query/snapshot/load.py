@@ -1,0 +1,304 @@
+"""Loading a snapshot from storage: base version, MemWAL index, every region's sources.
+
+Opening reuses what a :class:`~memwal_query.snapshot.cache.SnapshotCache` already holds
+(opened generation datasets, decoded WAL entries, region manifests), so a refresh reads
+only what changed. Strong reads settle on a consistent cut across regions.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid as uuidlib
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import lance
+import pyarrow as pa
+
+from memwal_query.errors import InvalidArgumentError, ManifestError, NoPrimaryKeyError, TableNotFoundError
+from memwal_query.format.inline_snapshots import InlineRegion, decode_inline_snapshots
+from memwal_query.format.memwal_index import read_memwal_index
+from memwal_query.format.model import MemWalIndex
+from memwal_query.format.names import lance_manifest_file_name
+from memwal_query.format.storage import Storage
+from memwal_query.format.wal import TOMBSTONE, WalTail, replay_wal_tail, wal_entry_path
+from memwal_query.snapshot.cache import SnapshotCache
+from memwal_query.snapshot.generations import open_generation
+from memwal_query.snapshot.manifests import latest_region_manifest, list_regions, manifest_path
+from memwal_query.snapshot.memtables import memtable_from_live, memtable_from_wal
+from memwal_query.snapshot.model import (
+    Consistency,
+    GenerationSource,
+    LiveMemTable,
+    MemTableSource,
+    MissingGenerationPolicy,
+    RegionSnapshot,
+    SkippedGeneration,
+    Snapshot,
+    check_missing_generation_policy,
+    primary_key_of,
+)
+from memwal_query.snapshot.recovery import resolve_missing_generations
+
+__all__ = ["MAX_CUT_ROUNDS", "load_snapshot"]
+
+log = logging.getLogger("memwal_query")
+
+#: Passes that re-read the regions a writer moved while a strong snapshot was being read,
+#: before the snapshot settles for regions read at different moments.
+MAX_CUT_ROUNDS = 5
+
+
+def _open_base(uri: str, version: int | None, options: Mapping[str, str], cache: SnapshotCache) -> lance.LanceDataset:
+    try:
+        ds = lance.dataset(uri, version=version, storage_options=dict(options) or None)
+    except (ValueError, OSError, RuntimeError) as err:
+        text = str(err).lower()
+        if "not found" in text or "does not exist" in text or "no such" in text:
+            msg = f"no Lance table at {uri}" + (f" (version {version})" if version else "")
+            raise TableNotFoundError(msg) from err
+        msg = f"cannot open Lance table at {uri}: {err}"
+        raise ManifestError(msg) from err
+    return ds
+
+
+def _load_region(
+    storage: Storage,
+    region_id: str,
+    index: MemWalIndex,
+    data_schema: pa.Schema,
+    consistency: Consistency,
+    live: Sequence[LiveMemTable],
+    cache: SnapshotCache,
+) -> RegionSnapshot:
+    with cache.lock:
+        known = cache.manifests.get(region_id)
+    manifest = latest_region_manifest(storage, region_id, known)
+    if manifest is not None:
+        with cache.lock:
+            cache.manifests[region_id] = manifest
+    merged = index.merged_generation(region_id)
+    gens: list[GenerationSource] = []
+    skipped: list[SkippedGeneration] = []
+    tail: WalTail | None = None
+    memtable: MemTableSource | None = None
+    if manifest is not None:
+        for fg in sorted(manifest.flushed_generations, key=lambda g: g.generation):
+            if fg.generation <= merged:
+                skipped.append(
+                    SkippedGeneration(region_id, fg.generation, f"merged into base (merged generation {merged})")
+                )
+                continue
+            got = open_generation(storage, region_id, fg.generation, fg.path, cache)
+            (gens if isinstance(got, GenerationSource) else skipped).append(got)  # type: ignore[arg-type]
+        if consistency == "strong":
+            tail = replay_wal_tail(
+                storage,
+                region_id,
+                manifest.replay_after_wal_position,
+                manifest.current_generation,
+                cache.wal_entries,
+            )
+    parts = []
+    origin = []
+    positions = None
+    if tail is not None and tail.entries:
+        wal_t = memtable_from_wal(region_id, tail, data_schema)
+        if wal_t is not None:
+            parts.append(wal_t)
+            origin.append("WAL tail")
+            positions = (tail.entries[0].position, tail.entries[-1].position)
+    mine = [m for m in live if str(m.region_id) == region_id]
+    if mine:
+        live_t = memtable_from_live(mine, data_schema)
+        if live_t is not None:
+            parts.append(live_t)
+            origin.append("in-process")
+    if parts:
+        table = pa.concat_tables(parts)
+        gens_in = tuple(sorted(set(table.column("_gen").to_pylist())))
+        memtable = MemTableSource(region_id, table, " + ".join(origin), positions, gens_in)
+    return RegionSnapshot(region_id, manifest, merged, tuple(gens), tuple(skipped), memtable, tail)
+
+
+def load_snapshot(
+    uri: str,
+    *,
+    storage_options: Mapping[str, str] | None = None,
+    version: int | None = None,
+    consistency: Consistency = "strong",
+    live: Sequence[LiveMemTable] = (),
+    cache: SnapshotCache | None = None,
+    storage: Storage | None = None,
+    max_workers: int = 8,
+    on_missing_generation: MissingGenerationPolicy = "recover",
+) -> Snapshot:
+    """Read a consistent snapshot of a MemWAL table.
+
+    Args:
+        uri: Table URI (local path or object store).
+        storage_options: Object store options, as pylance takes them.
+        version: Base table version (default: latest).
+        consistency: ``"strong"`` replays WAL tails (other writers' live MemTables);
+            ``"eventual"`` reads flushed generations only.
+        live: In-process MemTables to include (read-your-writes).
+        cache: Reused state from an earlier snapshot of the same table.
+        storage: A :class:`Storage` to reuse (keeps request counters).
+        max_workers: Threads that load regions in parallel.
+        on_missing_generation: ``"recover"``, ``"error"`` or ``"skip"``: what to do with
+            an unmerged generation that stays unreadable after the retry with the newest
+            base version (:func:`memwal_query.open_table` explains them).
+
+    Returns:
+        The frozen :class:`Snapshot`.
+
+    Raises:
+        GenerationLostError: An unmerged generation cannot be read nor rebuilt (see
+            ``on_missing_generation``).
+    """
+    if consistency not in ("strong", "eventual"):
+        msg = f"consistency must be 'strong' or 'eventual', got {consistency!r}"
+        raise InvalidArgumentError(msg)
+    check_missing_generation_policy(on_missing_generation)
+    for m in live:
+        if not isinstance(m, LiveMemTable):
+            msg = f"live MemTables must have region_id, generation and to_batches(); got {type(m).__name__}"
+            raise InvalidArgumentError(msg)
+        try:
+            uuidlib.UUID(str(m.region_id))
+        except ValueError as err:
+            msg = f"invalid region id {m.region_id!r} for a live MemTable of {uri}"
+            raise InvalidArgumentError(msg) from err
+    storage = storage or Storage.open(uri, storage_options)
+    cache = cache or SnapshotCache()
+    if storage.read_bytes("_versions/latest_version_hint.json") is None and not storage.exists("_versions"):
+        msg = f"no Lance table at {storage.uri} (no _versions directory)"
+        raise TableNotFoundError(msg)
+    attempts = 3 if version is None else 1
+    for attempt in range(attempts):
+        snap = _load_once(storage, version, consistency, live, cache, max_workers)
+        gone = [s for r in snap.regions for s in r.skipped if s.missing]
+        if not gone or attempt == attempts - 1:
+            # Still unreadable and not merged by the newest base version: lost.
+            return resolve_missing_generations(
+                snap, storage, cache, on_missing_generation, pinned_version=version is not None
+            )
+        # A generation disappears when a merger merged it and GC removed it after this
+        # snapshot's base version was read: the newest base version holds its rows.
+        log.info("generation(s) %s vanished while opening %s; retrying with the newest base version", gone, storage.uri)
+    raise AssertionError("unreachable")
+
+
+def _load_once(
+    storage: Storage,
+    version: int | None,
+    consistency: Consistency,
+    live: Sequence[LiveMemTable],
+    cache: SnapshotCache,
+    max_workers: int,
+) -> Snapshot:
+    base = _open_base(storage.uri, version, storage.storage_options, cache)
+    schema = base.schema
+    pk = primary_key_of(schema)
+    if not pk:
+        msg = (
+            f"table {storage.uri} declares no primary key: mark the key column(s) with field "
+            "metadata {'lance-schema:unenforced-primary-key': 'true'}"
+        )
+        raise NoPrimaryKeyError(msg)
+    index = read_memwal_index(storage, base.version)
+    data_schema = pa.schema(list(schema) + [pa.field(TOMBSTONE, pa.bool_())])
+    inline = _inline_regions(index, storage, base.version)
+    if consistency == "eventual" and inline is not None:
+        # Eventual reads discover regions from the index's point-in-time snapshot
+        # (no listing); strong reads list storage, which also finds newer regions.
+        region_ids = [r.region_id for r in inline]
+    else:
+        region_ids = list_regions(storage)
+    known = {str(m.region_id) for m in live}
+    region_ids = sorted(set(region_ids) | known)
+    workers = max(1, min(max_workers, len(region_ids)))
+
+    def load(region_id: str) -> RegionSnapshot:
+        return _load_region(storage, region_id, index, data_schema, consistency, live, cache)
+
+    with ThreadPoolExecutor(workers) as pool:
+        by_id = {r.region_id: r for r in pool.map(load, region_ids)}
+        cut = False
+        if consistency == "strong":
+            by_id, cut = _consistent_cut(storage, by_id, known, load, pool)
+    regions = [by_id[r] for r in sorted(by_id)]
+    source = "region manifests + WAL tails" if consistency == "strong" else "region manifests (no WAL tail)"
+    if consistency == "eventual" and inline is not None:
+        source = "MemWAL index inline region snapshots + region manifests (no WAL tail)"
+    return Snapshot(
+        uri=storage.uri,
+        base_version=base.version,
+        base=base,
+        schema=schema,
+        primary_key=pk,
+        index=index,
+        regions=tuple(regions),
+        consistency=consistency,
+        consistency_source=source,
+        inline_regions=tuple(inline or ()),
+        consistent_cut=cut,
+    )
+
+
+def _region_moved(storage: Storage, r: RegionSnapshot) -> bool:
+    """Whether the region's writer logged anything after ``r`` was read (one existence probe).
+
+    Region state only changes by WAL entries (flushes and merges move rows between levels
+    without changing what a reader sees), and positions are written in order, so the
+    position after the last one replayed tells. A region without a manifest yet moved
+    once its first manifest exists.
+    """
+    if r.manifest is None:
+        return storage.exists(manifest_path(r.region_id, 1))
+    tail = r.wal_tail
+    if tail is None:
+        nxt = r.manifest.replay_after_wal_position + 1
+    else:
+        nxt = (tail.torn_position if tail.torn_position is not None else tail.last_position) + 1
+    return storage.exists(wal_entry_path(r.region_id, nxt))
+
+
+def _consistent_cut(
+    storage: Storage,
+    by_id: dict[str, RegionSnapshot],
+    known: set[str],
+    load: Callable[[str], RegionSnapshot],
+    pool: ThreadPoolExecutor,
+) -> tuple[dict[str, RegionSnapshot], bool]:
+    """Re-read regions until one pass finds none moved: the regions then show one instant.
+
+    Regions are read one after another (or in parallel, but not atomically), so without
+    this a reader could see a later write to one region and miss an earlier write to
+    another (a writer's order across regions). Each region is unchanged from the moment it
+    was read until the check after all reads; so at the last read's moment every region
+    looked as read (a double collect). Bounded by :data:`MAX_CUT_ROUNDS`.
+    """
+    for _ in range(MAX_CUT_ROUNDS):
+        regions = list(by_id.values())
+        probes = pool.map(lambda r: _region_moved(storage, r), regions)
+        moved = [r.region_id for r, m in zip(regions, probes, strict=True) if m]
+        moved += sorted((set(list_regions(storage)) | known) - by_id.keys())
+        if not moved:
+            return by_id, True
+        log.debug("%s: regions %s moved while the snapshot was read; reading them again", storage.uri, moved)
+        by_id = {**by_id, **{r.region_id: r for r in pool.map(load, moved)}}
+    log.info(
+        "%s: writers kept moving regions during %d passes; the snapshot shows each region as of its own read",
+        storage.uri,
+        MAX_CUT_ROUNDS,
+    )
+    return by_id, False
+
+
+def _inline_regions(index: MemWalIndex, storage: Storage, version: int) -> list[InlineRegion] | None:
+    """The index's inline region snapshots; damaged ones are a :class:`MemWalCorruptionError`."""
+    if not index.inline_snapshots:
+        return None
+    where = f"MemWAL index of {storage.child_uri(f'_versions/{lance_manifest_file_name(version)}')}"
+    return decode_inline_snapshots(index.inline_snapshots, where=where)

@@ -1,0 +1,55 @@
+"""MemTable rows: a region's replayed WAL tail and in-process (live) MemTables."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+
+from memwal_query.conform import conform
+from memwal_query.errors import ManifestError
+from memwal_query.format.wal import TOMBSTONE, WalTail
+from memwal_query.snapshot.model import LiveMemTable
+
+__all__ = ["memtable_from_wal", "memtable_from_live"]
+
+
+def _conform(table: pa.Table, schema: pa.Schema, what: str) -> pa.Table:
+    return conform(table, schema, what=what, strict=False, error=ManifestError)
+
+
+def memtable_from_wal(region_id: str, tail: WalTail, data_schema: pa.Schema) -> pa.Table | None:
+    """The WAL tail's rows as MemTable rows (``_gen``, ``_seq`` = position << 32 | row)."""
+    parts = []
+    for e in tail.entries:
+        if e.num_rows == 0:
+            continue
+        t = _conform(e.table, data_schema, f"region {region_id} WAL position {e.position}")
+        n = t.num_rows
+        seq = pa.array(range(n), pa.uint64())
+        seq = pa.compute.add(seq, pa.scalar(e.position << 32, pa.uint64()))
+        t = t.append_column("_gen", pa.array([e.generation] * n, pa.int64()))
+        t = t.append_column("_seq", seq)
+        parts.append(t)
+    return pa.concat_tables(parts) if parts else None
+
+
+def memtable_from_live(live: Sequence[LiveMemTable], data_schema: pa.Schema) -> pa.Table | None:
+    """In-process MemTable rows, ranked above WAL rows of the same generation."""
+    parts = []
+    for i, m in enumerate(live):
+        batches = list(m.to_batches())
+        if not batches:
+            continue
+        t = pa.Table.from_batches(batches)
+        if TOMBSTONE not in t.column_names:
+            t = t.append_column(TOMBSTONE, pa.array([False] * t.num_rows, pa.bool_()))
+        t = _conform(t, data_schema, f"live MemTable of region {m.region_id}")
+        n = t.num_rows
+        # Live rows rank above WAL rows of the same generation: high bit set.
+        base = (1 << 63) | (i << 40)
+        seq = pa.compute.add(pa.array(range(n), pa.uint64()), pa.scalar(base, pa.uint64()))
+        t = t.append_column("_gen", pa.array([int(m.generation)] * n, pa.int64()))
+        t = t.append_column("_seq", seq)
+        parts.append(t)
+    return pa.concat_tables(parts) if parts else None

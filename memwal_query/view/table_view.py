@@ -1,0 +1,285 @@
+"""The frozen merged view of one snapshot: what every access path reads.
+
+A :class:`TableView` is the snapshot, its merge decision, its storage and the caches
+it shares with refreshed snapshots, plus values derived from them once and remembered
+(region spec values, base indexes, Indexed Read Plans, MemTable datasets, the
+DataFusion datasets). Access paths (:mod:`memwal_query.lookup`,
+:mod:`memwal_query.vector`, the scan through :meth:`TableView.dataset`, the
+descriptions in :mod:`memwal_query.describe`) take a view and return values; none of
+them writes to it. The one setting a user may change on an open table,
+``index_catchup``, lives in :class:`ReadSettings`, shared by the view and its datasets.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Literal, Protocol
+
+import lance
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from memwal_query.errors import InvalidArgumentError
+from memwal_query.format.model import ShardingFieldSpec
+from memwal_query.format.storage import Storage
+from memwal_query.merge import MergeState
+from memwal_query.planner.catchup import (
+    CATCHUP_MIN_ROWS_PER_SOURCE,
+    BaseIndex,
+    CatchupPlan,
+    base_indexes,
+    plan_catchup,
+    still_readable,
+)
+from memwal_query.planner.datafusion_expr import predicate_for_table
+from memwal_query.planner.plan import Plan, plan_regions, region_values_of
+from memwal_query.planner.predicates import Predicate, Unknown, columns_of, needed_columns
+from memwal_query.planner.pruning import RegionValues
+from memwal_query.regionspec.spec import decode_field_value, evaluate_field, lance_field_ids, parse_result_type
+from memwal_query.scan.dataset import MergedDataset, ScanPlan
+from memwal_query.scan.filters import decoded
+from memwal_query.snapshot.cache import SnapshotCache
+from memwal_query.snapshot.model import LiveMemTable, Snapshot
+
+__all__ = ["IndexCatchupMode", "ReadSettings", "OpenTimings", "TableView", "HasView", "view_of"]
+
+IndexCatchupMode = Literal["auto", "always", "never"]
+_MODES = ("auto", "always", "never")
+
+
+class ReadSettings:
+    """The one mutable setting of an open table (``Table.index_catchup``), validated.
+
+    Example:
+        >>> s = ReadSettings("always")
+        >>> s.index_catchup
+        'always'
+    """
+
+    __slots__ = ("_index_catchup",)
+
+    def __init__(self, index_catchup: str = "auto") -> None:
+        self._index_catchup: str = "auto"
+        self.index_catchup = index_catchup
+
+    @property
+    def index_catchup(self) -> str:
+        """``"auto"``, ``"always"`` or ``"never"`` (see ``Table.index_catchup``)."""
+        return self._index_catchup
+
+    @index_catchup.setter
+    def index_catchup(self, mode: str) -> None:
+        if mode not in _MODES:
+            msg = f"index_catchup must be 'auto', 'always' or 'never', got {mode!r}"
+            raise InvalidArgumentError(msg)
+        self._index_catchup = mode
+
+
+@dataclass(frozen=True)
+class OpenTimings:
+    """Seconds spent opening a snapshot."""
+
+    snapshot: float
+    merge: float
+
+
+@dataclass
+class _Memo:
+    """Values derived from a frozen view, computed once (shared by copies of the view)."""
+
+    region_values: dict[str, RegionValues | None] | None = None
+    field_names: dict[int, str] | None = None
+    indexes: list[BaseIndex] | None = None
+    catchup: dict[str, CatchupPlan] = field(default_factory=dict)
+    memtable_datasets: dict[str, lance.LanceDataset] = field(default_factory=dict)
+    datasets: dict[tuple[bool, bool, bool], MergedDataset] = field(default_factory=dict)
+
+
+def _transform(f: ShardingFieldSpec, arr: pa.Array) -> pa.Array:
+    return evaluate_field(f, [arr], len(arr))
+
+
+@dataclass(frozen=True)
+class TableView:
+    """One snapshot, merged, with the storage and caches that read it (see the module docs)."""
+
+    snapshot: Snapshot
+    merge: MergeState
+    storage: Storage = field(repr=False)
+    cache: SnapshotCache = field(repr=False)
+    live: tuple[LiveMemTable, ...] = ()
+    timings: OpenTimings = OpenTimings(0.0, 0.0)
+    settings: ReadSettings = field(default_factory=ReadSettings, repr=False, compare=False)
+    _memo: _Memo = field(default_factory=_Memo, repr=False, compare=False)
+
+    @property
+    def view(self) -> TableView:
+        """The view itself (a view is accepted wherever a table is, see :class:`HasView`)."""
+        return self
+
+    @property
+    def uri(self) -> str:
+        """The table URI."""
+        return self.snapshot.uri
+
+    def with_snapshot(self, snapshot: Snapshot) -> TableView:
+        """The same view over another snapshot (nothing derived is kept)."""
+        return dataclasses.replace(self, snapshot=snapshot, _memo=_Memo())
+
+    def with_index_catchup(self, mode: str) -> TableView:
+        """The same view (and derived values) with its own ``index_catchup`` setting."""
+        return dataclasses.replace(self, settings=ReadSettings(mode))
+
+    # -- region pruning ---------------------------------------------------------
+    def region_values(self) -> dict[str, RegionValues | None]:
+        """Each region's spec values (``None`` = unknown: the region is never pruned)."""
+        memo = self._memo
+        if memo.region_values is None:
+            memo.region_values = region_values_of(
+                self.snapshot, lambda raw, rt: decode_field_value(raw, parse_result_type(rt))
+            )
+        return memo.region_values
+
+    def field_names(self) -> dict[int, str]:
+        """Lance field id -> column name, for the columns region specs refer to."""
+        memo = self._memo
+        if memo.field_names is None:
+            memo.field_names = lance_field_ids(self.snapshot.base)
+        return memo.field_names
+
+    def plan(self, predicate: Predicate, *, in_query: bool = False) -> Plan:
+        """Which regions ``predicate`` can touch (``in_query``: no DataFusion call allowed)."""
+        return plan_regions(
+            self.snapshot,
+            predicate,
+            self.region_values(),
+            self.field_names(),
+            _transform,
+            allow_expressions=not in_query,
+        )
+
+    def plan_sql(self, predicate_sql: str | None) -> Plan:
+        """:meth:`plan` of a SQL predicate (``None`` = all rows); see ``Table.plan``."""
+        if predicate_sql is None:
+            return self.plan(Unknown("no predicate"))
+        try:
+            pred = predicate_for_table(self.snapshot.schema, predicate_sql)
+        except Exception as err:
+            msg = f"cannot plan predicate {predicate_sql!r} over {self.uri}: {err}"
+            raise InvalidArgumentError(msg) from err
+        return self.plan(pred)
+
+    def plan_expression(self, expr: pc.Expression) -> Plan:
+        """:meth:`plan` of a pyarrow filter (callable while DataFusion runs a query)."""
+        return self.plan(decoded(expr, self.snapshot.schema.names), in_query=True)
+
+    def plan_scan(self, expr: pc.Expression, *, prune: bool = True, catchup: bool = True) -> ScanPlan:
+        """The frozen plan of a filter DataFusion pushed down: one decode, then pruning and catch-up."""
+        pred = decoded(expr, self.snapshot.schema.names)
+        regions = self.plan(pred, in_query=True) if prune else None
+        used = self.catchup_for(columns_of(pred)) if catchup else None
+        return ScanPlan(pred, needed_columns(pred), regions, used)
+
+    # -- indexes and the Indexed Read Plan -------------------------------------------
+    def base_indexes(self) -> list[BaseIndex]:
+        """The user indexes of the snapshot's base version (read once per snapshot)."""
+        memo = self._memo
+        if memo.indexes is None:
+            memo.indexes = base_indexes(self.snapshot)
+        return list(memo.indexes)
+
+    def scalar_indexes(self) -> list[BaseIndex]:
+        """The base indexes on one non-vector column (those SQL filters can use)."""
+        schema = self.snapshot.schema
+        return [
+            i
+            for i in self.base_indexes()
+            if len(i.columns) == 1 and not pa.types.is_fixed_size_list(schema.field(i.columns[0]).type)
+        ]
+
+    def catchup_plan(self, index_name: str) -> CatchupPlan:
+        """The Indexed Read Plan of a base index (computed once); see ``Table.catchup_plan``."""
+        plan = self._memo.catchup.get(index_name)
+        if plan is None:
+            found = next((i for i in self.base_indexes() if i.name == index_name), None)
+            if found is None:
+                names = [i.name for i in self.base_indexes()]
+                msg = f"{self.uri} (version {self.snapshot.base_version}) has no index {index_name!r}; indexes: {names}"
+                raise InvalidArgumentError(msg)
+            plan = plan_catchup(self.snapshot, self.storage, self.cache, found)
+            self._memo.catchup[index_name] = plan
+        return plan
+
+    def uses_catchup(self, plan: CatchupPlan) -> bool:
+        """Whether indexed reads serve ``plan``'s rows from its generations (``index_catchup``)."""
+        mode = self.settings.index_catchup
+        if not plan.usable or mode == "never":
+            return False
+        return mode == "always" or plan.uncovered_rows >= CATCHUP_MIN_ROWS_PER_SOURCE * len(plan.sources)
+
+    def recheck_catchup(self, plan: CatchupPlan) -> CatchupPlan:
+        """``plan`` if its generations are all still there; else the unusable plan (remembered)."""
+        checked = still_readable(self.storage, plan)
+        if checked is not plan:
+            self._memo.catchup[plan.index.name] = checked
+        return checked
+
+    def catchup_for(self, columns: set[str] | frozenset[str]) -> CatchupPlan | None:
+        """The usable, chosen Indexed Read Plan of a scalar index on one of ``columns``, if any."""
+        for idx in self.scalar_indexes():
+            if idx.columns[0] in columns:
+                plan = self.catchup_plan(idx.name)
+                if self.uses_catchup(plan):
+                    plan = self.recheck_catchup(plan)
+                    if plan.usable:
+                        return plan
+        return None
+
+    # -- datasets ------------------------------------------------------------------
+    def dataset(self, *, hidden_columns: bool = False, prune: bool = True, cache: bool = True) -> MergedDataset:
+        """The merged table as DataFusion scans it (one per option set); see ``Table.dataset``."""
+        key = (hidden_columns, prune, cache)
+        ds = self._memo.datasets.get(key)
+        if ds is None:
+            ds = MergedDataset(
+                self.snapshot,
+                self.merge,
+                with_hidden=hidden_columns,
+                planner=partial(self.plan_scan, prune=prune, catchup=not hidden_columns),
+                resident=self.cache if cache else None,
+            )
+            self._memo.datasets[key] = ds
+        return ds
+
+    def memtable_dataset(self, region_id: str, rows: pa.Table) -> lance.LanceDataset:
+        """A region's surviving MemTable rows as an in-memory Lance dataset (built once)."""
+        ds = self._memo.memtable_datasets.get(region_id)
+        if ds is None:
+            schema = self.snapshot.schema
+            ds = memory_dataset(rows.select(schema.names).cast(schema))
+            self._memo.memtable_datasets[region_id] = ds
+        return ds
+
+
+def memory_dataset(table: pa.Table) -> lance.LanceDataset:
+    """An in-memory Lance dataset of ``table`` (for MemTable rows)."""
+    return lance.write_dataset(table, f"memory://memwal-{uuid.uuid4().hex}")
+
+
+class HasView(Protocol):
+    """Anything that reads through a :class:`TableView` (a ``Table``, or a view itself)."""
+
+    @property
+    def view(self) -> TableView: ...
+
+
+def view_of(source: HasView) -> TableView:
+    """The view of a table or view."""
+    got = getattr(source, "view", None)
+    if not isinstance(got, TableView):
+        msg = f"expected a memwal Table or TableView, got {type(source).__name__}"
+        raise InvalidArgumentError(msg)
+    return got
