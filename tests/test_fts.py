@@ -305,3 +305,27 @@ def test_refresh_sees_new_writes_and_merges(tmp_path: Path) -> None:
     fresh = table.refresh()
     for q in QUERIES[:4]:
         assert_same(fresh.search_text("text", q, k=10), oracle_search(ds, q, 10), 10)
+
+
+@pytest.mark.parametrize("small_source", [0, 4096])
+def test_generations_through_their_own_indexes(tables: Any, monkeypatch: pytest.MonkeyPatch, small_source: int) -> None:
+    """Generations above the postings threshold are searched through their own index files."""
+    import memwal_query.fts.corpus as corpus
+    import memwal_query.fts.search as search
+
+    monkeypatch.setattr(corpus, "POSTINGS_MAX_ROWS", 0)
+    monkeypatch.setattr(search, "_SMALL_SOURCE", small_source)
+    t, ds = tables
+    table = mq.open_table(t.uri)
+    built = corpus.corpus_of(table.view, "text")
+    assert len(built.indexed) > 1 and all(s.unreadable_rows == 0 for s in built.indexed)
+    assert any(sum(f.num_docs for f in s.files) > s.num_docs for s in built.indexed[1:])  # non-live rows removed
+    for q in QUERIES:
+        for k in (1, 10):
+            assert_same(table.search_text("text", q, k=k), oracle_search(ds, q, k), k)
+    for filt in ("cat = 'a'", "id < 300"):
+        assert_same(
+            table.search_text("text", "apple banana", k=20, filter=filt),
+            oracle_search(ds, "apple banana", 20, filt),
+            20,
+        )
