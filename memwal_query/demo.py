@@ -141,6 +141,7 @@ def write_demo_table(
     memtable_rows: int = 5_000,
     seed: int = 0,
     leave_open: bool = False,
+    text_index: bool = True,
 ) -> str:
     """Write a demo MemWAL table with pylance's writer and return its URI.
 
@@ -154,12 +155,16 @@ def write_demo_table(
         seed: Random seed.
         leave_open: Leave a last round of writes in open writers' WAL (the
             writers are returned through :data:`OPEN_WRITERS` and stay open).
+        text_index: Give ``note`` an INVERTED (full-text) index on the base; pylance
+            then maintains it in every flushed generation.
 
     Returns:
         ``uri``.
     """
     rng = np.random.default_rng(seed)
     ds = lance.write_dataset(_rows(rng, np.arange(base_rows), 0), uri)
+    if text_index:
+        ds.create_scalar_index("note", "INVERTED")
     ds.initialize_mem_wal(bucket_column="id", num_buckets=regions, max_memtable_rows=memtable_rows)
     ds = lance.dataset(uri)
     chunk = max(1, min(memtable_rows, 10_000))

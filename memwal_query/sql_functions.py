@@ -1,4 +1,5 @@
-"""SQL table functions over merged tables: KNN search, point lookups, the table's state, changes.
+"""SQL table functions over merged tables: KNN, full-text and hybrid search, point lookups,
+the table's state, changes.
 
 After ``register_functions(ctx, {"events": table})`` (``Table.register`` does this
 for the name it registers; :func:`memwal_query.register_catalog` for every table of
@@ -13,7 +14,12 @@ its catalog), SQL can call:
   per region, flushed generation, WAL tail entry or base version
   (:mod:`memwal_query.state_sql`);
 * ``memwal_changes('events', 'mwc1...')``: the net change per key since a change token
-  (:mod:`memwal_query.changes`).
+  (:mod:`memwal_query.changes`);
+* ``memwal_fts('events', 'note', 'late delivery', 10 [, filter])``: the k best
+  full-text matches with ``_score`` (:func:`memwal_query.fts.search.search_text`);
+* ``memwal_hybrid('events', 'vec', [0.1, ...], 'note', 'late delivery', 10 [, filter])``:
+  KNN and full-text search fused by reciprocal rank, with ``_relevance_score``
+  (:func:`memwal_query.hybrid.search_hybrid`).
 
 The functions read each table's frozen view (:class:`~memwal_query.view.TableView`).
 
@@ -37,6 +43,8 @@ from memwal_query.compat import check_datafusion_supported
 from memwal_query.describe import describe_table
 from memwal_query.engine_errors import raised_in_engine
 from memwal_query.errors import InvalidArgumentError, MemWalError
+from memwal_query.fts.search import search_text
+from memwal_query.hybrid import search_hybrid
 from memwal_query.lookup import lookup
 from memwal_query.state_sql import generations_table, history_table, regions_table, wal_table
 from memwal_query.table_dataset import table_dataset
@@ -96,6 +104,8 @@ def _int(e: Any, what: str) -> int:
 _KNN_USAGE = "memwal_knn(table, column, [vector], k [, filter [, nprobes]])"
 _LOOKUP_USAGE = "memwal_lookup(table, [key, ...])"
 _CHANGES_USAGE = "memwal_changes(table, change_token)"
+_FTS_USAGE = "memwal_fts(table, column, query, k [, filter])"
+_HYBRID_USAGE = "memwal_hybrid(table, vector_column, [vector], text_column, query, k [, filter])"
 
 
 def _knn(registry: _Registry, *args: Any) -> pa.Table:
@@ -144,6 +154,40 @@ def _changes(registry: _Registry, *args: Any) -> pa.Table:
     return changes(table, token)
 
 
+def _str(e: Any, what: str) -> str:
+    v = _value(e, what)
+    if not isinstance(v, str):
+        msg = f"{what} must be a string, got {v!r}"
+        raise InvalidArgumentError(msg)
+    return v
+
+
+def _fts(registry: _Registry, *args: Any) -> pa.Table:
+    if not 4 <= len(args) <= 5:
+        msg = f"{_FTS_USAGE} takes 4 or 5 arguments, got {len(args)}"
+        raise InvalidArgumentError(msg)
+    table = _table(registry, args[0], "memwal_fts")
+    column = _str(args[1], "memwal_fts: the column")
+    query = _str(args[2], "memwal_fts: the query")
+    k = _int(args[3], "memwal_fts: k")
+    filt = _value(args[4], "memwal_fts: the filter") if len(args) > 4 else None
+    return search_text(table, column, query, k=k, filter=filt or None, in_query=True).rows
+
+
+def _hybrid(registry: _Registry, *args: Any) -> pa.Table:
+    if not 6 <= len(args) <= 7:
+        msg = f"{_HYBRID_USAGE} takes 6 or 7 arguments, got {len(args)}"
+        raise InvalidArgumentError(msg)
+    table = _table(registry, args[0], "memwal_hybrid")
+    vcol = _str(args[1], "memwal_hybrid: the vector column")
+    vector = _value(args[2], "memwal_hybrid: the query vector")
+    tcol = _str(args[3], "memwal_hybrid: the text column")
+    query = _str(args[4], "memwal_hybrid: the text query")
+    k = _int(args[5], "memwal_hybrid: k")
+    filt = _value(args[6], "memwal_hybrid: the filter") if len(args) > 6 else None
+    return search_hybrid(table, vcol, vector, tcol, query, k=k, filter=filt or None, in_query=True)
+
+
 # name -> (implementation taking the context's table registry first, usage)
 _FUNCTIONS: dict[str, tuple[Callable[..., pa.Table], str]] = {
     "memwal_knn": (_knn, _KNN_USAGE),
@@ -156,6 +200,8 @@ _FUNCTIONS: dict[str, tuple[Callable[..., pa.Table], str]] = {
     "memwal_wal": (_state("memwal_wal", lambda v: wal_table(v.snapshot)), "memwal_wal(table)"),
     "memwal_history": (_state("memwal_history", lambda v: history_table(v.snapshot)), "memwal_history(table)"),
     "memwal_changes": (_changes, _CHANGES_USAGE),
+    "memwal_fts": (_fts, _FTS_USAGE),
+    "memwal_hybrid": (_hybrid, _HYBRID_USAGE),
 }
 #: The SQL table functions :func:`register_functions` registers.
 FUNCTION_NAMES = tuple(_FUNCTIONS)

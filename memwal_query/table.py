@@ -35,6 +35,8 @@ from memwal_query.display import explanation, table_html
 from memwal_query.engine_errors import engine_error
 from memwal_query.errors import MemWalError
 from memwal_query.format.storage import Storage
+from memwal_query.fts.search import search_text
+from memwal_query.hybrid import RRF_K, search_hybrid
 from memwal_query.interop import shard_snapshots
 from memwal_query.lookup import LookupStats, lookup
 from memwal_query.planner.catchup import BaseIndex, CatchupPlan
@@ -209,6 +211,61 @@ class Table(ViewFacts):
     def last_nearest_stats(self) -> NearestStats | None:
         """Sources searched by this table's last :meth:`nearest` and the index coverage."""
         return self._last_nearest
+
+    def search_text(
+        self,
+        column: str,
+        query: str,
+        k: int = 10,
+        *,
+        filter: str | pc.Expression | None = None,
+        columns: Sequence[str] | None = None,
+        phrase: bool = False,
+    ) -> pa.Table:
+        """The ``k`` live rows best matching ``query`` (BM25), with ``_score``, best first.
+
+        Scored as one INVERTED index over exactly the live rows would (the base index's
+        tokenizer and parameters); ``filter`` prefilters live rows and prunes regions;
+        ``phrase`` needs an index with positions. See :func:`memwal_query.fts.search.search_text`.
+        """
+        return search_text(self._view, column, query, k=k, filter=filter, columns=columns, phrase=phrase).rows
+
+    def search_hybrid(
+        self,
+        vector_column: str,
+        vector: object,
+        text_column: str,
+        text: str,
+        k: int = 10,
+        *,
+        filter: str | pc.Expression | None = None,
+        columns: Sequence[str] | None = None,
+        depth: int | None = None,
+        rrf_k: float = RRF_K,
+        nprobes: int | None = None,
+        refine_factor: int | None = None,
+        distance: str = "l2",
+    ) -> pa.Table:
+        """Merged KNN and full-text search fused by reciprocal rank (``_relevance_score``).
+
+        Each search returns its ``depth`` best rows; ``relevance = sum of 1 / (rrf_k + rank)``.
+        See :func:`memwal_query.hybrid.search_hybrid` for the columns and options.
+        """
+        return search_hybrid(
+            self._view,
+            vector_column,
+            vector,
+            text_column,
+            text,
+            k=k,
+            filter=filter,
+            columns=columns,
+            depth=depth,
+            rrf_k=rrf_k,
+            nprobes=nprobes,
+            refine_factor=refine_factor,
+            distance=distance,
+        )
 
     # -- indexes ------------------------------------------------------------
     @property

@@ -21,6 +21,18 @@ CASES = {
         *("--base-rows", "5000", "--dim", "16", "--partitions", "4", "--newer-rows", "500"),
         *("--lookups", "20", "--queries", "3", "--catchup-rows", "2000"),
     ],
+    "bench_fts.py": [
+        "--base-rows",
+        "3000",
+        "--vocab",
+        "1000",
+        "--regions",
+        "4",
+        "--newer-rows",
+        "400",
+        "--queries",
+        "5",
+    ],
 }
 
 

@@ -63,6 +63,22 @@ BAD_CALLS: dict[str, list[tuple[str, str, type[MemWalError]]]] = {
         ("memwal_changes('t', 'mwc1.AAAA')", "is not a valid memwal change token", InvalidArgumentError),
         (f"memwal_changes('t', '{OTHER_TOKEN}')", "belongs to another table", InvalidArgumentError),
     ],
+    "memwal_fts": [
+        ("memwal_fts('t', 'note', 'refund')", "takes 4 or 5 arguments, got 3", InvalidArgumentError),
+        ("memwal_fts('nope', 'note', 'refund', 3)", "no memwal table named 'nope'", InvalidArgumentError),
+        ("memwal_fts('t', 'category', 'books', 3)", "column 'category' of ", InvalidArgumentError),  # no index
+        ("memwal_fts('t', 'amount', 'x', 3)", "not a string column", InvalidArgumentError),
+        ("memwal_fts('t', 'nope', 'x', 3)", "unknown text column 'nope'", InvalidArgumentError),
+        ("memwal_fts('t', 'note', 'x', 'y')", "memwal_fts: k must be an integer, got 'y'", InvalidArgumentError),
+        ("memwal_fts('t', 'note', 7, 3)", "memwal_fts: the query must be a string, got 7", InvalidArgumentError),
+        ("memwal_fts('t', 'note', 'refund', 3, 'no_col = 1')", "no_col", InvalidArgumentError),
+    ],
+    "memwal_hybrid": [
+        (f"memwal_hybrid('t', 'vec', {VEC}, 'note')", "takes 6 or 7 arguments, got 4", InvalidArgumentError),
+        (f"memwal_hybrid('t', 'vec', {VEC}, 'category', 'x', 3)", "has no INVERTED index", InvalidArgumentError),
+        ("memwal_hybrid('t', 'vec', [0.5, 0.5], 'note', 'x', 3)", "dimension 2", InvalidArgumentError),
+        (f"memwal_hybrid('t', 'vec', {VEC}, 'note', 'x', 0)", "k must be a positive integer", InvalidArgumentError),
+    ],
 }
 
 
@@ -100,6 +116,12 @@ def test_sql_functions_still_answer(demo: str) -> None:
     got = t.sql(f"SELECT id FROM memwal_lookup('t', [{live[0]}, {live[1]}])").to_arrow_table()
     assert sorted(got.column("id").to_pylist()) == sorted(live[:2])
     assert t.sql(f"SELECT id FROM memwal_knn('t', 'vec', {VEC}, 3)").to_arrow_table().num_rows == 3
+    fts = t.sql("SELECT id, _score FROM memwal_fts('t', 'note', 'refund', 4) ORDER BY _score DESC, id").to_pylist()
+    assert fts == sorted(
+        t.search_text("note", "refund", 4, columns=["id"]).to_pylist(), key=lambda r: (-r["_score"], r["id"])
+    )
+    hybrid = t.sql(f"SELECT id FROM memwal_hybrid('t', 'vec', {VEC}, 'note', 'refund', 5, 'amount > 10')")
+    assert hybrid.to_arrow_table().num_rows == 5
 
 
 def test_sql_error_without_a_function_is_one_line(demo: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,397 @@
+"""The live corpus of a snapshot: per-source BM25 statistics over live rows only.
+
+One INVERTED index built over exactly the live rows would count ``N``, total tokens
+and ``df`` over those rows. The snapshot's rows sit in several sources, and each index
+also holds rows that are not live any more. So, per source:
+
+* **indexed** (the base index, each flushed generation's own index): the index files'
+  totals (:mod:`memwal_query.fts.index_files`) minus its *non-live documents*: indexed
+  rows that are deleted (a merge replaced them; a newer version inside the generation)
+  or dropped by the snapshot's merge (a newer level holds their key). Those rows are
+  read back from the data files (deleted rows included) and tokenized with the index's
+  analyzer; their cost grows with the rows that left the index, not with the table.
+* **flat** (MemTable rows, base fragments the index does not cover yet, a generation
+  without an index): every live row tokenized.
+
+The corpus is built once per snapshot and column (kept while the snapshot's
+``MergeState`` lives); tokenized rows are memoized per dataset and row address
+across snapshots (a row address never changes its text).
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import lance
+import numpy as np
+from lance.file import LanceFileReader
+
+from memwal_query.errors import InvalidArgumentError, MemWalError
+from memwal_query.fts.analyzer import Analyzer, Doc
+from memwal_query.fts.bm25 import CorpusStats
+from memwal_query.fts.index_files import InvertedIndexFiles, read_index_files
+from memwal_query.fts.postings import Postings
+from memwal_query.regionspec.spec import lance_field_ids
+from memwal_query.view.table_view import TableView
+
+__all__ = [
+    "IndexedSource",
+    "FlatSource",
+    "Corpus",
+    "corpus_of",
+    "fragments_of",
+    "inverted_index",
+    "tokenize_rows",
+]
+
+_INVERTED = "InvertedIndexDetails"
+#: Generations with at most this many rows are scored from in-memory postings (tokenized
+#: once per generation); larger ones are searched through their own index.
+POSTINGS_MAX_ROWS = 50_000
+_MEMO_MAX_DOCS = 2_000_000
+
+
+@dataclass(frozen=True)
+class IndexedSource:
+    """A dataset searched through its own INVERTED index, with its live statistics."""
+
+    name: str
+    region_id: str | None
+    dataset: lance.LanceDataset = field(repr=False)
+    files: tuple[InvertedIndexFiles, ...] = field(repr=False)
+    drop: np.ndarray = field(repr=False)  # row addresses that are not live (sorted)
+    indexed_only: bool  # restrict Lance's search to indexed fragments (the base)
+    num_docs: int
+    total_tokens: int
+    nonlive_df: Counter[str] = field(repr=False)
+    unreadable_rows: int = 0  # non-live rows whose text could not be read (stats approximate)
+    blocklist: bytes | None = field(default=None, repr=False)  # ``drop`` serialized for Lance
+
+    def doc_freq(self, token: str) -> int:
+        """Live documents of this source holding ``token``."""
+        return sum(f.doc_freq(token) for f in self.files) - self.nonlive_df.get(token, 0)
+
+    def index_stats(self, tokens: Sequence[str]) -> CorpusStats:
+        """The statistics Lance itself scores this source with (every indexed row)."""
+        n = sum(f.num_docs for f in self.files)
+        total = sum(f.total_tokens for f in self.files)
+        return CorpusStats(n, total, {t: sum(f.doc_freq(t) for f in self.files) for t in set(tokens)})
+
+
+@dataclass(frozen=True)
+class FlatSource:
+    """Rows scored from in-memory postings (:mod:`memwal_query.fts.postings`), no Lance search."""
+
+    name: str
+    region_id: str | None
+    dataset: lance.LanceDataset = field(repr=False)
+    fragments: tuple[int, ...] | None  # the fragments of ``dataset`` it holds (None: all)
+    postings: Postings = field(repr=False)
+    live: np.ndarray = field(repr=False)  # which rows of the postings are live
+    num_docs: int
+    total_tokens: int
+
+    def doc_freq(self, token: str) -> int:
+        """Live documents of this source holding ``token``."""
+        return self.postings.doc_freq(token, self.live)
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """Every source of one text column of a snapshot."""
+
+    column: str
+    analyzer: Analyzer
+    index_name: str
+    indexed: tuple[IndexedSource, ...]
+    flat: tuple[FlatSource, ...]
+
+    def stats(self, tokens: Sequence[str]) -> CorpusStats:
+        """``N``, total tokens and ``df`` of ``tokens`` over the snapshot's live rows."""
+        sources: list[IndexedSource | FlatSource] = [*self.indexed, *self.flat]
+        return CorpusStats(
+            num_docs=sum(s.num_docs for s in sources),
+            total_tokens=sum(s.total_tokens for s in sources),
+            doc_freq={t: sum(s.doc_freq(t) for s in sources) for t in set(tokens)},
+        )
+
+
+# -- tokenized rows, memoized per dataset ----------------------------------------
+class _Memo:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.docs: OrderedDict[tuple[str, str, Analyzer], dict[int, Doc]] = OrderedDict()
+        self.count = 0
+
+    def tokenized(
+        self, key: tuple[str, str, Analyzer], addrs: np.ndarray, read: Callable[[np.ndarray], Sequence[str | None]]
+    ) -> list[Doc]:
+        with self.lock:
+            known = self.docs.setdefault(key, {})
+            self.docs.move_to_end(key)
+            missing = np.array([a for a in addrs.tolist() if a not in known], dtype=np.uint64)
+        if missing.size:
+            fresh = dict(zip(missing.tolist(), key[2].tokenize_all(read(missing)), strict=True))
+            with self.lock:
+                known.update(fresh)
+                self.count += len(fresh)
+                while self.count > _MEMO_MAX_DOCS and len(self.docs) > 1:
+                    _, gone = self.docs.popitem(last=False)
+                    self.count -= len(gone)
+        return [known[a] for a in addrs.tolist()]
+
+
+_memo = _Memo()
+
+
+def _read_texts(
+    ds: lance.LanceDataset, column: str, addrs: np.ndarray, options: Mapping[str, str], older: int | None = None
+) -> list[str | None]:
+    """Text of rows by address from the data files: deleted rows too (they are still there).
+
+    A fragment whose rows were all deleted leaves the manifest; version ``older`` (the
+    one the index was built at) still lists it. Rows found nowhere read as None.
+    """
+    fid = next(i for i, n in lance_field_ids(ds).items() if n == column)
+    frags = {f.fragment_id: f.metadata for f in ds.get_fragments()}
+    gone = set(np.unique(addrs >> np.uint64(32)).tolist()) - set(frags)
+    if gone and older is not None:
+        try:
+            old = lance.dataset(ds.uri, version=older, storage_options=dict(options) or None)
+            frags.update({f.fragment_id: f.metadata for f in old.get_fragments() if f.fragment_id in gone})
+        except (OSError, ValueError, RuntimeError):
+            pass  # cleaned up: those rows stay unreadable
+    out: dict[int, str | None] = {}
+    frag_of = (addrs >> np.uint64(32)).astype(np.int64)
+    for frag_id in np.unique(frag_of).tolist():
+        meta = frags.get(frag_id)
+        rows = addrs[frag_of == frag_id]
+        files = [f for f in meta.files if fid in f.fields] if meta is not None else []
+        if not files:
+            continue  # the fragment is gone (all its rows deleted): not readable here
+        reader = LanceFileReader(
+            f"{ds.uri}/data/{files[0].path}", storage_options=dict(options) or None, columns=[column]
+        )
+        offsets = (rows & np.uint64(0xFFFFFFFF)).astype(np.int64)
+        texts = reader.take_rows(offsets.tolist()).to_table().column(0).to_pylist()
+        out.update(zip(rows.tolist(), texts, strict=True))
+    return [out.get(a) for a in addrs.tolist()]
+
+
+def fragments_of(ds: lance.LanceDataset, ids: Sequence[int] | None) -> list[lance.LanceFragment] | None:
+    """The fragments ``ids`` of ``ds`` (None: all of them)."""
+    if ids is None:
+        return None
+    return [f for f in (ds.get_fragment(i) for i in ids) if f is not None]
+
+
+def _live_addrs(ds: lance.LanceDataset, fragments: Sequence[int] | None) -> np.ndarray:
+    t = ds.scanner(columns=[], with_row_address=True, fragments=fragments_of(ds, fragments)).to_table()
+    return np.sort(t.column("_rowaddr").to_numpy().astype(np.uint64))
+
+
+def inverted_index(ds: lance.LanceDataset, column: str) -> Any | None:
+    """The INVERTED index description of ``column`` in ``ds`` (None: there is none)."""
+    try:
+        found = [d for d in ds.describe_indices() if d.type_url.endswith(_INVERTED) and list(d.field_names) == [column]]
+    except (OSError, ValueError, RuntimeError):
+        return None
+    return found[0] if found else None
+
+
+def _indexed_source(
+    name: str,
+    region_id: str | None,
+    ds: lance.LanceDataset,
+    desc: Any,
+    ctx: _Build,
+    drop: np.ndarray | None,
+    *,
+    indexed_only: bool,
+) -> IndexedSource:
+    files = tuple(read_index_files(f"{ds.uri}/_indices/{s.uuid}", ctx.options) for s in desc.segments)
+    covered = sorted(
+        {int(f) for s in desc.segments for f in s.fragment_ids} & {f.fragment_id for f in ds.get_fragments()}
+    )
+    drop = np.empty(0, np.uint64) if drop is None else np.asarray(drop, dtype=np.uint64)
+    live = _live_addrs(ds, covered if indexed_only else None)
+    kept = np.setdiff1d(live, drop, assume_unique=True)
+    rowids = np.unique(np.concatenate([f.rowids for f in files])) if files else np.empty(0, np.uint64)
+    nonlive = np.setdiff1d(rowids, kept, assume_unique=True)
+    older = max((int(s.dataset_version_at_last_update) for s in desc.segments), default=None)
+    docs = _memo.tokenized(
+        (ds.uri, ctx.column, ctx.analyzer), nonlive, lambda a: _read_texts(ds, ctx.column, a, ctx.options, older)
+    )
+    lengths = sum((f.doc_lengths(nonlive) for f in files), np.zeros(nonlive.size, np.int64))
+    df: Counter[str] = Counter()
+    for d in docs:
+        df.update(set(d.tokens))
+    unreadable = int(np.count_nonzero(lengths != np.array([len(d) for d in docs], dtype=np.int64)))
+    blocklist = None
+    if drop.size:
+        from lance.dataset import serialize_row_addrs
+
+        blocklist = serialize_row_addrs(drop.tolist())
+    return IndexedSource(
+        name=name,
+        region_id=region_id,
+        dataset=ds,
+        files=files,
+        drop=drop,
+        indexed_only=indexed_only,
+        num_docs=sum(f.num_docs for f in files) - int(nonlive.size),
+        total_tokens=sum(f.total_tokens for f in files) - int(lengths.sum()),
+        nonlive_df=df,
+        unreadable_rows=unreadable,
+        blocklist=blocklist,
+    )
+
+
+_postings: OrderedDict[tuple[str, str, Analyzer], Postings] = OrderedDict()
+_POSTINGS_ENTRIES = 256
+
+
+def _flat_source(
+    name: str,
+    region_id: str | None,
+    ds: lance.LanceDataset,
+    fragments: Sequence[int] | None,
+    ctx: _Build,
+    drop: np.ndarray | None,
+    cache_key: str | None,
+) -> FlatSource:
+    """A source scored from postings; ``cache_key`` names rows that never change (kept across snapshots)."""
+    key = None if cache_key is None else (cache_key, ctx.column, ctx.analyzer)
+    with _memo.lock:
+        postings = _postings.get(key) if key is not None else None
+    if postings is None:
+        frags = fragments_of(ds, fragments)
+        rows = ds.scanner(columns=[ctx.column], with_row_address=True, fragments=frags).to_table()
+        addrs = rows.column("_rowaddr").to_numpy().astype(np.uint64)
+        postings = Postings.build(addrs, ctx.analyzer.tokenize_all(rows.column(ctx.column).to_pylist()))
+        live = np.ones(len(postings), dtype=bool)
+        if key is not None:
+            with _memo.lock:
+                _postings[key] = postings
+                while len(_postings) > _POSTINGS_ENTRIES:
+                    _postings.popitem(last=False)
+    else:
+        live = postings.mask_of(_live_addrs(ds, fragments))  # rows deleted since are not live
+    if drop is not None and drop.size:
+        live &= ~postings.mask_of(drop)
+    return FlatSource(
+        name=name,
+        region_id=region_id,
+        dataset=ds,
+        fragments=None if fragments is None else tuple(fragments),
+        postings=postings,
+        live=live,
+        num_docs=postings.num_docs(live),
+        total_tokens=postings.total_tokens(live),
+    )
+
+
+@dataclass(frozen=True)
+class _Build:
+    column: str
+    analyzer: Analyzer
+    options: Mapping[str, str]
+
+
+def _fragment_key(ds: lance.LanceDataset, frag: lance.LanceFragment) -> str:
+    """What makes a fragment's rows: its id and data files (deletions only hide rows)."""
+    return f"{ds.uri}#{frag.fragment_id}:" + ",".join(f.path for f in frag.metadata.files)
+
+
+def _build(view: TableView, column: str) -> Corpus:
+    snap, merge = view.snapshot, view.merge
+    desc = inverted_index(snap.base, column)
+    if desc is None:
+        msg = (
+            f"column {column!r} of {view.uri} has no INVERTED index: create one on the base table "
+            f"(create_scalar_index({column!r}, 'INVERTED')) before initialize_mem_wal"
+        )
+        raise InvalidArgumentError(msg)
+    analyzer = Analyzer.from_params(desc.details, f"index {desc.name} on {column!r}")
+    ctx = _Build(column, analyzer, view.storage.storage_options)
+    base = snap.base
+    indexed = [_indexed_source("base", None, base, desc, ctx, merge.base_drop, indexed_only=True)]
+    covered = {int(f) for s in desc.segments for f in s.fragment_ids}
+    flat = [
+        _flat_source(
+            "base (not indexed yet)",
+            None,
+            base,
+            [f.fragment_id],
+            ctx,
+            merge.base_drop,
+            _fragment_key(base, f),
+        )
+        for f in base.get_fragments()
+        if f.fragment_id not in covered
+    ]
+    for region in snap.regions:
+        rid = region.region_id
+        for g in region.generations:
+            what = f"{rid} generation {g.generation}"
+            gdesc = None if g.rebuilt_from_wal else inverted_index(g.dataset, column)
+            drop = merge.generation_drop.get(g.uri)
+            big = g.num_rows > POSTINGS_MAX_ROWS
+            if big and gdesc is not None and Analyzer.from_params(gdesc.details) == ctx.analyzer:
+                indexed.append(_indexed_source(what, rid, g.dataset, gdesc, ctx, drop, indexed_only=False))
+            else:
+                flat.append(_flat_source(what, rid, g.dataset, None, ctx, drop, None if g.rebuilt_from_wal else g.uri))
+        mem = merge.memtables.get(rid)
+        if mem is not None and mem.num_rows:
+            ds = view.memtable_dataset(rid, mem)
+            flat.append(_flat_source(f"{rid} memtable", rid, ds, None, ctx, None, None))
+    return Corpus(column, ctx.analyzer, str(desc.name), tuple(indexed), tuple(flat))
+
+
+_corpora: dict[tuple[int, str], Corpus] = {}
+_corpora_lock = threading.Lock()
+
+
+def corpus_of(view: TableView, column: str) -> Corpus:
+    """The corpus of ``column`` in ``table``'s snapshot (built once per snapshot).
+
+    Raises:
+        InvalidArgumentError: ``column`` has no INVERTED index on the base table.
+        MemWalError: A source cannot be read.
+    """
+    merge = view.merge
+    key = (id(merge), column)
+    with _corpora_lock:
+        hit = _corpora.get(key)
+    if hit is not None:
+        return hit
+    try:
+        corpus = _build(view, column)
+    except MemWalError:
+        raise
+    except (OSError, ValueError, RuntimeError) as err:
+        msg = f"cannot read the full-text sources of {view.uri}: {err}"
+        raise MemWalError(msg) from err
+    with _corpora_lock:
+        if key not in _corpora:
+            _corpora[key] = corpus
+            weakref.finalize(merge, _forget, key)
+    return corpus
+
+
+def _forget(key: tuple[int, str]) -> None:
+    with _corpora_lock:
+        _corpora.pop(key, None)
+
+
+def tokenize_rows(dataset_uri: str, corpus: Corpus, addrs: np.ndarray, texts: Sequence[str | None]) -> list[Doc]:
+    """``texts`` (the rows at ``addrs`` of ``dataset_uri``) tokenized, memoized like the corpus rows."""
+    by_addr = dict(zip(addrs.tolist(), texts, strict=True))
+    return _memo.tokenized(
+        (dataset_uri, corpus.column, corpus.analyzer), addrs, lambda a: [by_addr[x] for x in a.tolist()]
+    )

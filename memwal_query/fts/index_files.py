@@ -1,0 +1,146 @@
+"""What an INVERTED index holds, read from its files: documents, lengths, document frequencies.
+
+A Lance INVERTED index directory (``_indices/{uuid}/``) has one ``metadata.lance``
+(schema metadata: ``partitions``, ``params``) and, per partition ``p``,
+``part_p_docs.lance`` (``_rowid``, ``_num_tokens``; schema metadata ``total_tokens``),
+``part_p_tokens.lance`` (the token dictionary: an FST token -> token id, or in the
+legacy layout a ``_token`` column) and ``part_p_invert.lance`` (one row per token
+id; ``_length`` is the token's document count). Lance scores a query with the sums
+over partitions: ``N`` = documents, ``avgdl`` = total tokens / ``N``, ``df`` = posting
+lengths, counting every document the index holds, deleted rows included (measured:
+deletes and prefilters leave scores unchanged). Documents with no token at all
+(NULL, empty, only stop words) are not in the index.
+
+Reading these files gives exact per-source statistics without decoding posting
+lists; :mod:`memwal_query.fts.corpus` then removes the rows that are not live.
+Index directories never change, so each is read once per process (bounded cache).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+from lance.file import LanceFileReader
+
+from memwal_query.errors import MemWalCorruptionError
+from memwal_query.fts.fst import FstMap
+
+__all__ = ["InvertedIndexFiles", "read_index_files"]
+
+_CACHE_ENTRIES = 64
+_cache: OrderedDict[str, InvertedIndexFiles] = OrderedDict()
+_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class _Partition:
+    tokens: FstMap | dict[str, int]
+    lengths: np.ndarray = field(repr=False)
+
+    def doc_freq(self, token: str) -> int:
+        tid = self.tokens.get(token)
+        if tid is None or tid >= self.lengths.size:
+            return 0
+        return int(self.lengths[tid])
+
+
+@dataclass(frozen=True)
+class InvertedIndexFiles:
+    """The statistics of one INVERTED index directory (all partitions)."""
+
+    uri: str
+    params: dict[str, object]
+    partitions: tuple[_Partition, ...] = field(repr=False)
+    rowids: np.ndarray = field(repr=False)  # sorted, unique
+    num_tokens: np.ndarray = field(repr=False)  # aligned with rowids
+    total_tokens: int
+
+    @property
+    def num_docs(self) -> int:
+        """Documents the index holds (deleted rows included)."""
+        return int(self.rowids.size)
+
+    def doc_freq(self, token: str) -> int:
+        """Documents of the index holding ``token`` (its posting lengths summed)."""
+        return sum(p.doc_freq(token) for p in self.partitions)
+
+    def doc_lengths(self, rowids: np.ndarray) -> np.ndarray:
+        """Token counts of ``rowids`` (0 for a row the index does not hold)."""
+        pos = np.searchsorted(self.rowids, rowids)
+        pos = np.minimum(pos, max(self.rowids.size - 1, 0))
+        hit = self.rowids[pos] == rowids if self.rowids.size else np.zeros(rowids.size, dtype=bool)
+        return np.where(hit, self.num_tokens[pos] if self.rowids.size else 0, 0).astype(np.int64)
+
+
+def _read(
+    path: str, options: Mapping[str, str] | None, columns: list[str] | None = None
+) -> tuple[pa.Table, dict[str, str]]:
+    reader = LanceFileReader(path, storage_options=dict(options or {}) or None, columns=columns)
+    table = reader.read_all(batch_size=1 << 16).to_table()
+    meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+    return table, meta
+
+
+def _partition(uri: str, prefix: str, options: Mapping[str, str] | None) -> tuple[_Partition, pa.Table, int]:
+    tokens, _ = _read(f"{uri}/{prefix}tokens.lance", options)
+    if "_token_fst_bytes" in tokens.column_names:
+        dictionary: FstMap | dict[str, int] = FstMap(tokens.column("_token_fst_bytes")[0].as_py())
+    elif "_token" in tokens.column_names:
+        dictionary = dict(zip(tokens.column("_token").to_pylist(), tokens.column("_token_id").to_pylist(), strict=True))
+    else:
+        msg = f"{uri}: token dictionary {prefix}tokens.lance has neither an FST nor a _token column"
+        raise MemWalCorruptionError(msg)
+    inv, _ = _read(f"{uri}/{prefix}invert.lance", options, ["_length"])
+    docs, meta = _read(f"{uri}/{prefix}docs.lance", options)
+    total = int(meta.get("total_tokens", 0)) or int(docs.column("_num_tokens").to_numpy().sum())
+    lengths = inv.column("_length").to_numpy().astype(np.int64)
+    return _Partition(dictionary, lengths), docs, total
+
+
+def read_index_files(uri: str, storage_options: Mapping[str, str] | None = None) -> InvertedIndexFiles:
+    """The statistics of the INVERTED index in directory ``uri`` (read once, then cached).
+
+    Raises:
+        MemWalCorruptionError: The files are not an INVERTED index Lance wrote.
+    """
+    with _lock:
+        hit = _cache.get(uri)
+        if hit is not None:
+            _cache.move_to_end(uri)
+            return hit
+    try:
+        _, meta = _read(f"{uri}/metadata.lance", storage_options)
+        params = json.loads(meta.get("params", "{}"))
+        parts = json.loads(meta["partitions"]) if "partitions" in meta else None
+        prefixes = [f"part_{p}_" for p in parts] if parts is not None else [""]
+        read = [_partition(uri, p, storage_options) for p in prefixes]
+    except (OSError, ValueError, KeyError, RuntimeError) as err:
+        msg = f"cannot read the inverted index at {uri}: {err}"
+        raise MemWalCorruptionError(msg) from err
+    docs = pa.concat_tables([d for _, d, _ in read]) if read else None
+    if docs is not None and docs.num_rows:
+        rowids = docs.column("_rowid").to_numpy().astype(np.uint64)
+        ntok = docs.column("_num_tokens").to_numpy().astype(np.int64)
+        order = np.argsort(rowids, kind="stable")
+        rowids, ntok = rowids[order], ntok[order]
+    else:
+        rowids, ntok = np.empty(0, np.uint64), np.empty(0, np.int64)
+    files = InvertedIndexFiles(
+        uri=uri,
+        params=dict(params),
+        partitions=tuple(p for p, _, _ in read),
+        rowids=rowids,
+        num_tokens=ntok,
+        total_tokens=sum(t for _, _, t in read),
+    )
+    with _lock:
+        _cache[uri] = files
+        while len(_cache) > _CACHE_ENTRIES:
+            _cache.popitem(last=False)
+    return files

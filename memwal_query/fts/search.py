@@ -1,0 +1,326 @@
+"""Full-text search over the merged table, scored as one index over the live rows.
+
+Each source's own index ranks by *local* statistics (its ``N``, ``avgdl``, ``df``),
+so a naive union ranks rows by where they sit. Here every candidate is re-scored
+with the snapshot's live statistics (:mod:`memwal_query.fts.corpus`), and each
+indexed source is asked for more candidates until no row it has not returned yet
+could enter the top k:
+
+* Lance returns a source's rows best first by its local score ``L`` (live,
+  filter-passing rows only: the merge's drop list goes in as ``row_addr_blocklist``,
+  the filter as a prefilter). We recompute ``L`` for the rows returned; when it does
+  not match Lance's ``_score`` the source is searched exhaustively instead.
+* For a row of that source, global score ``G <= C * L`` with
+  ``C = max_t(idf_G(t) / idf_L(t)) * max(1, avgdl_G / avgdl_L)`` (BM25's term weight
+  grows by at most ``avgdl_G / avgdl_L`` when only ``avgdl`` changes). A row not
+  returned yet has ``L`` at most the last score returned, so once ``C`` times that
+  score is below the k-th best global score found, the source is done; otherwise
+  it is asked for four times as many rows.
+* Rows without an index (MemTables, base fragments not indexed yet) are scored
+  directly from their tokens.
+
+A filter applies to the live version of each row and prunes regions (SQL strings).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from lance.query import MatchQuery, PhraseQuery
+
+from memwal_query.errors import InvalidArgumentError, MemWalError
+from memwal_query.format.lance_open import lance_message
+from memwal_query.fts.analyzer import Doc
+from memwal_query.fts.bm25 import CorpusStats, phrase_match, score_docs
+from memwal_query.fts.corpus import (
+    Corpus,
+    FlatSource,
+    IndexedSource,
+    corpus_of,
+    fragments_of,
+    tokenize_rows,
+)
+from memwal_query.view.table_view import TableView
+
+__all__ = ["TextSearchResult", "TextSearchStats", "search_text"]
+
+_ADDR = "_rowaddr"
+_SCORE = "_score"
+_SMALL_SOURCE = 4096  # documents: such an index is searched exhaustively at once
+_REL = 1e-3  # our recomputation of Lance's local score must agree this closely
+
+
+@dataclass
+class TextSearchStats:
+    """What a text search touched."""
+
+    sources: list[str] = field(default_factory=list)
+    pruned_regions: list[str] = field(default_factory=list)
+    rounds: int = 0
+    exhaustive: list[str] = field(default_factory=list)
+    approximate_rows: int = 0
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class _Query:
+    corpus: Corpus
+    text: str
+    tokens: Doc
+    phrase: bool
+    stats: CorpusStats
+    filter: str | pc.Expression | None
+    read: list[str]  # columns to read: the output columns and the text column
+    k: int
+
+    def lance(self) -> MatchQuery | PhraseQuery:
+        """The same query for Lance's own search of one source."""
+        if self.phrase:
+            return PhraseQuery(self.text, self.corpus.column)
+        return MatchQuery(self.text, self.corpus.column)
+
+
+def _bound_factor(src: IndexedSource, q: _Query) -> float:
+    """``C``: how much larger than its local score a row's global score can be."""
+    local = src.index_stats(q.tokens.tokens)
+    ratio = 0.0
+    for t in set(q.tokens.tokens):
+        li = local.idf(t)
+        if li > 0:
+            ratio = max(ratio, q.stats.idf(t) / li)
+    grow = q.stats.avgdl / local.avgdl if local.avgdl else 1.0
+    return ratio * max(1.0, grow)
+
+
+@dataclass
+class _Fetch:
+    """The candidates of one indexed source so far."""
+
+    src: IndexedSource
+    limit: int | None
+    rows: pa.Table | None = None
+    scores: np.ndarray = field(default_factory=lambda: np.empty(0))
+    bound: float = 0.0  # no row not fetched yet scores above this (0: exhausted)
+
+    def run(self, q: _Query, stats: TextSearchStats) -> None:
+        src = self.src
+        kwargs: dict[str, Any] = {
+            "columns": [*q.read, _SCORE],
+            "full_text_query": q.lance(),
+            "with_row_address": True,
+            "prefilter": True,
+            "limit": self.limit,
+            "disable_scoring_autoprojection": True,
+        }
+        if q.filter is not None:
+            kwargs["filter"] = q.filter
+        if src.indexed_only:
+            kwargs["fast_search"] = True
+        if src.blocklist is not None:
+            kwargs["row_addr_blocklist"] = src.blocklist
+        try:
+            rows = src.dataset.scanner(**kwargs).to_table()
+        except (ValueError, OSError, RuntimeError) as err:
+            raise _search_error(err, q, src.name) from err
+        stats.rounds += 1
+        addrs = rows.column(_ADDR).to_numpy().astype(np.uint64)
+        docs = tokenize_rows(src.dataset.uri, q.corpus, addrs, rows.column(q.corpus.column).to_pylist())
+        lance_scores = rows.column(_SCORE).to_numpy().astype(np.float64)
+        local = score_docs(docs, q.tokens.tokens, src.index_stats(q.tokens.tokens))
+        if self.limit is not None and not np.allclose(local, lance_scores, rtol=_REL, atol=1e-6):
+            stats.exhaustive.append(src.name)  # Lance ranks by something else: take every match
+            self.limit = None
+            self.run(q, stats)
+            return
+        self.rows, self.scores = rows, score_docs(docs, q.tokens.tokens, q.stats)
+        exhausted = self.limit is None or rows.num_rows < self.limit
+        self.bound = 0.0 if exhausted or not rows.num_rows else _bound_factor(src, q) * float(lance_scores.min())
+
+
+def _search_error(err: Exception, q: _Query, what: str) -> MemWalError:
+    text = lance_message(err)
+    if q.filter is not None and "Invalid user input" in text:
+        return InvalidArgumentError(f"text search filter {str(q.filter)!r} does not apply to {what}: {text}")
+    return MemWalError(f"text search in {what} failed: {text}")
+
+
+@dataclass(frozen=True)
+class _Hits:
+    """Scored candidates of one source; their columns are read only for rows that make the top k."""
+
+    scores: np.ndarray
+    rows: pa.Table | None = None  # already read (indexed sources)
+    dataset: lance.LanceDataset | None = None  # else read from here by row address
+    addrs: np.ndarray | None = None
+    fragments: tuple[int, ...] | None = None
+
+    def load(self, positions: np.ndarray, read: list[str]) -> pa.Table:
+        if self.rows is not None:
+            return self.rows.take(pa.array(positions))
+        assert self.dataset is not None and self.addrs is not None
+        addrs = self.addrs[positions]
+        wanted = ", ".join(str(a) for a in addrs.tolist())
+        frags = fragments_of(self.dataset, self.fragments)
+        scan = self.dataset.scanner(
+            columns=read, filter=f"_rowaddr IN ({wanted})", with_row_address=True, fragments=frags
+        )
+        found = scan.to_table()
+        order = {a: i for i, a in enumerate(found.column(_ADDR).to_numpy().tolist())}
+        return found.take(pa.array([order[a] for a in addrs.tolist()]))
+
+
+def _flat_hits(src: FlatSource, q: _Query) -> _Hits | None:
+    """The best ``k`` rows of a source scored from its postings."""
+    mask = src.live
+    if q.filter is not None:
+        try:
+            frags = fragments_of(src.dataset, src.fragments)
+            scan = src.dataset.scanner(columns=[], with_row_address=True, filter=q.filter, fragments=frags)
+            passing = scan.to_table().column(_ADDR).to_numpy().astype(np.uint64)
+        except (ValueError, OSError, RuntimeError) as err:
+            raise _search_error(err, q, src.name) from err
+        mask = mask & src.postings.mask_of(passing)
+    rows, scores = src.postings.score(q.tokens.tokens, q.stats, mask)
+    if q.phrase and rows.size:
+        keep = np.array([phrase_match(src.postings.docs[r], q.tokens) for r in rows.tolist()], dtype=bool)
+        rows, scores = rows[keep], scores[keep]
+    if not rows.size:
+        return None
+    best = np.argsort(-scores, kind="stable")[: q.k]
+    addrs = src.postings.rowaddrs[rows[best]]
+    return _Hits(scores[best], dataset=src.dataset, addrs=addrs, fragments=src.fragments)
+
+
+def _kth(scores: Sequence[np.ndarray], k: int) -> float:
+    allv = np.concatenate([s for s in scores if s.size]) if any(s.size for s in scores) else np.empty(0)
+    if allv.size < k:
+        return -np.inf
+    return float(np.partition(allv, allv.size - k)[allv.size - k])
+
+
+def _check(view: TableView, column: str, query: object, k: object, columns: Sequence[str] | None) -> list[str]:
+    schema = view.snapshot.schema
+    if not isinstance(k, int) or isinstance(k, bool) or k <= 0:
+        msg = f"k must be a positive integer, got {k!r}"
+        raise InvalidArgumentError(msg)
+    if not isinstance(query, str):
+        msg = f"the text query must be a string, got {query!r}"
+        raise InvalidArgumentError(msg)
+    if column not in schema.names:
+        msg = f"unknown text column {column!r} in {view.uri} (columns: {schema.names})"
+        raise InvalidArgumentError(msg)
+    typ = schema.field(column).type
+    if not (pa.types.is_string(typ) or pa.types.is_large_string(typ)):
+        msg = f"column {column!r} of {view.uri} is {typ}, not a string column"
+        raise InvalidArgumentError(msg)
+    out = list(columns) if columns is not None else list(schema.names)
+    missing = [c for c in out if c not in schema.names]
+    if missing:
+        msg = f"unknown column(s) {missing} in {view.uri}"
+        raise InvalidArgumentError(msg)
+    return out
+
+
+def _pruned(view: TableView, filt: str | pc.Expression | None, in_query: bool) -> set[str]:
+    """Regions the filter prunes (a SQL string cannot be planned inside a running query)."""
+    if isinstance(filt, pc.Expression):
+        return set(view.plan_expression(filt).pruned_regions)
+    if isinstance(filt, str) and not in_query:
+        return set(view.plan_sql(filt).pruned_regions)
+    return set()
+
+
+def _output(hits: list[_Hits], q: _Query, out: list[str], schema: pa.Schema) -> pa.Table:
+    """The top ``k`` of all candidates, best first, with their columns."""
+    target = pa.schema([schema.field(c) for c in out])
+    hits = [h for h in hits if h.scores.size]
+    if not hits:
+        return target.append(pa.field(_SCORE, pa.float32())).empty_table()
+    scores = np.concatenate([h.scores for h in hits])
+    part = np.concatenate([np.full(h.scores.size, i) for i, h in enumerate(hits)])
+    pos = np.concatenate([np.arange(h.scores.size) for h in hits])
+    order = np.argsort(-scores, kind="stable")[: q.k]
+    pieces: dict[int, pa.Table] = {}
+    for i in np.unique(part[order]).tolist():
+        mine = order[part[order] == i]
+        pieces[i] = hits[i].load(pos[mine], q.read).select(out).cast(target)
+    taken = {i: 0 for i in pieces}
+    rows = []
+    for i in part[order].tolist():
+        rows.append(pieces[i].slice(taken[i], 1))
+        taken[i] += 1
+    return pa.concat_tables(rows).append_column(_SCORE, pa.array(scores[order].astype(np.float32)))
+
+
+class TextSearchResult(NamedTuple):
+    """A text search's rows (with ``_score``, best first) and what it searched."""
+
+    rows: pa.Table
+    stats: TextSearchStats
+
+
+def search_text(
+    view: TableView,
+    column: str,
+    query: str,
+    *,
+    k: int = 10,
+    filter: str | pc.Expression | None = None,
+    columns: Sequence[str] | None = None,
+    phrase: bool = False,
+    in_query: bool = False,
+) -> TextSearchResult:
+    """Top-k live rows for ``query`` with ``_score``, best first; see the module docs.
+
+    ``in_query``: called from inside a running DataFusion query (the SQL table
+    function): a SQL filter is applied but cannot be planned for region pruning there.
+    """
+    t0 = time.perf_counter()
+    out = _check(view, column, query, k, columns)
+    corpus = corpus_of(view, column)
+    stats = TextSearchStats(approximate_rows=sum(s.unreadable_rows for s in corpus.indexed))
+    if phrase and not corpus.analyzer.with_position:
+        msg = f"phrase queries need positions: index {corpus.index_name} on {column!r} of {view.uri} has none"
+        raise InvalidArgumentError(msg)
+    tokens = corpus.analyzer.query(query)
+    q = _Query(
+        corpus, query, tokens, phrase, corpus.stats(tokens.tokens), filter, list(dict.fromkeys([*out, column])), k
+    )
+    pruned = _pruned(view, filter, in_query)
+    stats.pruned_regions = sorted(pruned)
+    hits: list[_Hits] = []
+    fetches: list[_Fetch] = []
+    if tokens.tokens:
+        for src in corpus.indexed:
+            if src.region_id in pruned:
+                continue
+            small = sum(f.num_docs for f in src.files) <= _SMALL_SOURCE
+            fetches.append(_Fetch(src, None if small else max(2 * k, 32)))
+            fetches[-1].run(q, stats)
+            stats.sources.append(src.name)
+        for flat in corpus.flat:
+            if flat.region_id in pruned:
+                continue
+            found = _flat_hits(flat, q)
+            stats.sources.append(flat.name)
+            if found is not None:
+                hits.append(found)
+        while True:
+            theta = _kth([f.scores for f in fetches] + [h.scores for h in hits], k)
+            more = [f for f in fetches if f.bound > 0 and f.bound >= theta * (1 + 1e-9)]
+            if not more:
+                break
+            for f in more:
+                f.limit = 4 * (f.limit or 0)
+                f.run(q, stats)
+    hits += [_Hits(f.scores, rows=f.rows) for f in fetches if f.rows is not None]
+    result = _output(hits, q, out, view.snapshot.schema)
+    stats.seconds = time.perf_counter() - t0
+    return TextSearchResult(result, stats)

@@ -1,0 +1,331 @@
+"""Full-text search across LSM levels, against one INVERTED index over the live rows.
+
+The oracle is a plain Lance table holding the dict model's live rows with the same
+INVERTED index; merged search must return the same top-k with scores within 1%.
+"""
+
+from __future__ import annotations
+
+import glob
+from pathlib import Path
+from typing import Any
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pytest
+from lance.file import LanceFileReader
+from lance.query import MatchQuery, PhraseQuery
+
+import memwal_query as mq
+from memwal_query.errors import InvalidArgumentError
+from memwal_query.fts.analyzer import Analyzer
+from memwal_query.fts.fst import FstMap
+
+from lsm_model import PK, ModelTable
+
+WORDS = (
+    "apple banana cherry date elder fig grape honey ice jam kiwi lemon mango nut olive pear "
+    "quince rasp straw tomato the and of running runs RUN Café café naïve über O'Brien e-mail "
+    "x1y2 3.14 東京 données Straße jumping jumped résumé"
+).split()
+
+
+def texts(n: int, rng: np.random.Generator) -> list[str | None]:
+    p = 1.0 / np.arange(1, len(WORDS) + 1) ** 1.1
+    p /= p.sum()
+    out: list[str | None] = []
+    for _ in range(n):
+        r = rng.random()
+        if r < 0.02:
+            out.append(None)
+        elif r < 0.03:
+            out.append("the and of")  # stop words only: no document
+        else:
+            words = rng.choice(WORDS, size=int(rng.integers(1, 14)), p=p)
+            sep = rng.choice([" ", ", ", "! ", " - "], size=len(words))
+            out.append("".join(f"{w}{s}" for w, s in zip(words, sep, strict=True)).strip())
+    return out
+
+
+def schema() -> pa.Schema:
+    return pa.schema(
+        [
+            pa.field("id", pa.int64(), nullable=False, metadata=PK),
+            pa.field("cat", pa.string()),
+            pa.field("text", pa.string()),
+        ]
+    )
+
+
+def rows(ids: Any, rng: np.random.Generator) -> list[dict[str, Any]]:
+    ids = [int(i) for i in ids]
+    return [
+        {"id": i, "cat": ["a", "b", "c"][int(rng.integers(0, 3))], "text": t}
+        for i, t in zip(ids, texts(len(ids), rng), strict=True)
+    ]
+
+
+def build(path: str, *, seed: int = 0, params: dict[str, Any] | None = None, keep_open: bool = True) -> ModelTable:
+    """4 bucket regions; text-changing updates, deletes, re-inserts, a merged generation
+    (deleted base rows in the base index, unindexed base fragments), a WAL tail."""
+    rng = np.random.default_rng(seed)
+    base = pa.Table.from_pylist(rows(range(1500), rng), schema=schema())
+    t = ModelTable(
+        path,
+        schema(),
+        base,
+        bucket=("id", 4),
+        max_memtable_rows=120,
+        prepare=lambda ds: ds.create_scalar_index("text", "INVERTED", **(params or {})),
+    )
+    t.put(rows(rng.choice(1900, 300, replace=False), rng))
+    t.delete([(int(k),) for k in rng.choice(1500, 40, replace=False)])
+    t.flush()
+    for r in t.regions()[:2]:
+        gens = t.flushed(r)
+        if gens:
+            t.merge(r, gens[0][0])
+    t.put(rows([7, 7, 11], rng))  # duplicates in one batch: the last wins
+    t.delete([(5,), (6,), (1950,)])
+    t.put(rows([5, 1950], rng))  # re-inserts
+    t.put(rows(rng.choice(1900, 250, replace=False), rng))
+    t.flush()
+    t.put(rows(rng.choice(2000, 80, replace=False), rng))  # left open: the WAL tail
+    t.delete([(int(k),) for k in rng.choice(2000, 10, replace=False)])
+    if not keep_open:
+        t.flush()
+    return t
+
+
+def oracle(t: ModelTable, path: str, params: dict[str, Any] | None = None) -> lance.LanceDataset:
+    ds = lance.write_dataset(t.expected(), path)
+    ds.create_scalar_index("text", "INVERTED", **(params or {}))
+    return lance.dataset(path)
+
+
+def oracle_search(
+    ds: lance.LanceDataset, query: str, k: int, filt: str | None = None, phrase: bool = False
+) -> pa.Table:
+    q = PhraseQuery(query, "text") if phrase else MatchQuery(query, "text")
+    kwargs: dict[str, Any] = {"columns": ["id", "_score"], "full_text_query": q, "limit": k}
+    if filt:
+        kwargs.update(filter=filt, prefilter=True)
+    return ds.scanner(**kwargs).to_table()
+
+
+def assert_same(got: pa.Table, want: pa.Table, k: int) -> None:
+    """Same top-k (ties at the cut may swap) and scores within 1%."""
+    gs, ws = got.column("_score").to_pylist(), want.column("_score").to_pylist()
+    assert len(gs) == len(ws), (got, want)
+    np.testing.assert_allclose(gs, ws, rtol=0.01)
+    cut = ws[-1] if len(ws) == k else -1.0
+    sure = lambda t: {i for i, s in zip(t["id"].to_pylist(), t["_score"].to_pylist(), strict=True) if s > cut * 1.01}  # noqa: E731
+    assert sure(got) == sure(want)
+    assert set(got["id"].to_pylist()) <= set(want["id"].to_pylist()) | {
+        i for i, s in zip(got["id"].to_pylist(), gs, strict=True) if abs(s - cut) <= 0.01 * cut
+    }
+
+
+QUERIES = ["apple", "apple banana", "running jumped", "cafe über", "apple apple kiwi", "東京 données", "O'Brien e-mail"]
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory: pytest.TempPathFactory) -> tuple[ModelTable, lance.LanceDataset]:
+    root = tmp_path_factory.mktemp("fts")
+    t = build(str(root / "t"))
+    return t, oracle(t, str(root / "oracle"))
+
+
+@pytest.mark.parametrize("query", QUERIES)
+@pytest.mark.parametrize("k", [1, 10, 50])
+def test_merged_search_equals_one_index_over_live_rows(tables: Any, query: str, k: int) -> None:
+    t, ds = tables
+    table = mq.open_table(t.uri)
+    got = table.search_text("text", query, k=k, columns=["id", "text"])
+    assert got.column_names == ["id", "text", "_score"]
+    assert_same(got, oracle_search(ds, query, k), k)
+    live = {r["id"]: r["text"] for r in t.expected().to_pylist()}
+    assert all(live[i] == tx for i, tx in zip(got["id"].to_pylist(), got["text"].to_pylist(), strict=True))
+
+
+@pytest.mark.parametrize("filt", ["cat = 'a'", "id < 300", "id IN (5, 7, 11, 1950)", "cat = 'b' AND id > 1000"])
+def test_filter_applies_to_live_values(tables: Any, filt: str) -> None:
+    t, ds = tables
+    table = mq.open_table(t.uri)
+    for query in ["apple banana", "cherry"]:
+        assert_same(table.search_text("text", query, k=20, filter=filt), oracle_search(ds, query, 20, filt), 20)
+
+
+def test_filter_prunes_regions(tables: Any) -> None:
+    t, _ = tables
+    from memwal_query.fts.search import search_text
+
+    table = mq.open_table(t.uri)
+    _, stats = search_text(table.view, "text", "apple", k=5, filter="id = 7")
+    assert len(stats.pruned_regions) == 3
+    assert not any(r in s for s in stats.sources for r in stats.pruned_regions)
+
+
+def test_eventual_snapshot_and_naive_union_differs(tables: Any, tmp_path: Path) -> None:
+    t, _ = tables
+    table = mq.open_table(t.uri, consistency="eventual")
+    live = table.to_arrow()
+    ds = lance.write_dataset(live, str(tmp_path / "o"))
+    ds.create_scalar_index("text", "INVERTED")
+    for q in QUERIES[:3]:
+        assert_same(table.search_text("text", q, k=10), oracle_search(ds, q, 10), 10)
+
+
+@pytest.mark.parametrize("query", QUERIES)
+def test_threshold_rounds_find_the_same_top_k(tables: Any, query: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every source searched top-m first (no source small enough to take whole)."""
+    import memwal_query.fts.search as search
+
+    monkeypatch.setattr(search, "_SMALL_SOURCE", 0)
+    t, ds = tables
+    table = mq.open_table(t.uri)
+    for k in (1, 3, 25):
+        got, stats = search.search_text(table.view, "text", query, k=k)
+        assert not stats.exhaustive
+        assert_same(got, oracle_search(ds, query, k), k)
+
+
+PARAMS = [
+    {},
+    {"stem": False, "remove_stop_words": False, "lower_case": False, "ascii_folding": False},
+    {"base_tokenizer": "whitespace", "max_token_length": 6},
+    {"base_tokenizer": "ngram", "min_ngram_length": 2, "max_ngram_length": 3},
+    {"with_position": True, "language": "French"},
+]
+
+
+@pytest.mark.parametrize("params", PARAMS, ids=[",".join(p) or "default" for p in PARAMS])
+def test_analyzer_and_index_files_match_lance(tmp_path: Path, params: dict[str, Any]) -> None:
+    """Token counts per row and df per token, read from the index files, equal our own tokenization."""
+    from memwal_query.fts.corpus import inverted_index
+    from memwal_query.fts.index_files import read_index_files
+
+    rng = np.random.default_rng(3)
+    extra = ["".join(chr(int(c)) for c in rng.integers(0x41, 0x24F, 5)) for _ in range(300)]  # wide first bytes
+    docs = texts(600, rng) + [" ".join(rng.choice(extra, 6)) for _ in range(200)]
+    ds = lance.write_dataset(pa.table({"text": docs}), str(tmp_path / "d"))
+    ds.create_scalar_index("text", "INVERTED", **params)
+    ds = lance.dataset(str(tmp_path / "d"))
+    desc = inverted_index(ds, "text")
+    analyzer = Analyzer.from_params(desc.details)
+    assert analyzer.with_position == bool(params.get("with_position"))
+    files = read_index_files(f"{ds.uri}/_indices/{desc.segments[0].uuid}")
+    mine = analyzer.tokenize_all(docs)
+    lengths = np.array([len(d) for d in mine])
+    assert files.rowids.tolist() == np.flatnonzero(lengths).tolist()  # rows without tokens are no documents
+    assert files.num_tokens.tolist() == lengths[lengths > 0].tolist()
+    assert files.total_tokens == lengths.sum()
+    df: dict[str, int] = {}
+    for d in mine:
+        for tok in set(d.tokens):
+            df[tok] = df.get(tok, 0) + 1
+    assert {t: files.doc_freq(t) for t in df} == df
+    assert files.doc_freq("zzz-not-a-token") == 0
+
+
+def test_fst_of_a_large_unicode_vocabulary(tmp_path: Path) -> None:
+    """Nodes with more than 32 transitions (an index table), multi-byte keys, long shared prefixes."""
+    rng = np.random.default_rng(5)
+    alphabet = [chr(c) for c in range(0x61, 0x7B)] + [chr(c) for c in range(0xE0, 0x17F)] + list("東京日本語")
+    vocab = sorted({"".join(rng.choice(alphabet, int(rng.integers(1, 9)))) for _ in range(4000)})
+    vocab += [f"prefix{'x' * i}" for i in range(30)]
+    params = {"stem": False, "remove_stop_words": False, "ascii_folding": False, "max_token_length": None}
+    ds = lance.write_dataset(pa.table({"text": vocab}), str(tmp_path / "v"))
+    ds.create_scalar_index("text", "INVERTED", **params)
+    (path,) = glob.glob(f"{tmp_path}/v/_indices/*/part_0_tokens.lance")
+    fst = FstMap(LanceFileReader(path).read_all().to_table().column("_token_fst_bytes")[0].as_py())
+    analyzer = Analyzer.from_params(params)
+    tokens = sorted({t for v in vocab for t in analyzer.tokens(v)})
+    ids = [fst.get(t) for t in tokens]
+    assert sorted(i for i in ids if i is not None) == list(range(len(tokens))) and fst.len == len(tokens)
+    assert fst.get("prefixxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx") is None and fst.get("") is None
+
+
+@pytest.mark.parametrize("params", PARAMS[1:], ids=[",".join(p) for p in PARAMS[1:]])
+def test_merged_search_with_other_index_parameters(tmp_path: Path, params: dict[str, Any]) -> None:
+    t = build(str(tmp_path / "t"), seed=4, params=params)
+    ds = oracle(t, str(tmp_path / "o"), params)
+    table = mq.open_table(t.uri)
+    for q in ["Apple banana", "café über", "runn jump", "O'Brien"]:
+        assert_same(table.search_text("text", q, k=15), oracle_search(ds, q, 15), 15)
+
+
+def test_phrase_queries_where_the_index_has_positions(tmp_path: Path) -> None:
+    params = {"with_position": True}
+    t = build(str(tmp_path / "t"), seed=6, params=params)
+    ds = oracle(t, str(tmp_path / "o"), params)
+    table = mq.open_table(t.uri)
+    for q in ["apple banana", "banana apple", "the apple", "cherry, date", "apple apple"]:
+        got = table.search_text("text", q, k=20, phrase=True)
+        assert_same(got, oracle_search(ds, q, 20, phrase=True), 20)
+        assert got.num_rows > 0
+    filtered = table.search_text("text", "apple banana", k=20, phrase=True, filter="cat = 'a'")
+    assert_same(filtered, oracle_search(ds, "apple banana", 20, "cat = 'a'", phrase=True), 20)
+
+
+def test_clear_errors(tables: Any, tmp_path: Path) -> None:
+    t, _ = tables
+    table = mq.open_table(t.uri)
+    with pytest.raises(InvalidArgumentError, match=r"column 'cat' of .* has no INVERTED index") as err:
+        table.search_text("cat", "a")
+    assert "\n" not in str(err.value)
+    with pytest.raises(InvalidArgumentError, match=r"phrase queries need positions: index text_idx on 'text'"):
+        table.search_text("text", "apple banana", phrase=True)
+    with pytest.raises(InvalidArgumentError, match="not a string column"):
+        table.search_text("id", "1")
+    with pytest.raises(InvalidArgumentError, match="k must be a positive integer"):
+        table.search_text("text", "apple", k=0)
+    with pytest.raises(InvalidArgumentError, match="unknown column"):
+        table.search_text("text", "apple", columns=["nope"])
+    with pytest.raises(InvalidArgumentError, match="no_col"):
+        table.search_text("text", "apple", filter="no_col = 1")
+    empty = table.search_text("text", "the and of", columns=["id"])  # stop words only: nothing to match
+    assert empty.num_rows == 0 and empty.column_names == ["id", "_score"]
+
+
+def test_refresh_sees_new_writes_and_merges(tmp_path: Path) -> None:
+    t = build(str(tmp_path / "t"), seed=8, keep_open=False)
+    table = mq.open_table(t.uri)
+    table.search_text("text", "apple")
+    rng = np.random.default_rng(9)
+    t.put(rows(rng.choice(2000, 200, replace=False), rng))
+    t.flush()
+    for r in t.regions()[2:]:  # build() merged generation 1 of the first two regions
+        gens = t.flushed(r)
+        if gens:
+            t.merge(r, gens[0][0])
+    t.delete([(int(k),) for k in rng.choice(2000, 30, replace=False)])
+    ds = oracle(t, str(tmp_path / "o"))
+    fresh = table.refresh()
+    for q in QUERIES[:4]:
+        assert_same(fresh.search_text("text", q, k=10), oracle_search(ds, q, 10), 10)
+
+
+@pytest.mark.parametrize("small_source", [0, 4096])
+def test_generations_through_their_own_indexes(tables: Any, monkeypatch: pytest.MonkeyPatch, small_source: int) -> None:
+    """Generations above the postings threshold are searched through their own index files."""
+    import memwal_query.fts.corpus as corpus
+    import memwal_query.fts.search as search
+
+    monkeypatch.setattr(corpus, "POSTINGS_MAX_ROWS", 0)
+    monkeypatch.setattr(search, "_SMALL_SOURCE", small_source)
+    t, ds = tables
+    table = mq.open_table(t.uri)
+    built = corpus.corpus_of(table.view, "text")
+    assert len(built.indexed) > 1 and all(s.unreadable_rows == 0 for s in built.indexed)
+    assert any(sum(f.num_docs for f in s.files) > s.num_docs for s in built.indexed[1:])  # non-live rows removed
+    for q in QUERIES:
+        for k in (1, 10):
+            assert_same(table.search_text("text", q, k=k), oracle_search(ds, q, k), k)
+    for filt in ("cat = 'a'", "id < 300"):
+        assert_same(
+            table.search_text("text", "apple banana", k=20, filter=filt),
+            oracle_search(ds, "apple banana", 20, filt),
+            20,
+        )
