@@ -22,13 +22,14 @@ the token, not the table. The result is a superset of the keys whose row changed
 written back to its old row, or put and deleted again, appears too (an idempotent
 change); a key never written since never appears.
 
-When a generation merged since the token was garbage-collected, the keys the merge
-changed are found by comparing the base fragments of the token's base version with
-the snapshot's (fragments a merge rewrote, added or deleted rows from); when that
-version was cleaned up too, :class:`~memwal_query.errors.ChangesUnavailableError` names
-the table, region and generation. Writes made to the base table directly (not through
-MemWAL) are not seen, except in that fallback. Rows handed in with ``open_table(...,
-live=...)`` are not durable: they count as written after any token.
+When a generation merged since the token was garbage-collected, its region's WAL
+entries after the token's position are read instead (every write since the token is
+one of them; a merger may keep them longer than the generations); when one of those is
+gone too, :class:`~memwal_query.errors.ChangesUnavailableError` names the table, region
+and generation. (Comparing base versions cannot replace them: a key written before the
+token into a MemTable and deleted after it never reaches the base.) Writes made to the
+base table directly (not through MemWAL) are not seen. Rows handed in with
+``open_table(..., live=...)`` are not durable: they count as written after any token.
 
 Example:
     >>> import memwal_query as mq, tempfile, pyarrow as pa
@@ -57,6 +58,7 @@ from memwal_query.errors import ChangesUnavailableError, InvalidArgumentError
 from memwal_query.format.model import FlushedGeneration
 from memwal_query.format.paths import generation_rel
 from memwal_query.format.storage import Storage
+from memwal_query.format.wal import WalEntry, read_wal_entry
 from memwal_query.lookup import lookup
 from memwal_query.snapshot.model import RegionSnapshot, Snapshot
 from memwal_query.view.table_view import HasView, TableView
@@ -102,8 +104,8 @@ def changes(table: HasView, since: HasView | str) -> pa.Table:
     Raises:
         InvalidArgumentError: ``since`` is not a change token, belongs to another table,
             or is newer than ``table``.
-        ChangesUnavailableError: A generation merged since ``since`` and the token's base
-            version were both garbage-collected.
+        ChangesUnavailableError: A generation merged since ``since`` and the WAL entries
+            written since were both garbage-collected.
     """
     view = _view(table)
     if view is None:
@@ -123,7 +125,7 @@ def changes(table: HasView, since: HasView | str) -> pa.Table:
         msg = f"changes(since=...) takes an older Table of {snap.uri} or a change token, got {type(since).__name__}"
         raise InvalidArgumentError(msg)
     _check(old, new, snap, storage)
-    return _net(view, _candidate_keys(snap, old, storage) + extra)
+    return _net(view, _candidate_keys(snap, old, new, storage) + extra)
 
 
 def _check(old: ChangeToken, new: ChangeToken, snap: Snapshot, storage: Storage) -> None:
@@ -180,26 +182,48 @@ def _in_process_keys(snap: Snapshot) -> list[pa.Table]:
     return [t.select(list(snap.primary_key)) for t in out if t.num_rows]
 
 
-def _candidate_keys(snap: Snapshot, old: ChangeToken, storage: Storage) -> list[pa.Table]:
+def _candidate_keys(snap: Snapshot, old: ChangeToken, new: ChangeToken, storage: Storage) -> list[pa.Table]:
     """Keys of every level written after the token (see the module docs)."""
     pk = list(snap.primary_key)
     parts: list[pa.Table] = []
-    gone: list[tuple[str, int]] = []
     for r in snap.regions:
         mark = old.region(r.region_id)
         through = mark.flushed_through if mark is not None else 0
         position = mark.wal_position if mark is not None else 0
         parts += _region_keys(r, through, position, pk)
+        gone = []
         for fg in _merged_since(r, through):
             got = _merged_generation_keys(storage, r.region_id, fg, pk)
             if got is None:
-                gone.append((r.region_id, fg.generation))
+                gone.append(fg.generation)
             else:
                 parts.append(got)
-    if gone:
-        log.info("%s: generations %s merged since the change token are gone; comparing base versions", snap.uri, gone)
-        parts.append(_base_diff_keys(snap, old.base_version, gone))
+        if gone:
+            now = new.region(r.region_id)
+            parts.append(_wal_keys(storage, snap.uri, r.region_id, gone, position, now.wal_position if now else 0, pk))
     return parts
+
+
+def _wal_keys(
+    storage: Storage, uri: str, region_id: str, gone: list[int], after: int, through: int, pk: list[str]
+) -> pa.Table:
+    """Keys of the region's WAL entries ``after < position <= through``: every write since the token."""
+    log.info(
+        "%s: region %s: generations %s merged since the change token are gone; reading the WAL", uri, region_id, gone
+    )
+    keys = []
+    for position in range(after + 1, through + 1):
+        entry = read_wal_entry(storage, region_id, position)
+        if not isinstance(entry, WalEntry):
+            msg = (
+                f"{uri}: region {region_id}: generation {gone[0]}, merged since the change token, was "
+                f"garbage-collected and so was WAL entry {position} written since it: the changes since the "
+                "token are unknown; read the whole table instead"
+            )
+            raise ChangesUnavailableError(msg) from (entry if isinstance(entry, Exception) else None)
+        if entry.num_rows:
+            keys.append(entry.table.select(pk))
+    return pa.concat_tables(keys) if keys else pa.table({k: pa.array([], pa.null()) for k in pk})
 
 
 def _region_keys(r: RegionSnapshot, through: int, position: int, pk: list[str]) -> list[pa.Table]:
@@ -231,38 +255,6 @@ def _merged_generation_keys(storage: Storage, region_id: str, fg: FlushedGenerat
     except (OSError, ValueError, RuntimeError) as err:
         log.info("region %s: merged generation %d is unreadable: %s", region_id, fg.generation, err)
         return None
-
-
-def _fragment_identity(frag: lance.fragment.LanceFragment) -> tuple[object, ...]:
-    m = frag.metadata
-    d = m.deletion_file
-    return (frag.fragment_id, tuple(f.path for f in m.files), None if d is None else (d.id, d.read_version))
-
-
-def _base_diff_keys(snap: Snapshot, old_version: int, gone: list[tuple[str, int]]) -> pa.Table:
-    """Keys of the base fragments that differ between ``old_version`` and the snapshot's base.
-
-    A merge adds fragments (upserted rows) and deletion files (replaced and deleted
-    rows); compaction rewrites fragments. The live keys of every fragment of either
-    version that the other does not hold unchanged cover all of them.
-    """
-    pk = list(snap.primary_key)
-    region, gen = gone[0]
-    try:
-        before = snap.base.checkout_version(old_version)
-        old = {_fragment_identity(f): f for f in before.get_fragments()}
-        new = {_fragment_identity(f): f for f in snap.base.get_fragments()}
-        changed = [f for i, f in new.items() if i not in old] + [f for i, f in old.items() if i not in new]
-        parts = [f.to_table(columns=pk) for f in changed]
-    except (OSError, ValueError, RuntimeError) as err:
-        msg = (
-            f"{snap.uri}: region {region}: generation {gen}, merged since the change token, was garbage-collected "
-            f"and the token's base version {old_version} cannot be read either, so the changes since the token "
-            "are unknown; read the whole table instead"
-        )
-        raise ChangesUnavailableError(msg) from err
-    key_schema = pa.schema([snap.schema.field(k) for k in pk])
-    return pa.concat_tables([p.cast(key_schema) for p in parts]) if parts else key_schema.empty_table()
 
 
 def _net(view: TableView, parts: list[pa.Table]) -> pa.Table:

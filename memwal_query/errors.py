@@ -71,10 +71,9 @@ class GenerationLostError(MemWalCorruptionError):
 class ChangesUnavailableError(MemWalError):
     """The changes since a change token cannot be computed: the history they need is gone.
 
-    A generation merged since the token was garbage-collected and the token's base
-    version was cleaned up too (``cleanup_old_versions``), so neither can say which keys
-    the merge changed. Read the whole table instead, and take tokens more often than
-    history is removed.
+    A generation merged since the token was garbage-collected and so was a WAL entry
+    written since the token, so nothing says which keys were written. Read the whole
+    table instead, and take tokens more often than history is removed.
     """
 
 
