@@ -249,7 +249,10 @@ def test_sql_table_functions(vectors) -> None:  # type: ignore[no-untyped-def]
     assert len(got) == 5 and len({r["id"] for r in got}) == 5
     for r in got:  # each row is the live version
         assert vectors.model.get((r["id"],)) == {c: r[c] for c in ("id", "cat", "vec")}
-    assert len({r["id"] for r in got} & set(_exact(vectors.model, q, 5))) >= 4
+    # IVF_PQ's codebooks are trained at random: 4 of 5 exact neighbours failed ~1 run in 16;
+    # every row must still be a near neighbour, and most of the exact top 5 found
+    assert {r["id"] for r in got} <= set(_exact(vectors.model, q, 20))
+    assert len({r["id"] for r in got} & set(_exact(vectors.model, q, 5))) >= 3
     ctx.register_record_batches(
         "labels", [[pa.record_batch({"id": pa.array([1, 2, 3], pa.int64()), "l": ["a", "b", "c"]})]]
     )
