@@ -1,8 +1,10 @@
 """Human-readable views of a table snapshot: plain text tables, a JSON-ready
 description, and the HTML that Jupyter shows for a :class:`~memwal_query.Table`.
 
-Everything here reads what the snapshot already holds (metadata and row counts
-from Lance manifests); nothing scans data columns.
+The HTML is rendered from one :func:`~memwal_query.describe.describe_table` value
+(``render_table_html``, ``render_explain_html``); the renderers read nothing else, and
+the description reads what the snapshot already holds (metadata and row counts from
+Lance manifests); nothing scans data columns.
 
 Example:
     >>> import pyarrow as pa
@@ -28,11 +30,9 @@ from typing import Any
 import pyarrow as pa
 
 from memwal_query.describe import describe_table, freshness
-from memwal_query.explain import explain_table
-from memwal_query.merge import MergeState
-from memwal_query.snapshot.model import RegionSnapshot
+from memwal_query.explain import render_explain
 from memwal_query.text import counted
-from memwal_query.view.table_view import HasView, TableView, view_of
+from memwal_query.view.table_view import HasView
 
 __all__ = [
     "format_text_table",
@@ -40,7 +40,9 @@ __all__ = [
     "describe_table",
     "freshness",
     "table_html",
+    "render_table_html",
     "explain_html",
+    "render_explain_html",
     "ExplainText",
     "explanation",
 ]
@@ -168,8 +170,7 @@ def _rows_table(header: Sequence[str], rows: Sequence[Sequence[tuple[str, bool]]
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _freshness_text(table: TableView) -> str:
-    fr = freshness(table)
+def _freshness_text(fr: Mapping[str, Any]) -> str:
     newest = fr["newest_region_manifest"]
     base = _e(f"base v{fr['base_version']}")
     if newest is None:
@@ -181,13 +182,16 @@ def table_html(source: HasView) -> str:
     """HTML for a snapshot (``Table._repr_html_``): sources per region, rows, freshness.
 
     Args:
-        table: An opened snapshot.
+        source: An opened snapshot.
 
     Returns:
         A self-contained HTML fragment (escaped; no scripts).
     """
-    table = view_of(source)
-    d = describe_table(table)
+    return render_table_html(describe_table(source))
+
+
+def render_table_html(d: Mapping[str, Any]) -> str:
+    """:func:`table_html` from a :func:`describe_table` value."""
     summary = _rows_table(
         ["live rows", "primary key", "consistency", "freshness", "base"],
         [
@@ -195,7 +199,7 @@ def table_html(source: HasView) -> str:
                 (f"{d['live_rows']:,}", True),
                 (_e(", ".join(d["primary_key"])), False),
                 (_e(d["consistency"]), False),
-                (_freshness_text(table), False),
+                (_freshness_text(d["freshness"]), False),
                 (
                     _e(
                         f"{counted(d['base_rows'], 'row')}, {counted(d['base_fragments'], 'fragment')}, "
@@ -235,64 +239,56 @@ def table_html(source: HasView) -> str:
     )
 
 
-def _plan_html(table: TableView, predicate: str) -> tuple[str, str]:
-    plan = table.plan_sql(predicate)
+def _plan_html(p: Mapping[str, Any]) -> str:
+    """The pruning decision of a :func:`describe_predicate` value."""
     rows: list[list[tuple[str, bool]]] = []
-    for rid in plan.regions:
-        note = " (spec values unknown: never pruned)" if rid in plan.unknown_values else ""
-        rows.append([(_short(rid), False), (_e("read" + note), False)])
-    for p in plan.pruned:
-        rows.append([(_short(p.region_id), False), (_e(f"pruned: {p.reason}"), False)])
-    head = _e(f"predicate {predicate}: {counted(len(plan.regions), 'region')} read, {len(plan.pruned)} pruned")
-    return f"<br><span>{head}</span>" + _rows_table(["region", "decision"], rows), plan.explain()
+    for r in p["regions_read"]:
+        note = " (spec values unknown: never pruned)" if r["spec_values_unknown"] else ""
+        rows.append([(_short(r["region_id"]), False), (_e("read" + note), False)])
+    for pr in p["pruned"]:
+        rows.append([(_short(pr["region_id"]), False), (_e(f"pruned: {pr['reason']}"), False)])
+    head = _e(f"predicate {p['sql']}: {counted(len(p['regions_read']), 'region')} read, {len(p['pruned'])} pruned")
+    return f"<br><span>{head}</span>" + _rows_table(["region", "decision"], rows)
 
 
-def _region_source_rows(r: RegionSnapshot, merge: MergeState, eventual: bool) -> list[list[tuple[str, bool]]]:
+_DIM = '<span class="dim">-</span>'
+
+
+def _region_source_rows(r: Mapping[str, Any], eventual: bool) -> list[list[tuple[str, bool]]]:
     """A region's rows of the :func:`explain_html` source table (generations, skipped, MemTable)."""
+    rid = _short(r["region_id"])
     rows: list[list[tuple[str, bool]]] = []
-    for g in r.generations:
-        drop = merge.generation_drop.get(g.uri)
+    for g in r["unmerged_generations"]:
+        rebuilt = g["rebuilt_from_wal"] is not None
         rows.append(
             [
-                (_short(r.region_id), False),
-                (_e(f"generation {g.generation}"), False),
-                (f"{g.num_rows:,}", True),
-                (f"{int(drop.size) if drop is not None else 0:,}", True),
-                (_e(f"REBUILT from the WAL: {g.lost_uri} is lost" if g.rebuilt_from_wal else "read"), False),
+                (rid, False),
+                (_e(f"generation {g['generation']}"), False),
+                (f"{g['rows']:,}", True),
+                (f"{g['dropped']:,}", True),
+                (_e(f"REBUILT from the WAL: {g['lost_uri']} is lost" if rebuilt else "read"), False),
             ]
         )
-    for s in r.skipped:
+    for s in r["skipped_generations"]:
         rows.append(
-            [
-                (_short(r.region_id), False),
-                (_e(f"generation {s.generation}"), False),
-                ('<span class="dim">-</span>', True),
-                ('<span class="dim">-</span>', True),
-                (_e(f"skipped: {s.reason}"), False),
-            ]
+            [(rid, False), (_e(f"generation {s['generation']}"), False), (_DIM, True), (_DIM, True)]
+            + [(_e(f"skipped: {s['reason']}"), False)]
         )
-    if r.memtable is not None:
-        mt = r.memtable
-        kept = merge.memtables.get(r.region_id)
-        live = kept.num_rows if kept is not None else 0
+    mt = r["memtable"]
+    if mt is not None:
         rows.append(
             [
-                (_short(r.region_id), False),
-                (_e(f"memtable ({mt.origin})"), False),
-                (f"{mt.table.num_rows:,}", True),
-                (f"{mt.table.num_rows - live:,}", True),
+                (rid, False),
+                (_e(f"memtable ({mt['origin']})"), False),
+                (f"{mt['rows']:,}", True),
+                (f"{mt['rows'] - mt['live_rows']:,}", True),
                 (_e("read"), False),
             ]
         )
     elif eventual:
         rows.append(
-            [
-                (_short(r.region_id), False),
-                (_e("memtable"), False),
-                ('<span class="dim">-</span>', True),
-                ('<span class="dim">-</span>', True),
-                (_e("not read (eventual consistency)"), False),
-            ]
+            [(rid, False), (_e("memtable"), False), (_DIM, True), (_DIM, True)]
+            + [(_e("not read (eventual consistency)"), False)]
         )
     return rows
 
@@ -301,7 +297,7 @@ def explain_html(source: HasView, predicate: str | None = None) -> str:
     """HTML of :meth:`~memwal_query.Table.explain`: every source, kept or skipped, and why.
 
     Args:
-        table: An opened snapshot.
+        source: An opened snapshot.
         predicate: As ``Table.explain(predicate)``: also show which regions this
             SQL predicate reads and which it prunes.
 
@@ -312,35 +308,32 @@ def explain_html(source: HasView, predicate: str | None = None) -> str:
     Raises:
         InvalidArgumentError: ``predicate`` is not valid SQL over the table.
     """
-    table = view_of(source)
-    snap = table.snapshot
-    merge = table.merge
-    base_rows = snap.base.count_rows()
+    return render_explain_html(describe_table(source, predicate=predicate))
+
+
+def render_explain_html(d: Mapping[str, Any]) -> str:
+    """:func:`explain_html` from a :func:`describe_table` value (with its ``predicate``, if any)."""
     rows: list[list[tuple[str, bool]]] = [
         [
             (_e("base"), False),
-            (_e(f"v{snap.base_version}"), False),
-            (f"{base_rows:,}", True),
-            (f"{merge.base_shadowed_rows:,}", True),
+            (_e(f"v{d['base_version']}"), False),
+            (f"{d['base_rows']:,}", True),
+            (f"{d['base_rows_masked']:,}", True),
             (_e("read (masked by row address)"), False),
         ]
     ]
-    for r in snap.regions:
-        rows += _region_source_rows(r, merge, snap.consistency == "eventual")
+    for r in d["regions"]:
+        rows += _region_source_rows(r, d["consistency"] == "eventual")
     sources = _rows_table(["region", "source", "rows", "dropped (superseded/deleted/masked)", "status"], rows)
     head = _e(
-        f"{counted(len(snap.regions), 'region')} · consistency {snap.consistency} · merge computed in "
-        f"{merge.seconds * 1000:.1f} ms"
+        f"{counted(len(d['regions']), 'region')} · consistency {d['consistency']} · merge computed in "
+        f"{d['merge_seconds'] * 1000:.1f} ms"
     )
-    text = explain_table(table)
-    pruning = ""
-    if predicate is not None:
-        pruning, plan_text = _plan_html(table, predicate)
-        text += "\n" + "\n".join("  " + line for line in plan_text.splitlines())
-    text = _e(text)
+    pruning = _plan_html(d["predicate"]) if d.get("predicate") is not None else ""
+    text = _e(render_explain(d))
     return (
-        f'<div class="memwal">{_STYLE}<strong>memwal explain</strong> <code>{_e(snap.uri)}</code> '
-        f"<span>{_freshness_text(table)}</span><br><span>{head}</span>{sources}{pruning}"
+        f'<div class="memwal">{_STYLE}<strong>memwal explain</strong> <code>{_e(d["uri"])}</code> '
+        f"<span>{_freshness_text(d['freshness'])}</span><br><span>{head}</span>{sources}{pruning}"
         f"<details><summary>full text</summary><pre>{text}</pre></details></div>"
     )
 
@@ -370,9 +363,9 @@ class ExplainText(str):
 
 
 def explanation(source: HasView, predicate: str | None = None) -> ExplainText:
-    """``Table.explain(predicate)``: the text (plus what ``predicate`` prunes) carrying its HTML."""
-    table = view_of(source)
-    text = explain_table(table)
-    if predicate is not None:
-        text += "\n" + "\n".join("  " + line for line in table.plan_sql(predicate).explain().splitlines())
-    return ExplainText(text, explain_html(table, predicate))
+    """``Table.explain(predicate)``: the text (plus what ``predicate`` prunes) carrying its HTML.
+
+    The snapshot is described once; the text and the HTML are both rendered from that value.
+    """
+    d = describe_table(source, predicate=predicate)
+    return ExplainText(render_explain(d), render_explain_html(d))
