@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_read import machine_info, measure  # noqa: E402
 
 import memwal_query as mq  # noqa: E402
-from memwal_query import sources  # noqa: E402
+from memwal_query.scan.lance_fragment import LanceFragment  # noqa: E402
 from memwal_write import write_arrow  # noqa: E402
 
 PK = {"lance-schema:unenforced-primary-key": "true"}
@@ -81,7 +81,7 @@ class ScanCounter:
 
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
-        self._orig = sources._LanceFragment._batches
+        self._orig = LanceFragment.batches
 
     def __enter__(self) -> ScanCounter:
         counter = self.counts
@@ -91,11 +91,11 @@ class ScanCounter:
             counter["generation" if frag.gen else "base"] += 1
             return orig(frag, *a, **k)
 
-        sources._LanceFragment._batches = counted  # type: ignore[method-assign]
+        LanceFragment.batches = counted  # type: ignore[method-assign]
         return self
 
     def __exit__(self, *exc: object) -> None:
-        sources._LanceFragment._batches = self._orig  # type: ignore[method-assign]
+        LanceFragment.batches = self._orig  # type: ignore[method-assign]
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

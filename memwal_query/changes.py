@@ -22,11 +22,12 @@ the token, not the table. The result is a superset of the keys whose row changed
 written back to its old row, or put and deleted again, appears too (an idempotent
 change); a key never written since never appears.
 
-When a generation merged since the token was garbage-collected, its region's WAL
-entries after the token's position are read instead (every write since the token is
-one of them; a merger may keep them longer than the generations); when one of those is
-gone too, :class:`~memwal_query.errors.ChangesUnavailableError` names the table, region
-and generation. (Comparing base versions cannot replace them: a key written before the
+When a generation merged since the token was garbage-collected, its WAL entries after
+the token's position are read instead (a merger may keep them longer than the
+generations); every entry of that generation must still be there (their rows add up to
+what the region manifest records: a new writer may reuse the positions of removed
+entries), otherwise :class:`~memwal_query.errors.ChangesUnavailableError` names the
+table, region and generation. (Comparing base versions cannot replace them: a key written before the
 token into a MemTable and deleted after it never reaches the base.) Writes made to the
 base table directly (not through MemWAL) are not seen. Rows handed in with
 ``open_table(..., live=...)`` are not durable: they count as written after any token.
@@ -58,7 +59,7 @@ from memwal_query.errors import ChangesUnavailableError, InvalidArgumentError
 from memwal_query.format.model import FlushedGeneration
 from memwal_query.format.paths import generation_rel
 from memwal_query.format.storage import Storage
-from memwal_query.format.wal import WalEntry, read_wal_entry
+from memwal_query.format.wal import scan_generations
 from memwal_query.lookup import lookup
 from memwal_query.snapshot.model import RegionSnapshot, Snapshot
 from memwal_query.view.table_view import HasView, TableView
@@ -125,7 +126,7 @@ def changes(table: HasView, since: HasView | str) -> pa.Table:
         msg = f"changes(since=...) takes an older Table of {snap.uri} or a change token, got {type(since).__name__}"
         raise InvalidArgumentError(msg)
     _check(old, new, snap, storage)
-    return _net(view, _candidate_keys(snap, old, new, storage) + extra)
+    return _net(view, _candidate_keys(snap, old, storage) + extra)
 
 
 def _check(old: ChangeToken, new: ChangeToken, snap: Snapshot, storage: Storage) -> None:
@@ -182,7 +183,7 @@ def _in_process_keys(snap: Snapshot) -> list[pa.Table]:
     return [t.select(list(snap.primary_key)) for t in out if t.num_rows]
 
 
-def _candidate_keys(snap: Snapshot, old: ChangeToken, new: ChangeToken, storage: Storage) -> list[pa.Table]:
+def _candidate_keys(snap: Snapshot, old: ChangeToken, storage: Storage) -> list[pa.Table]:
     """Keys of every level written after the token (see the module docs)."""
     pk = list(snap.primary_key)
     parts: list[pa.Table] = []
@@ -195,34 +196,41 @@ def _candidate_keys(snap: Snapshot, old: ChangeToken, new: ChangeToken, storage:
         for fg in _merged_since(r, through):
             got = _merged_generation_keys(storage, r.region_id, fg, pk)
             if got is None:
-                gone.append(fg.generation)
+                gone.append(fg)
             else:
                 parts.append(got)
         if gone:
-            now = new.region(r.region_id)
-            parts.append(_wal_keys(storage, snap.uri, r.region_id, gone, position, now.wal_position if now else 0, pk))
+            parts.append(_wal_keys(storage, snap.uri, r.region_id, gone, position, pk))
     return parts
 
 
 def _wal_keys(
-    storage: Storage, uri: str, region_id: str, gone: list[int], after: int, through: int, pk: list[str]
+    storage: Storage, uri: str, region_id: str, gone: list[FlushedGeneration], after: int, pk: list[str]
 ) -> pa.Table:
-    """Keys of the region's WAL entries ``after < position <= through``: every write since the token."""
+    """Keys the gone (merged, garbage-collected) generations took from WAL entries after position ``after``.
+
+    Every entry of those generations must still be there (their rows add up to what the
+    region manifest says each holds): a writer may reuse the positions of removed entries,
+    so an entry found at a position proves nothing about the generation it replaced.
+    """
     log.info(
-        "%s: region %s: generations %s merged since the change token are gone; reading the WAL", uri, region_id, gone
+        "%s: region %s: generations %s merged since the change token are gone; reading the WAL",
+        uri,
+        region_id,
+        [g.generation for g in gone],
     )
+    found = scan_generations(storage, region_id, {g.generation: g.physical_rows for g in gone})
     keys = []
-    for position in range(after + 1, through + 1):
-        entry = read_wal_entry(storage, region_id, position)
-        if not isinstance(entry, WalEntry):
+    for g in gone:
+        wal = found[g.generation]
+        if not wal.complete:
             msg = (
-                f"{uri}: region {region_id}: generation {gone[0]}, merged since the change token, was "
-                f"garbage-collected and so was WAL entry {position} written since it: the changes since the "
+                f"{uri}: region {region_id}: generation {g.generation}, merged since the change token, was "
+                f"garbage-collected and so were its WAL entries ({wal.describe()}): the changes since the "
                 "token are unknown; read the whole table instead"
             )
-            raise ChangesUnavailableError(msg) from (entry if isinstance(entry, Exception) else None)
-        if entry.num_rows:
-            keys.append(entry.table.select(pk))
+            raise ChangesUnavailableError(msg)
+        keys += [e.table.select(pk) for e in wal.entries if e.position > after and e.num_rows]
     return pa.concat_tables(keys) if keys else pa.table({k: pa.array([], pa.null()) for k in pk})
 
 

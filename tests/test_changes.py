@@ -233,16 +233,22 @@ GC_AFTER_DELETE = (
 )
 
 
+# Found by the slow run: a merged generation and its WAL entries are garbage-collected, then
+# a new writer writes at the freed WAL positions; they must not pass for the lost entries.
+WAL_POSITION_REUSED = (2, [], [("put", [0]), ("flush", []), ("flush", [0]), ("gc",), ("gc_wal",), ("put", [1])])
+
+
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(SEQUENCES)
 @example(GC_AFTER_DELETE)
+@example(WAL_POSITION_REUSED)
 def test_changes_applied_to_the_old_rows_give_the_new_rows(case: Any) -> None:
     run_feed(case)
 
 
 @pytest.mark.slow
 @settings(
-    max_examples=int(os.environ.get("MEMWAL_PROPERTY_EXAMPLES", "150")),
+    max_examples=int(os.environ.get("MEMWAL_PROPERTY_EXAMPLES", "50")),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
@@ -349,7 +355,7 @@ def test_garbage_collected_history(tmp_path: Path) -> None:
         wal.unlink()
     with pytest.raises(mq.ChangesUnavailableError, match=r"region [0-9a-f-]+: generation 1, merged since") as err:
         mq.open_table(t.uri).changes(before.change_token)
-    assert t.uri in str(err.value) and "WAL entry" in str(err.value)
+    assert t.uri in str(err.value) and "its WAL entries" in str(err.value)
 
 
 def test_composite_keys(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ file is read through the function a reader uses, from a real table folder; only
 and each example must finish within :data:`DEADLINE`.
 
 The quick suite runs :data:`QUICK` examples per decoder; the slow suite runs
-``MEMWAL_FUZZ_EXAMPLES`` (default 1000) per decoder.
+``MEMWAL_FUZZ_EXAMPLES`` (default 300) per decoder.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from hostile import SCHEMA, Hostile, build_hostile, edit_mem_wal_details, edit_r
 
 DEADLINE = timedelta(seconds=3)
 QUICK = 30
-DEEP = int(os.environ.get("MEMWAL_FUZZ_EXAMPLES", "1000"))
+DEEP = int(os.environ.get("MEMWAL_FUZZ_EXAMPLES", "300"))
 REGION = "00000000-0000-4000-8000-000000000001"
 DATA_SCHEMA = pa.schema([*SCHEMA, pa.field("_tombstone", pa.bool_())])
 

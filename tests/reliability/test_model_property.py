@@ -3,7 +3,7 @@ small pylance-written, bucket-sharded MemWAL table; after every step the merged 
 answer equals the dict model (fresh open, refreshed table, count(*), filters, lookup).
 
 Each hypothesis example writes its own table in a fresh temporary directory. The slow
-variant runs ``MEMWAL_PROPERTY_EXAMPLES`` examples (default 200, ~3 minutes on 2 cores;
+variant runs ``MEMWAL_PROPERTY_EXAMPLES`` examples (default 120, ~2 minutes on 2 cores;
 raise it for a deeper search).
 """
 
@@ -217,7 +217,7 @@ def test_merged_sql_equals_model_after_every_step(case: Any) -> None:
 
 @pytest.mark.slow
 @settings(
-    max_examples=int(os.environ.get("MEMWAL_PROPERTY_EXAMPLES", "200")),
+    max_examples=int(os.environ.get("MEMWAL_PROPERTY_EXAMPLES", "120")),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
