@@ -108,10 +108,16 @@ _FTS_USAGE = "memwal_fts(table, column, query, k [, filter])"
 _HYBRID_USAGE = "memwal_hybrid(table, vector_column, [vector], text_column, query, k [, filter])"
 
 
-def _knn(registry: _Registry, *args: Any) -> pa.Table:
-    if not 4 <= len(args) <= 6:
-        msg = f"{_KNN_USAGE} takes 4 to 6 arguments, got {len(args)}"
+def _arity(args: tuple[Any, ...], usage: str, least: int, most: int) -> None:
+    """Refuse a call with fewer than ``least`` or more than ``most`` arguments, naming the usage."""
+    if not least <= len(args) <= most:
+        n = str(least) if least == most else f"{least} {'or' if most == least + 1 else 'to'} {most}"
+        msg = f"{usage} takes {n} argument{'' if most == 1 else 's'}, got {len(args)}"
         raise InvalidArgumentError(msg)
+
+
+def _knn(registry: _Registry, *args: Any) -> pa.Table:
+    _arity(args, _KNN_USAGE, 4, 6)
     table = _table(registry, args[0], "memwal_knn")
     column = _value(args[1], "memwal_knn: the column")
     query = _value(args[2], "memwal_knn: the query vector")
@@ -122,9 +128,7 @@ def _knn(registry: _Registry, *args: Any) -> pa.Table:
 
 
 def _lookup(registry: _Registry, *args: Any) -> pa.Table:
-    if len(args) != 2:
-        msg = f"{_LOOKUP_USAGE} takes 2 arguments, got {len(args)}"
-        raise InvalidArgumentError(msg)
+    _arity(args, _LOOKUP_USAGE, 2, 2)
     table = _table(registry, args[0], "memwal_lookup")
     keys = _value(args[1], "memwal_lookup: the keys")
     return lookup(table, keys if isinstance(keys, list) else [keys]).rows
@@ -134,18 +138,14 @@ def _state(fn: str, build: Callable[[TableView], pa.Table]) -> Callable[..., pa.
     """The state function ``fn(table)``: ``build`` applied to the named table's view."""
 
     def call(registry: _Registry, *args: Any) -> pa.Table:
-        if len(args) != 1:
-            msg = f"{fn}(table) takes 1 argument, got {len(args)}"
-            raise InvalidArgumentError(msg)
+        _arity(args, f"{fn}(table)", 1, 1)
         return build(_table(registry, args[0], fn))
 
     return call
 
 
 def _changes(registry: _Registry, *args: Any) -> pa.Table:
-    if len(args) != 2:
-        msg = f"{_CHANGES_USAGE} takes 2 arguments, got {len(args)}"
-        raise InvalidArgumentError(msg)
+    _arity(args, _CHANGES_USAGE, 2, 2)
     table = _table(registry, args[0], "memwal_changes")
     token = _value(args[1], "memwal_changes: the change token")
     if not isinstance(token, str):
@@ -163,9 +163,7 @@ def _str(e: Any, what: str) -> str:
 
 
 def _fts(registry: _Registry, *args: Any) -> pa.Table:
-    if not 4 <= len(args) <= 5:
-        msg = f"{_FTS_USAGE} takes 4 or 5 arguments, got {len(args)}"
-        raise InvalidArgumentError(msg)
+    _arity(args, _FTS_USAGE, 4, 5)
     table = _table(registry, args[0], "memwal_fts")
     column = _str(args[1], "memwal_fts: the column")
     query = _str(args[2], "memwal_fts: the query")
@@ -175,9 +173,7 @@ def _fts(registry: _Registry, *args: Any) -> pa.Table:
 
 
 def _hybrid(registry: _Registry, *args: Any) -> pa.Table:
-    if not 6 <= len(args) <= 7:
-        msg = f"{_HYBRID_USAGE} takes 6 or 7 arguments, got {len(args)}"
-        raise InvalidArgumentError(msg)
+    _arity(args, _HYBRID_USAGE, 6, 7)
     table = _table(registry, args[0], "memwal_hybrid")
     vcol = _str(args[1], "memwal_hybrid: the vector column")
     vector = _value(args[2], "memwal_hybrid: the query vector")
