@@ -44,11 +44,9 @@ import lance
 
 from memwal_query.errors import (
     MALFORMED,
-    ManifestError,
     MemWalCorruptionError,
     MemWalError,
     NotAMemWalTableError,
-    TableNotFoundError,
     one_line,
 )
 from memwal_query.format.bloom import read_bloom_filter
@@ -66,6 +64,7 @@ from memwal_query.format.decode import (
     parse_bitrev64_name,
 )
 from memwal_query.format.inline_snapshots import decode_inline_snapshots
+from memwal_query.format.lance_open import open_lance
 from memwal_query.format.paths import generation_rel
 from memwal_query.format.storage import Storage
 from memwal_query.format.wal import WalEntry, read_wal_entry, scan_generations, wal_entry_path
@@ -159,14 +158,7 @@ class _Checker:
     # -- base + MemWAL index --------------------------------------------------
     def base(self) -> tuple[lance.LanceDataset, MemWalIndex | None, str]:
         uri = self.storage.uri
-        if not self.storage.exists("_versions"):
-            msg = f"no Lance table at {uri} (no _versions directory)"
-            raise TableNotFoundError(msg)
-        try:
-            ds = lance.dataset(uri, storage_options=dict(self.storage.storage_options) or None)
-        except (ValueError, OSError, RuntimeError) as err:
-            msg = f"cannot open Lance table at {uri}: {err}"
-            raise ManifestError(msg) from err
+        ds = open_lance(self.storage, uri)
         self.report.base_version = ds.version
         rel = f"_versions/{lance_manifest_file_name(ds.version)}"
         data = self.storage.read_bytes(rel)

@@ -256,14 +256,14 @@ def test_generation_merged_and_collected_during_open_is_retried(
     g = rs.generations[0]
     t.merge(region, g.generation)
     shutil.rmtree(g.uri)  # GC after the merge
-    real = snapshot_mod._open_base
+    real = snapshot_mod.lance_dataset
     calls = []
 
-    def stale_first(uri, version, options, cache):  # type: ignore[no-untyped-def]
+    def stale_first(storage, given, purpose="", version=None):  # type: ignore[no-untyped-def]
         calls.append(version)
-        return real(uri, old_version if len(calls) == 1 else version, options, cache)
+        return real(storage, given, purpose, old_version if len(calls) == 1 else version)
 
-    monkeypatch.setattr(snapshot_mod, "_open_base", stale_first)
+    monkeypatch.setattr(snapshot_mod, "lance_dataset", stale_first)
     again = mq.open_table(t.uri)
     assert len(calls) == 2 and again.version > old_version
     assert sort_table(again.to_arrow(), ["id"]).equals(sort_table(t.expected(), ["id"]))

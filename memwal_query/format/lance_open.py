@@ -21,7 +21,7 @@ import lance
 from memwal_query.errors import ManifestError, TableNotFoundError
 from memwal_query.format.storage import Storage
 
-__all__ = ["lance_message", "open_lance", "require_table"]
+__all__ = ["lance_dataset", "lance_message", "open_lance", "require_table"]
 
 # ", /any/path/file.rs:12:34" (a Rust source location Lance appends to its errors)
 _RUST_LOCATION = re.compile(r",?\s*[^\s,]*\.rs:\d+:\d+")
@@ -64,12 +64,22 @@ def open_lance(storage: Storage, given: str, purpose: str = "", version: int | N
         ManifestError: Lance cannot open it.
     """
     require_table(storage, given, purpose)
+    return lance_dataset(storage, given, purpose, version)
+
+
+def lance_dataset(storage: Storage, given: str, purpose: str = "", version: int | None = None) -> lance.LanceDataset:
+    """:func:`open_lance` without the existence probe (for callers that made it already).
+
+    Raises:
+        TableNotFoundError: Lance finds no table there (or no such version).
+        ManifestError: Lance cannot open it.
+    """
     try:
         return lance.dataset(storage.uri, version=version, storage_options=dict(storage.storage_options) or None)
     except (ValueError, OSError, RuntimeError) as err:
         text = lance_message(err)
         at = f"{_named(given, storage)}" + (f" (version {version})" if version is not None else "")
-        if "not found" in text.lower():
+        if any(s in text.lower() for s in ("not found", "does not exist", "no such")):
             msg = f"no Lance table at {at}{purpose}: {text}"
             raise TableNotFoundError(msg) from err
         msg = f"cannot open Lance table at {at}{purpose}: {text}"

@@ -12,11 +12,11 @@ import uuid as uuidlib
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-import lance
 import pyarrow as pa
 
-from memwal_query.errors import InvalidArgumentError, ManifestError, NoPrimaryKeyError, TableNotFoundError
+from memwal_query.errors import InvalidArgumentError, NoPrimaryKeyError, TableNotFoundError
 from memwal_query.format.inline_snapshots import InlineRegion, decode_inline_snapshots
+from memwal_query.format.lance_open import lance_dataset
 from memwal_query.format.memwal_index import read_memwal_index
 from memwal_query.format.model import MemWalIndex
 from memwal_query.format.names import lance_manifest_file_name
@@ -47,19 +47,6 @@ log = logging.getLogger("memwal_query")
 #: Passes that re-read the regions a writer moved while a strong snapshot was being read,
 #: before the snapshot settles for regions read at different moments.
 MAX_CUT_ROUNDS = 5
-
-
-def _open_base(uri: str, version: int | None, options: Mapping[str, str], cache: SnapshotCache) -> lance.LanceDataset:
-    try:
-        ds = lance.dataset(uri, version=version, storage_options=dict(options) or None)
-    except (ValueError, OSError, RuntimeError) as err:
-        text = str(err).lower()
-        if "not found" in text or "does not exist" in text or "no such" in text:
-            msg = f"no Lance table at {uri}" + (f" (version {version})" if version else "")
-            raise TableNotFoundError(msg) from err
-        msg = f"cannot open Lance table at {uri}: {err}"
-        raise ManifestError(msg) from err
-    return ds
 
 
 def _load_region(
@@ -197,7 +184,7 @@ def _load_once(
     cache: SnapshotCache,
     max_workers: int,
 ) -> Snapshot:
-    base = _open_base(storage.uri, version, storage.storage_options, cache)
+    base = lance_dataset(storage, storage.uri, version=version)
     schema = base.schema
     pk = primary_key_of(schema)
     if not pk:
