@@ -33,7 +33,15 @@ from memwal_query.format.wal import TOMBSTONE
 from memwal_query.snapshot.cache import SnapshotCache
 from memwal_query.snapshot.model import GenerationSource, MemTableSource, Snapshot
 
-__all__ = ["RegionMergeStats", "MergeState", "RankedLevels", "compute_merge", "first_of_group", "rank_levels"]
+__all__ = [
+    "NewerKeys",
+    "RegionMergeStats",
+    "MergeState",
+    "RankedLevels",
+    "compute_merge",
+    "first_of_group",
+    "rank_levels",
+]
 
 log = logging.getLogger("memwal_query")
 
@@ -50,6 +58,67 @@ class RegionMergeStats:
     superseded_rows: int
 
 
+class NewerKeys:
+    """Every key with a version in a newer level (unmerged generations, MemTables).
+
+    A base row is live exactly when its key is not here (a newer version or a
+    tombstone shadows it), so a base row read for any reason (a scan, an index
+    search, a lookup) can be checked without the base mask. Per region, ``newest``
+    holds the newest version of each key: the key columns, ``_deleted``, ``_gen``,
+    ``_seq`` (row address in its generation or MemTable sequence) and ``_lvl``
+    (index into the region's generations, -1: the MemTable), sorted by key.
+    """
+
+    def __init__(self, newest: dict[str, pa.Table], pk: Sequence[str]) -> None:
+        self.newest = newest
+        self.pk = list(pk)
+        self._sorted: np.ndarray | None = None
+        self._unique: pa.Table | None = None
+
+    def __len__(self) -> int:
+        return sum(t.num_rows for t in self.newest.values())
+
+    def _numeric(self) -> np.ndarray | None:
+        """All newer keys as one sorted numpy array (single integer key), else None."""
+        if len(self.pk) != 1 or not self.newest:
+            return None
+        first = next(iter(self.newest.values())).schema.field(self.pk[0]).type
+        if not pa.types.is_integer(first):
+            return None
+        if self._sorted is None:
+            parts = [t.column(self.pk[0]).to_numpy() for t in self.newest.values()]
+            self._sorted = np.unique(np.concatenate(parts)) if parts else np.empty(0, dtype=np.int64)
+        return self._sorted
+
+    def contains(self, keys: pa.Table) -> np.ndarray:
+        """Boolean mask: which rows of ``keys`` (the key columns) have a newer version.
+
+        Example:
+            >>> import pyarrow as pa
+            >>> newer = NewerKeys({"r": pa.table({"id": [2, 5]})}, ["id"])
+            >>> newer.contains(pa.table({"id": [1, 2, 5, 7]})).tolist()
+            [False, True, True, False]
+        """
+        n = keys.num_rows
+        if n == 0 or not self.newest:
+            return np.zeros(n, dtype=bool)
+        arr = self._numeric()
+        if arr is not None:
+            col = keys.column(self.pk[0])
+            valid = np.asarray(pc.is_valid(col)) if col.null_count else None  # a null key shadows nothing
+            k = np.asarray(pc.fill_null(col, 0).to_numpy(), dtype=arr.dtype)
+            pos = np.minimum(np.searchsorted(arr, k), arr.size - 1)
+            hit = arr[pos] == k if arr.size else np.zeros(n, dtype=bool)
+            return hit & valid if valid is not None else hit
+        if self._unique is None:
+            self._unique = pa.concat_tables([t.select(self.pk) for t in self.newest.values()])
+        probe = keys.select(self.pk).append_column("_row", pa.array(np.arange(n, dtype=np.int64)))
+        rows = probe.join(self._unique, keys=self.pk, join_type="left semi").column("_row")
+        hit = np.zeros(n, dtype=bool)
+        hit[np.asarray(rows.to_numpy())] = True
+        return hit
+
+
 @dataclass(frozen=True)
 class MergeState:
     """The dedup decision of a snapshot, consumed by the DataFusion sources."""
@@ -61,6 +130,7 @@ class MergeState:
     base_shadowed_rows: int
     seconds: float
     cross_region_keys: int = 0
+    newer: NewerKeys = field(default_factory=lambda: NewerKeys({}, []), repr=False)
 
 
 def first_of_group(sorted_keys: Sequence[pa.ChunkedArray | pa.Array]) -> np.ndarray:
@@ -283,6 +353,7 @@ def compute_merge(snapshot: Snapshot, cache: SnapshotCache) -> MergeState:
     memtables: dict[str, pa.Table] = {}
     stats: dict[str, RegionMergeStats] = {}
     newer_keys: list[pa.Table] = []
+    newest: dict[str, pa.Table] = {}
     key_schema = pa.schema([snapshot.schema.field(k) for k in pk])
     for region in snapshot.regions:
         ranked = rank_levels(region.generations, region.memtable, pk, key_schema, cache)
@@ -301,7 +372,8 @@ def compute_merge(snapshot: Snapshot, cache: SnapshotCache) -> MergeState:
             offset = ranked.memtable_offset
             idx = np.sort(mem_rows - offset)
             memtables[region.region_id] = mem.table.take(pa.array(idx))
-        newer_keys.append(s.filter(pa.array(first)).select(pk))
+        newest[region.region_id] = s.filter(pa.array(first)).select([*pk, TOMBSTONE, "_gen", "_seq", "_lvl"])
+        newer_keys.append(newest[region.region_id].select(pk))
         stats[region.region_id] = RegionMergeStats(
             newer_rows=s.num_rows,
             live_keys=int(keep.sum()),
@@ -323,6 +395,7 @@ def compute_merge(snapshot: Snapshot, cache: SnapshotCache) -> MergeState:
         base_shadowed_rows=int(base_drop.size),
         seconds=time.perf_counter() - t0,
         cross_region_keys=cross,
+        newer=NewerKeys(newest, pk),
     )
 
 
