@@ -36,6 +36,7 @@ from memwal_query.fts.analyzer import Analyzer, Doc
 from memwal_query.fts.bm25 import CorpusStats
 from memwal_query.fts.index_files import InvertedIndexFiles, read_index_files
 from memwal_query.fts.postings import Postings
+from memwal_query.fts.rows import take_rows
 from memwal_query.regionspec.spec import lance_field_ids
 from memwal_query.view.table_view import TableView
 
@@ -389,9 +390,10 @@ def _forget(key: tuple[int, str]) -> None:
         _corpora.pop(key, None)
 
 
-def tokenize_rows(dataset_uri: str, corpus: Corpus, addrs: np.ndarray, texts: Sequence[str | None]) -> list[Doc]:
-    """``texts`` (the rows at ``addrs`` of ``dataset_uri``) tokenized, memoized like the corpus rows."""
-    by_addr = dict(zip(addrs.tolist(), texts, strict=True))
+def tokenize_rows(ds: lance.LanceDataset, corpus: Corpus, addrs: np.ndarray) -> list[Doc]:
+    """The live rows at ``addrs`` of ``ds`` tokenized (memoized like the corpus rows; only rows
+    not seen before are read)."""
+    column = corpus.column
     return _memo.tokenized(
-        (dataset_uri, corpus.column, corpus.analyzer), addrs, lambda a: [by_addr[x] for x in a.tolist()]
+        (ds.uri, column, corpus.analyzer), addrs, lambda a: take_rows(ds, a, [column]).column(0).to_pylist()
     )

@@ -47,6 +47,7 @@ from memwal_query.fts.corpus import (
     fragments_of,
     tokenize_rows,
 )
+from memwal_query.fts.rows import take_rows
 from memwal_query.view.table_view import TableView
 
 __all__ = ["TextSearchResult", "TextSearchStats", "search_text"]
@@ -77,7 +78,7 @@ class _Query:
     phrase: bool
     stats: CorpusStats
     filter: str | pc.Expression | None
-    read: list[str]  # columns to read: the output columns and the text column
+    read: list[str]  # the output columns
     k: int
 
     def lance(self) -> MatchQuery | PhraseQuery:
@@ -131,7 +132,7 @@ class _Fetch:
             raise _search_error(err, q, src.name) from err
         stats.rounds += 1
         addrs = rows.column(_ADDR).to_numpy().astype(np.uint64)
-        docs = tokenize_rows(src.dataset.uri, q.corpus, addrs, rows.column(q.corpus.column).to_pylist())
+        docs = tokenize_rows(src.dataset, q.corpus, addrs)
         lance_scores = rows.column(_SCORE).to_numpy().astype(np.float64)
         local = score_docs(docs, q.tokens.tokens, src.index_stats(q.tokens.tokens))
         if self.limit is not None and not np.allclose(local, lance_scores, rtol=_REL, atol=1e-6):
@@ -165,15 +166,7 @@ class _Hits:
         if self.rows is not None:
             return self.rows.take(pa.array(positions))
         assert self.dataset is not None and self.addrs is not None
-        addrs = self.addrs[positions]
-        wanted = ", ".join(str(a) for a in addrs.tolist())
-        frags = fragments_of(self.dataset, self.fragments)
-        scan = self.dataset.scanner(
-            columns=read, filter=f"_rowaddr IN ({wanted})", with_row_address=True, fragments=frags
-        )
-        found = scan.to_table()
-        order = {a: i for i, a in enumerate(found.column(_ADDR).to_numpy().tolist())}
-        return found.take(pa.array([order[a] for a in addrs.tolist()]))
+        return take_rows(self.dataset, self.addrs[positions], read, self.fragments)
 
 
 def _flat_hits(src: FlatSource, q: _Query) -> _Hits | None:
@@ -290,9 +283,7 @@ def search_text(
         msg = f"phrase queries need positions: index {corpus.index_name} on {column!r} of {view.uri} has none"
         raise InvalidArgumentError(msg)
     tokens = corpus.analyzer.query(query)
-    q = _Query(
-        corpus, query, tokens, phrase, corpus.stats(tokens.tokens), filter, list(dict.fromkeys([*out, column])), k
-    )
+    q = _Query(corpus, query, tokens, phrase, corpus.stats(tokens.tokens), filter, out, k)
     pruned = _pruned(view, filter, in_query)
     stats.pruned_regions = sorted(pruned)
     hits: list[_Hits] = []
