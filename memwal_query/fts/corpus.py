@@ -29,6 +29,8 @@ from typing import Any
 
 import lance
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from lance.file import LanceFileReader
 
 from memwal_query.errors import InvalidArgumentError, MemWalError
@@ -94,6 +96,7 @@ class FlatSource:
     fragments: tuple[int, ...] | None  # the fragments of ``dataset`` it holds (None: all)
     postings: Postings = field(repr=False)
     live: np.ndarray = field(repr=False)  # which rows of the postings are live
+    rows: pa.Table = field(repr=False)  # every column, aligned with the postings' rows
     num_docs: int
     total_tokens: int
 
@@ -253,7 +256,7 @@ def _indexed_source(
     )
 
 
-_postings: OrderedDict[tuple[str, str, Analyzer], Postings] = OrderedDict()
+_postings: OrderedDict[tuple[str, str, Analyzer], tuple[Postings, pa.Table]] = OrderedDict()
 _POSTINGS_ENTRIES = 256
 
 
@@ -269,19 +272,22 @@ def _flat_source(
     """A source scored from postings; ``cache_key`` names rows that never change (kept across snapshots)."""
     key = None if cache_key is None else (cache_key, ctx.column, ctx.analyzer)
     with _memo.lock:
-        postings = _postings.get(key) if key is not None else None
-    if postings is None:
+        hit = _postings.get(key) if key is not None else None
+    if hit is None:
         frags = fragments_of(ds, fragments)
-        rows = ds.scanner(columns=[ctx.column], with_row_address=True, fragments=frags).to_table()
+        rows = ds.scanner(with_row_address=True, fragments=frags).to_table()
+        rows = rows.take(pc.sort_indices(rows.column("_rowaddr")))
         addrs = rows.column("_rowaddr").to_numpy().astype(np.uint64)
         postings = Postings.build(addrs, ctx.analyzer.tokenize_all(rows.column(ctx.column).to_pylist()))
+        rows = rows.drop_columns(["_rowaddr"])
         live = np.ones(len(postings), dtype=bool)
         if key is not None:
             with _memo.lock:
-                _postings[key] = postings
+                _postings[key] = (postings, rows)
                 while len(_postings) > _POSTINGS_ENTRIES:
                     _postings.popitem(last=False)
     else:
+        postings, rows = hit
         live = postings.mask_of(_live_addrs(ds, fragments))  # rows deleted since are not live
     if drop is not None and drop.size:
         live &= ~postings.mask_of(drop)
@@ -292,6 +298,7 @@ def _flat_source(
         fragments=None if fragments is None else tuple(fragments),
         postings=postings,
         live=live,
+        rows=rows,
         num_docs=postings.num_docs(live),
         total_tokens=postings.total_tokens(live),
     )

@@ -29,7 +29,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-import lance
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -47,7 +46,6 @@ from memwal_query.fts.corpus import (
     fragments_of,
     tokenize_rows,
 )
-from memwal_query.fts.rows import take_rows
 from memwal_query.view.table_view import TableView
 
 __all__ = ["TextSearchResult", "TextSearchStats", "search_text"]
@@ -154,19 +152,13 @@ def _search_error(err: Exception, q: _Query, what: str) -> MemWalError:
 
 @dataclass(frozen=True)
 class _Hits:
-    """Scored candidates of one source; their columns are read only for rows that make the top k."""
+    """Scored candidates of one source, with their columns."""
 
     scores: np.ndarray
-    rows: pa.Table | None = None  # already read (indexed sources)
-    dataset: lance.LanceDataset | None = None  # else read from here by row address
-    addrs: np.ndarray | None = None
-    fragments: tuple[int, ...] | None = None
+    rows: pa.Table
 
-    def load(self, positions: np.ndarray, read: list[str]) -> pa.Table:
-        if self.rows is not None:
-            return self.rows.take(pa.array(positions))
-        assert self.dataset is not None and self.addrs is not None
-        return take_rows(self.dataset, self.addrs[positions], read, self.fragments)
+    def load(self, positions: np.ndarray) -> pa.Table:
+        return self.rows.take(pa.array(positions))
 
 
 def _flat_hits(src: FlatSource, q: _Query) -> _Hits | None:
@@ -186,9 +178,15 @@ def _flat_hits(src: FlatSource, q: _Query) -> _Hits | None:
         rows, scores = rows[keep], scores[keep]
     if not rows.size:
         return None
-    best = np.argsort(-scores, kind="stable")[: q.k]
-    addrs = src.postings.rowaddrs[rows[best]]
-    return _Hits(scores[best], dataset=src.dataset, addrs=addrs, fragments=src.fragments)
+    best = _top(scores, q.k)
+    return _Hits(scores[best], rows=src.rows.take(pa.array(rows[best])))
+
+
+def _top(scores: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the ``k`` largest ``scores`` (any order)."""
+    if scores.size <= k:
+        return np.arange(scores.size)
+    return np.argpartition(-scores, k - 1)[:k]
 
 
 def _kth(scores: Sequence[np.ndarray], k: int) -> float:
@@ -243,7 +241,7 @@ def _output(hits: list[_Hits], q: _Query, out: list[str], schema: pa.Schema) -> 
     pieces: dict[int, pa.Table] = {}
     for i in np.unique(part[order]).tolist():
         mine = order[part[order] == i]
-        pieces[i] = hits[i].load(pos[mine], q.read).select(out).cast(target)
+        pieces[i] = hits[i].load(pos[mine]).select(out).cast(target)
     taken = {i: 0 for i in pieces}
     rows = []
     for i in part[order].tolist():
