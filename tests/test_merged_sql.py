@@ -130,18 +130,30 @@ def test_hidden_columns(events) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_count_star_reads_no_data_column(events, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """count(*) reads base key columns only (the lazy base mask), never a data column."""
     import lance.fragment
 
     table = mq.open_table(events.uri)
     ctx = datafusion.SessionContext()
     table.register(ctx, "events")
+    original = lance.fragment.LanceFragment.scanner
+    read: list[list[str]] = []
 
-    def boom(*a, **k):  # type: ignore[no-untyped-def]
-        raise AssertionError("count(*) scanned a Lance fragment")
+    def keys_only(self, *a, **k):  # type: ignore[no-untyped-def]
+        cols = list(k.get("columns") or [])
+        if set(cols) - {"id"}:
+            raise AssertionError(f"count(*) read data columns {cols} of a Lance fragment")
+        read.append(cols)
+        return original(self, *a, **k)
 
-    monkeypatch.setattr(lance.fragment.LanceFragment, "scanner", boom)
+    monkeypatch.setattr(lance.fragment.LanceFragment, "scanner", keys_only)
     n = ctx.sql("SELECT count(*) AS n FROM events").to_arrow_table().column("n")[0].as_py()
     assert n == events.expected().num_rows
+    assert read and all(c == ["id"] for c in read)
+    # decided once: a second count(*) reads nothing
+    read.clear()
+    assert ctx.sql("SELECT count(*) AS n FROM events").to_arrow_table().column("n")[0].as_py() == n
+    assert read == []
 
 
 def test_merged_generations_are_skipped(events) -> None:  # type: ignore[no-untyped-def]
