@@ -166,6 +166,25 @@ class BaseMask:
                 return np.sort(_sorted_hits(k, addrs, numeric))
         return np.sort(addrs[self.newer.contains(keys)])
 
+    def live(self, keys: pa.Table) -> np.ndarray:
+        """Boolean mask over rows of base key columns ``keys``: ``True`` where no newer version exists.
+
+        Used for rows read before their fragment is decided (a filtered Lance read); key-sorted
+        integer keys (a base batch, usually) search only the newer keys in their range.
+        """
+        n = keys.num_rows
+        if self.newer is None or n == 0:
+            return np.ones(n, dtype=bool)
+        numeric = self.newer.sorted_numeric()
+        col = keys.column(self.primary_key[0])
+        if numeric is not None and not col.null_count:
+            k = np.asarray(col.to_numpy(), dtype=numeric.dtype)
+            if bool(np.all(k[1:] >= k[:-1])):
+                out = np.ones(n, dtype=bool)
+                out[_sorted_hits(k, np.arange(n), numeric).astype(np.int64)] = False
+                return out
+        return ~self.newer.contains(keys)
+
     def fragment(self, frag: lance.fragment.LanceFragment) -> np.ndarray:
         """``frag``'s drop list, deciding it now if needed (reads the fragment's keys)."""
         got = self.known(frag.fragment_id)

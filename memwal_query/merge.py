@@ -20,6 +20,7 @@ only, never on the values a filter looks at.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -72,6 +73,8 @@ class NewerKeys:
         self.pk = list(pk)
         self._sorted: np.ndarray | None = None
         self._unique: pa.Table | None = None
+        self._lock = threading.Lock()
+        self.shared_keys = 0  # keys in more than one region (known once sorted_numeric() ran)
 
     def __len__(self) -> int:
         return sum(t.num_rows for t in self.newest.values())
@@ -87,9 +90,9 @@ class NewerKeys:
         first = next(iter(self.newest.values())).schema.field(self.pk[0]).type
         if not pa.types.is_integer(first):
             return None
-        if self._sorted is None:
-            parts = [t.column(self.pk[0]).to_numpy() for t in self.newest.values()]
-            self._sorted = np.unique(np.concatenate(parts)) if parts else np.empty(0, dtype=np.int64)
+        with self._lock:  # scans decide base fragments on several threads
+            if self._sorted is None:
+                self._sorted, self.shared_keys = _sorted_unique([t.column(self.pk[0]) for t in self.newest.values()])
         return self._sorted
 
     def contains(self, keys: pa.Table) -> np.ndarray:
@@ -119,6 +122,20 @@ class NewerKeys:
         hit = np.zeros(n, dtype=bool)
         hit[np.asarray(rows.to_numpy())] = True
         return hit
+
+
+def _sorted_unique(columns: list[pa.ChunkedArray]) -> tuple[np.ndarray, int]:
+    """The distinct values of key-sorted integer columns, sorted (a merge of sorted runs),
+    and how many of them occur in more than one column."""
+    parts = [np.asarray(c.to_numpy()) for c in columns if len(c)]
+    if not parts:
+        return np.empty(0, dtype=np.int64), 0
+    allk = np.sort(np.concatenate(parts), kind="stable")  # timsort: linear on sorted runs
+    keep = np.ones(allk.size, dtype=bool)
+    keep[1:] = allk[1:] != allk[:-1]
+    repeated = ~keep
+    shared = int(np.count_nonzero(repeated[1:] & ~repeated[:-1])) if allk.size > 1 else 0
+    return allk[keep], shared
 
 
 @dataclass(frozen=True)
@@ -296,10 +313,14 @@ def compute_merge(snapshot: Snapshot, cache: SnapshotCache) -> MergeState:
             deleted_keys=int((first & tomb).sum()),
             superseded_rows=int((~first).sum()),
         )
+    newer = NewerKeys(newest, pk)
     cross = 0
     if len(newer_keys) > 1:
-        cross = _cross_region_keys(pa.concat_tables(newer_keys), pk, snapshot.uri)
-    newer = NewerKeys(newest, pk)
+        numeric = newer.sorted_numeric()  # also what base fragments are checked against
+        if numeric is not None:
+            cross = _warn_cross_region(newer.shared_keys, snapshot.uri)
+        else:
+            cross = _cross_region_keys(pa.concat_tables(newer_keys), pk, snapshot.uri)
     return MergeState(
         base_mask=BaseMask(snapshot.uri, snapshot.base, pk, newer, cache),
         generation_drop=gen_drop,
@@ -318,7 +339,10 @@ def _cross_region_keys(keys: pa.Table, pk: list[str], uri: str) -> int:
     deduplicated across them (there is no order between regions), so say so.
     """
     counts = keys.group_by(pk).aggregate([([], "count_all")])
-    n = int(pc.sum(pc.greater(counts.column("count_all"), 1)).as_py() or 0)
+    return _warn_cross_region(int(pc.sum(pc.greater(counts.column("count_all"), 1)).as_py() or 0), uri)
+
+
+def _warn_cross_region(n: int, uri: str) -> int:
     if n:
         log.warning(
             "%s: %d primary key(s) have rows in more than one region; regions must not share keys "

@@ -93,9 +93,9 @@ class LanceFragment(SourceFragment):
 
     def _live_by_key(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """Rows of ``batch`` whose key has no newer version (an undecided base fragment)."""
-        assert self.mask is not None and self.mask.newer is not None
+        assert self.mask is not None
         keys = pa.Table.from_batches([batch]).select(self.mask.primary_key)
-        return batch.filter(pa.array(~self.mask.newer.contains(keys)))
+        return batch.filter(pa.array(self.mask.live(keys)))
 
     def _resident(self, names: list[str]) -> pa.Table | None:
         """Rows of columns ``names`` (and ``_rowaddr``), decoded once per table lineage.
@@ -208,6 +208,25 @@ class LanceFragment(SourceFragment):
             have = cache.fragment_columns.get(key, {})
             return not all(c in have for c in names)
 
+    def _first_touch(self, names: list[str]) -> bool:
+        """Whether this scan is the first to read an undecided base fragment.
+
+        Decoding its columns into the cache would decode its key column too (to decide the
+        mask) and copy what survives: well over what Lance reads for the query alone. The
+        first scan reads through Lance (filter pushed down) and checks the keys of the rows
+        it returns; a later scan decodes the fragment into the cache and decides its mask.
+        """
+        cache = self.resident
+        if cache is None or not self._undecided():
+            return False
+        key = self._key = self._key or fragment_cache_key(self.source_uri, self.fragment)
+        with cache.lock:
+            have = cache.fragment_columns.get(key, {})
+            if all(c in have for c in names) or key in cache.touched:
+                return False
+            cache.touched.add(key)
+            return True
+
     def live_rows(self) -> int:
         return int(self.fragment.count_rows()) - int(self.drop.size)
 
@@ -245,7 +264,8 @@ class LanceFragment(SourceFragment):
         size = max(batch_size or 0, SCAN_BATCH_ROWS)
         if post is None:
             names = scan_columns(read, filt, owner.data_schema.names)
-            rows = None if self._index_serves(filt, names) else self.survivors(names)
+            lance_first = self._index_serves(filt, names) or self._first_touch(names)
+            rows = None if lance_first else self.survivors(names)
             if rows is not None:
                 resident = self._resident_batches(rows, cols, lance_filter, out, size)
                 if resident is not None:

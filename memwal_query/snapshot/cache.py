@@ -42,6 +42,8 @@ class SnapshotCache:
     resident_bytes: int = 0
     #: Fragments whose columns did not fit the budget: scanned through Lance.
     over_budget: set[tuple[object, ...]] = field(default_factory=set)
+    #: Fragments a filtered scan has read through Lance once (the next scan decodes them).
+    touched: set[tuple[object, ...]] = field(default_factory=set)
     #: Lost generations rebuilt from the WAL, by (directory URI, WAL positions).
     rebuilt: dict[tuple[str, tuple[int, ...]], GenerationSource] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -67,3 +69,4 @@ class SnapshotCache:
             for key in [k for k in self.fragment_columns if k not in keys]:
                 self.resident_bytes -= sum(a.nbytes for a in self.fragment_columns.pop(key).values())
             self.over_budget &= keys
+            self.touched &= keys
