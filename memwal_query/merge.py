@@ -23,6 +23,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -288,6 +289,10 @@ def compute_merge(snapshot: Snapshot, cache: SnapshotCache) -> MergeState:
     newer_keys: list[pa.Table] = []
     newest: dict[str, pa.Table] = {}
     key_schema = pa.schema([snapshot.schema.field(k) for k in pk])
+    gens = [g for r in snapshot.regions for g in r.generations]
+    if len(gens) > 1:  # one small Lance read each: overlap them (rank_levels then finds them cached)
+        with ThreadPoolExecutor(min(4, len(gens))) as pool:
+            list(pool.map(lambda g: _generation_keys(g.dataset, pk, cache, g.uri), gens))
     for region in snapshot.regions:
         ranked = rank_levels(region.generations, region.memtable, pk, key_schema, cache)
         if ranked is None:
