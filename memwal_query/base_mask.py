@@ -204,7 +204,13 @@ class BaseMask:
                     hit = pa.table({n: decoded[n] for n in names})  # a scan decoded them
             if hit is not None:
                 return hit
-        t = frag.to_table(columns=self.primary_key, with_row_address=True)
+        if frag.metadata.deletion_file is None:
+            # every row of the fragment, in order: addresses are id << 32 | offset (not decoded)
+            t = frag.to_table(columns=self.primary_key)
+            start = np.uint64(frag.fragment_id) << np.uint64(32)
+            t = t.append_column("_rowaddr", pa.array(np.arange(t.num_rows, dtype=np.uint64) + start))
+        else:
+            t = frag.to_table(columns=self.primary_key, with_row_address=True)
         if cache is not None:
             with cache.lock:
                 cache.base_runs[ident] = t
