@@ -10,7 +10,8 @@ The merged table is the union of:
 * each region's surviving MemTable rows (in memory).
 
 Because the masks depend only on keys, every filter is pushed into every source.
-``count(*)`` (``columns=[]`` and no filter) is answered from fragment metadata.
+``count(*)`` (``columns=[]`` and no filter) is answered from fragment metadata and the
+base mask (which reads a base fragment's key column once).
 
 DataFusion calls ``get_fragments(filter)`` once per scan: the dataset asks its planner
 (:meth:`memwal_query.view.TableView.plan_scan`) for a frozen :class:`ScanPlan` of that
