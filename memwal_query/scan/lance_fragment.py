@@ -262,6 +262,7 @@ class LanceFragment(SourceFragment):
             post, lance_filter = filt, None
             read = list(owner.data_schema.names)
         size = max(batch_size or 0, SCAN_BATCH_ROWS)
+        lance_first = False
         if post is None:
             names = scan_columns(read, filt, owner.data_schema.names)
             lance_first = self._index_serves(filt, names) or self._first_touch(names)
@@ -271,7 +272,10 @@ class LanceFragment(SourceFragment):
                 if resident is not None:
                     yield from resident
                     return
-        by_key = self._undecided()  # check keys as rows are read instead of deciding the whole fragment
+        # An undecided fragment read through Lance on purpose (first touch, a scalar index
+        # serving the filter) checks the keys of the rows it reads; any other scan (no
+        # cache, over its budget) decides the fragment's mask once (one key read).
+        by_key = lance_first and self._undecided()
         if by_key:
             read = [*read, *[k for k in self._key_columns() if k not in read]]
         need_addr = (not by_key and self.drop.size > 0) or "_rowaddr" in cols or post is not None
