@@ -1,17 +1,19 @@
-"""Point lookups by primary key across LSM levels, newest source first.
+"""Point lookups by primary key across LSM levels, resolved in memory, then fetched.
 
-For each key: the region it routes to (region pruning), then that region's
-MemTable, then its unmerged generations newest first (each skipped when its bloom
-filter rules the key out), and finally the base table (one filtered scan for all
-keys still unresolved; Lance uses a scalar index on the key when there is one).
-The first version found decides: a live row is returned, a tombstone hides the
-key. Nothing here needs the snapshot's merge (the base mask), so a lookup on a
-freshly opened table is cheap.
+For each key: the region it routes to (region pruning), then the snapshot's
+in-memory index of the region's newer levels (``merge.NewerKeys``: the newest
+version of every key in its unmerged generations and MemTable, built once by the
+merge at open). A key found there is decided without I/O: a tombstone hides it, a
+MemTable row comes from memory, a generation row is fetched by its row address
+(one ``take`` per generation touched, whatever the number of keys). Only the keys
+no newer level holds go to the base, in one filtered read that Lance serves from
+a scalar index on the key when there is one. The cost therefore follows the keys
+asked for, not the number of generations.
 """
 
 from __future__ import annotations
 
-import logging
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,22 +23,27 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from memwal_query.errors import InvalidArgumentError, MemWalCorruptionError
-from memwal_query.format.bloom import BloomFilter, key_hash, read_bloom_filter
+from memwal_query.errors import InvalidArgumentError
 from memwal_query.format.wal import TOMBSTONE
-from memwal_query.merge import first_of_group
 from memwal_query.planner.routing import route_keys
-from memwal_query.snapshot.model import GenerationSource, RegionSnapshot
+from memwal_query.snapshot.model import RegionSnapshot
 from memwal_query.view.table_view import TableView
 
 __all__ = ["LookupStats", "LookupResult", "normalize_keys", "lookup"]
 
-log = logging.getLogger("memwal_query")
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass
 class LookupStats:
-    """What a lookup touched."""
+    """What a lookup touched.
+
+    ``memtable_hits`` / ``generation_hits``: keys whose newest version is in a MemTable /
+    an unmerged generation (tombstones included; ``deleted`` counts those). Newer levels are
+    resolved in memory: ``generations_scanned`` counts the generations read (one ``take``
+    each) and ``generations_skipped_by_bloom`` stays 0 (no bloom filter is consulted).
+    ``base_keys``: keys sent to the base in its one read; ``base_hits``: rows it returned.
+    """
 
     keys: int = 0
     regions_searched: int = 0
@@ -143,19 +150,6 @@ def _anti(keys: pa.Table, found: pa.Table, pk: Sequence[str]) -> pa.Table:
     return keys.join(found.select(list(pk)), keys=list(pk), join_type="left anti")
 
 
-def _newest(rows: pa.Table, pk: Sequence[str], order: Sequence[str]) -> pa.Table:
-    if rows.num_rows <= 1:
-        return rows
-    idx = pc.sort_indices(rows, sort_keys=[(k, "ascending") for k in pk] + [(o, "descending") for o in order])
-    s = rows.take(idx)
-    return s.filter(pa.array(first_of_group([s.column(k) for k in pk])))
-
-
-def _split_found(rows: pa.Table) -> tuple[pa.Table, pa.Table]:
-    tomb = pc.fill_null(rows.column(TOMBSTONE), False)
-    return rows.filter(pc.invert(tomb)), rows.filter(tomb)
-
-
 class LookupResult(NamedTuple):
     """A lookup's rows and what it touched."""
 
@@ -163,22 +157,16 @@ class LookupResult(NamedTuple):
     stats: LookupStats
 
 
-def _bloom(gen: GenerationSource, view: TableView) -> BloomFilter | None:
-    if gen.rebuilt_from_wal:
-        return None  # rebuilt from the WAL: no bloom filter
-    storage = view.storage
-    rel = gen.uri[len(storage.uri) + 1 :] + "/bloom_filter.bin"
-    cache = view.cache.blooms
-    if gen.uri in cache:
-        hit = cache[gen.uri]
-        return hit if isinstance(hit, BloomFilter) else None
-    try:
-        bloom = read_bloom_filter(storage, rel)
-    except MemWalCorruptionError as err:
-        log.warning("%s; the generation is scanned instead", err)
-        bloom = None
-    cache[gen.uri] = bloom
-    return bloom
+def _base_filter(keys: pa.Table, pk: Sequence[str]) -> str | pc.Expression:
+    """The base query's filter: SQL text for one integer key column (what Lance's scalar
+    index planner sees most directly, like a user's ``id = X``), else an expression."""
+    col = keys.column(pk[0])
+    if len(pk) == 1 and pa.types.is_integer(col.type) and _PLAIN_NAME.fullmatch(pk[0]):
+        values = [str(v) for v in col.to_pylist() if v is not None]
+        if len(values) == 1:
+            return f"{pk[0]} = {values[0]}"
+        return f"{pk[0]} IN ({', '.join(values)})"
+    return _key_filter(keys, pk)
 
 
 class _Search:
@@ -192,64 +180,31 @@ class _Search:
         self.remaining = want
         self.parts: list[pa.Table] = []
         self.stats = LookupStats(keys=want.num_rows)
-        self.type_names = [str(view.snapshot.schema.field(k).type) for k in self.pk]
-        self.key_hashes: dict[tuple[Any, ...], int] = {}
 
-    def found(self, rows: pa.Table, keys: pa.Table) -> pa.Table:
-        """Record the newest version per key of ``rows``; the keys of ``keys`` still unresolved."""
-        live, dead = _split_found(rows)
-        self.stats.deleted += dead.num_rows
-        self.parts.append(live.select(self.out_cols))
-        return _anti(keys, rows, self.pk)
+    def memtable(self, region: RegionSnapshot, keys: pa.Table) -> None:
+        """The live MemTable rows of ``keys`` (the merge kept the newest one per key)."""
+        rows = self.view.merge.memtables.get(region.region_id)
+        if rows is None or keys.num_rows == 0:
+            return
+        m = _semi(rows.filter(_key_filter(keys, self.pk)), keys, self.pk)
+        self.parts.append(m.select(self.out_cols))
 
-    def memtable(self, region: RegionSnapshot, rkeys: pa.Table) -> pa.Table:
-        mem = region.memtable
-        if mem is None or not mem.table.num_rows:
-            return rkeys
-        pk = self.pk
-        m = _semi(mem.table.filter(_key_filter(rkeys, pk)), rkeys, pk)
-        if not m.num_rows:
-            return rkeys
-        m = _newest(m, pk, ["_gen", "_seq"])
-        self.stats.memtable_hits += m.num_rows
-        return self.found(m, rkeys)
-
-    def candidates(self, gen: GenerationSource, rkeys: pa.Table) -> pa.Table | None:
-        """The keys the generation's bloom filter may hold (``None``: none of them)."""
-        bloom = _bloom(gen, self.view)
-        if bloom is None:
-            return rkeys
-        hashes = []
-        for tup in zip(*[rkeys.column(k).to_pylist() for k in self.pk], strict=True):
-            h = self.key_hashes.get(tup)
-            if h is None:
-                h = self.key_hashes[tup] = key_hash(tup, self.type_names)
-            hashes.append(h)
-        maybe = bloom.might_contain_hashes(hashes)
-        if not maybe.any():
-            self.stats.generations_skipped_by_bloom += 1
-            return None
-        return rkeys.filter(pa.array(maybe))
-
-    def generation(self, gen: GenerationSource, rkeys: pa.Table) -> pa.Table:
-        candidates = self.candidates(gen, rkeys)
-        if candidates is None:
-            return rkeys
+    def generation(self, region: RegionSnapshot, level: int, keys: pa.Table, addrs: np.ndarray) -> None:
+        """The rows at ``addrs`` of one generation: one ``take`` by row address."""
+        gen = region.generations[level]
         self.stats.generations_scanned += 1
-        rows = gen.dataset.to_table(
-            columns=list(dict.fromkeys(self.read_cols + [TOMBSTONE])),
-            filter=_key_filter(candidates, self.pk),
-            with_row_address=True,
-        )
-        rows = _semi(rows, candidates, self.pk)
-        if rows.num_rows == 0:
-            return rkeys
-        rows = _newest(rows, self.pk, ["_rowaddr"])
-        self.stats.generation_hits += rows.num_rows
-        return self.found(rows, rkeys)
+        rows = gen.dataset._take_rows(pa.array(addrs, pa.uint64()), columns=self.read_cols)
+        if rows.num_rows != keys.num_rows or not all(rows.column(k).equals(keys.column(k)) for k in self.pk):
+            # Row addresses are row ids in a generation (no stable row ids); if a writer
+            # ever changes that, read the keys by value instead.
+            rows = gen.dataset.to_table(
+                columns=self.read_cols, filter=_key_filter(keys, self.pk), with_row_address=True
+            )
+            rows = rows.filter(pc.is_in(rows.column("_rowaddr"), pa.array(addrs, pa.uint64())))
+        self.parts.append(rows.select(self.out_cols))
 
     def region(self, region: RegionSnapshot, rkeys: pa.Table) -> None:
-        """Resolve ``rkeys`` in the region's MemTable, then its generations newest first."""
+        """Resolve ``rkeys`` against the region's newer levels, in memory (the merge's key index)."""
         pk = self.pk
         if len(pk) > 1:
             rkeys = _semi(rkeys, self.remaining, pk)
@@ -258,20 +213,31 @@ class _Search:
         if rkeys.num_rows == 0:
             return
         self.stats.regions_searched += 1
-        left = self.memtable(region, rkeys)
-        for gen in sorted(region.generations, key=lambda g: g.generation, reverse=True):
-            if left.num_rows == 0:
-                break
-            left = self.generation(gen, left)
-        resolved = _anti(rkeys, left, pk) if left.num_rows else rkeys
-        self.remaining = _anti(self.remaining, resolved, pk)
+        key_rows, newest_rows = self.view.merge.newer.find(region.region_id, rkeys)
+        if key_rows.size == 0:
+            return
+        hit = self.view.merge.newer.newest[region.region_id].take(pa.array(newest_rows))
+        tomb = np.asarray(pc.fill_null(hit.column(TOMBSTONE), False).to_numpy(zero_copy_only=False))
+        level = np.asarray(hit.column("_lvl").to_numpy())
+        self.stats.deleted += int(tomb.sum())
+        self.stats.memtable_hits += int((level == -1).sum())
+        self.stats.generation_hits += int((level >= 0).sum())
+        live = ~tomb
+        self.memtable(region, hit.filter(pa.array(live & (level == -1))).select(pk))
+        seq = np.asarray(hit.column("_seq").to_numpy())
+        for lvl in np.unique(level[live & (level >= 0)]).tolist():
+            mask = live & (level == lvl)
+            order = np.argsort(seq[mask], kind="stable")
+            keys = hit.filter(pa.array(mask)).select(pk).take(pa.array(order))
+            self.generation(region, int(lvl), keys, seq[mask][order])
+        self.remaining = _anti(self.remaining, rkeys.take(pa.array(key_rows)), pk)
 
     def base(self) -> None:
-        """The keys no newer level holds: one filtered scan of the base."""
+        """The keys no newer level holds: one filtered read of the base (its key index)."""
         if not self.remaining.num_rows:
             return
         self.stats.base_keys = self.remaining.num_rows
-        rows = self.view.snapshot.base.to_table(columns=self.read_cols, filter=_key_filter(self.remaining, self.pk))
+        rows = self.view.snapshot.base.to_table(columns=self.read_cols, filter=_base_filter(self.remaining, self.pk))
         rows = _semi(rows, self.remaining, self.pk)
         self.stats.base_hits = rows.num_rows
         self.parts.append(rows.select(self.out_cols))

@@ -74,6 +74,7 @@ class NewerKeys:
         self.pk = list(pk)
         self._sorted: np.ndarray | None = None
         self._unique: pa.Table | None = None
+        self._region_keys: dict[str, np.ndarray] = {}
 
     def __len__(self) -> int:
         return sum(t.num_rows for t in self.newest.values())
@@ -89,6 +90,52 @@ class NewerKeys:
             parts = [t.column(self.pk[0]).to_numpy() for t in self.newest.values()]
             self._sorted = np.unique(np.concatenate(parts)) if parts else np.empty(0, dtype=np.int64)
         return self._sorted
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held by the in-memory key index (the tables and the arrays derived from them)."""
+        derived = [a.nbytes for a in self._region_keys.values()]
+        if self._sorted is not None:
+            derived.append(self._sorted.nbytes)
+        return int(sum(t.nbytes for t in self.newest.values()) + sum(derived))
+
+    def find(self, region_id: str, keys: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+        """Which rows of ``keys`` have a newer version in the region, and where.
+
+        Returns:
+            ``(key_rows, newest_rows)``: positions in ``keys`` and the matching positions in
+            ``newest[region_id]`` (the newest version of that key). A null key matches nothing.
+
+        Example:
+            >>> import pyarrow as pa
+            >>> newer = NewerKeys({"r": pa.table({"id": [2, 5]})}, ["id"])
+            >>> [a.tolist() for a in newer.find("r", pa.table({"id": [5, 1, 2]}))]
+            [[0, 2], [1, 0]]
+        """
+        table = self.newest.get(region_id)
+        empty = np.empty(0, dtype=np.int64)
+        if table is None or table.num_rows == 0 or keys.num_rows == 0:
+            return empty, empty
+        col = keys.column(self.pk[0])
+        if len(self.pk) == 1 and pa.types.is_integer(col.type):
+            arr = self._region_keys.get(region_id)
+            if arr is None:
+                arr = self._region_keys[region_id] = np.asarray(table.column(self.pk[0]).to_numpy())
+            k = np.asarray(pc.fill_null(col, 0).to_numpy(), dtype=arr.dtype)
+            pos = np.minimum(np.searchsorted(arr, k), arr.size - 1)
+            hit = arr[pos] == k
+            if col.null_count:
+                hit &= np.asarray(pc.is_valid(col))
+            rows = np.flatnonzero(hit)
+            return rows, pos[rows].astype(np.int64)
+        # Other keys: a hash join, the (few) lookup keys as the build side.
+        probe = keys.select(self.pk).append_column("_krow", pa.array(np.arange(keys.num_rows, dtype=np.int64)))
+        target = table.select(self.pk).append_column("_nrow", pa.array(np.arange(table.num_rows, dtype=np.int64)))
+        joined = target.join(probe, keys=self.pk, join_type="inner", use_threads=False)
+        return (
+            np.asarray(joined.column("_krow").to_numpy(), dtype=np.int64),
+            np.asarray(joined.column("_nrow").to_numpy(), dtype=np.int64),
+        )
 
     def contains(self, keys: pa.Table) -> np.ndarray:
         """Boolean mask: which rows of ``keys`` (the key columns) have a newer version.
