@@ -43,6 +43,8 @@ class LookupStats:
     resolved in memory: ``generations_scanned`` counts the generations read (one ``take``
     each) and ``generations_skipped_by_bloom`` stays 0 (no bloom filter is consulted).
     ``base_keys``: keys sent to the base in its one read; ``base_hits``: rows it returned.
+    ``regions_pruned``: regions given no key, by their spec values or because the in-memory
+    key index shows no newer version of any key asked for (then no routing is done).
     """
 
     keys: int = 0
@@ -141,15 +143,6 @@ def _semi(rows: pa.Table, keys: pa.Table, pk: Sequence[str]) -> pa.Table:
     return rows.join(keys, keys=list(pk), join_type="left semi")
 
 
-def _anti(keys: pa.Table, found: pa.Table, pk: Sequence[str]) -> pa.Table:
-    if found.num_rows == 0 or keys.num_rows == 0:
-        return keys
-    if len(pk) == 1:
-        hit = pc.is_in(keys.column(pk[0]), value_set=found.column(pk[0]).combine_chunks())
-        return keys.filter(pc.invert(hit))
-    return keys.join(found.select(list(pk)), keys=list(pk), join_type="left anti")
-
-
 class LookupResult(NamedTuple):
     """A lookup's rows and what it touched."""
 
@@ -170,14 +163,20 @@ def _base_filter(keys: pa.Table, pk: Sequence[str]) -> str | pc.Expression:
 
 
 class _Search:
-    """One lookup in progress: the keys still unresolved, the rows found, the counts."""
+    """One lookup in progress: which keys are still unresolved, the rows found, the counts.
+
+    ``want`` carries ``_row`` (its row number); ``remaining[i]``: key ``i`` is unresolved.
+    """
 
     def __init__(self, view: TableView, want: pa.Table, read_cols: list[str], out_cols: list[str]) -> None:
         self.view = view
         self.pk = list(view.snapshot.primary_key)
-        self.read_cols = read_cols
+        # All columns: no projection (Lance plans a projection at a cost of its own)
+        names = view.snapshot.schema.names
+        self.read_cols: list[str] | None = None if set(read_cols) >= set(names) else read_cols
         self.out_cols = out_cols
-        self.remaining = want
+        self.want = want
+        self.remaining = np.ones(want.num_rows, dtype=bool)
         self.parts: list[pa.Table] = []
         self.stats = LookupStats(keys=want.num_rows)
 
@@ -190,57 +189,71 @@ class _Search:
         self.parts.append(m.select(self.out_cols))
 
     def generation(self, region: RegionSnapshot, level: int, keys: pa.Table, addrs: np.ndarray) -> None:
-        """The rows at ``addrs`` of one generation: one ``take`` by row address."""
+        """The rows at ``addrs`` (sorted) of one generation: one ``take`` by row address."""
         gen = region.generations[level]
         self.stats.generations_scanned += 1
         rows = gen.dataset._take_rows(pa.array(addrs, pa.uint64()), columns=self.read_cols)
         if rows.num_rows != keys.num_rows or not all(rows.column(k).equals(keys.column(k)) for k in self.pk):
             # Row addresses are row ids in a generation (no stable row ids); if a writer
-            # ever changes that, read the keys by value instead.
-            rows = gen.dataset.to_table(
-                columns=self.read_cols, filter=_key_filter(keys, self.pk), with_row_address=True
-            )
+            # ever changes that, read the rows by key and address instead.
+            expr = _key_filter(keys, self.pk)
+            rows = gen.dataset.to_table(columns=self.read_cols, filter=expr, with_row_address=True)
             rows = rows.filter(pc.is_in(rows.column("_rowaddr"), pa.array(addrs, pa.uint64())))
         self.parts.append(rows.select(self.out_cols))
 
     def region(self, region: RegionSnapshot, rkeys: pa.Table) -> None:
         """Resolve ``rkeys`` against the region's newer levels, in memory (the merge's key index)."""
         pk = self.pk
-        if len(pk) > 1:
-            rkeys = _semi(rkeys, self.remaining, pk)
-        else:
-            rkeys = rkeys.filter(pc.is_in(rkeys.column(pk[0]), value_set=self.remaining.column(pk[0]).combine_chunks()))
-        if rkeys.num_rows == 0:
+        rows = np.asarray(rkeys.column("_row").to_numpy())
+        open_ = self.remaining[rows]
+        if not open_.any():
             return
+        if not open_.all():
+            rkeys, rows = rkeys.filter(pa.array(open_)), rows[open_]
         self.stats.regions_searched += 1
-        key_rows, newest_rows = self.view.merge.newer.find(region.region_id, rkeys)
+        newer = self.view.merge.newer
+        key_rows, newest_rows = newer.find(region.region_id, rkeys.select(pk))
         if key_rows.size == 0:
             return
-        hit = self.view.merge.newer.newest[region.region_id].take(pa.array(newest_rows))
+        self.remaining[rows[key_rows]] = False
+        hit = newer.newest[region.region_id].take(pa.array(newest_rows))
         tomb = np.asarray(pc.fill_null(hit.column(TOMBSTONE), False).to_numpy(zero_copy_only=False))
         level = np.asarray(hit.column("_lvl").to_numpy())
         self.stats.deleted += int(tomb.sum())
-        self.stats.memtable_hits += int((level == -1).sum())
-        self.stats.generation_hits += int((level >= 0).sum())
+        in_mem = level == -1
+        self.stats.memtable_hits += int(in_mem.sum())
+        self.stats.generation_hits += int(level.size - in_mem.sum())
         live = ~tomb
-        self.memtable(region, hit.filter(pa.array(live & (level == -1))).select(pk))
+        if (live & in_mem).any():
+            self.memtable(region, hit.filter(pa.array(live & in_mem)).select(pk))
         seq = np.asarray(hit.column("_seq").to_numpy())
-        for lvl in np.unique(level[live & (level >= 0)]).tolist():
-            mask = live & (level == lvl)
-            order = np.argsort(seq[mask], kind="stable")
-            keys = hit.filter(pa.array(mask)).select(pk).take(pa.array(order))
-            self.generation(region, int(lvl), keys, seq[mask][order])
-        self.remaining = _anti(self.remaining, rkeys.take(pa.array(key_rows)), pk)
+        for lvl in np.unique(level[live & ~in_mem]).tolist():
+            at = np.flatnonzero(live & (level == lvl))
+            at = at[np.argsort(seq[at], kind="stable")]
+            self.generation(region, int(lvl), hit.select(pk).take(pa.array(at)), seq[at])
 
     def base(self) -> None:
         """The keys no newer level holds: one filtered read of the base (its key index)."""
-        if not self.remaining.num_rows:
+        if not self.remaining.any():
             return
-        self.stats.base_keys = self.remaining.num_rows
-        rows = self.view.snapshot.base.to_table(columns=self.read_cols, filter=_base_filter(self.remaining, self.pk))
-        rows = _semi(rows, self.remaining, self.pk)
+        keys = self.want.select(self.pk).filter(pa.array(self.remaining))
+        self.stats.base_keys = keys.num_rows
+        rows = self.view.snapshot.base.to_table(columns=self.read_cols, filter=_base_filter(keys, self.pk))
+        rows = _semi(rows, keys, self.pk)
         self.stats.base_hits = rows.num_rows
         self.parts.append(rows.select(self.out_cols))
+
+
+def _with_newer_version(view: TableView, want: pa.Table) -> pa.Table:
+    """The keys some newer level may hold; the others go straight to the base.
+
+    For one integer key column the merge's sorted key array answers without routing
+    (one binary search); other keys are all routed (a region's index answers per region).
+    """
+    pk = view.snapshot.primary_key
+    if len(pk) != 1 or not pa.types.is_integer(want.schema.field(pk[0]).type):
+        return want
+    return want.filter(pa.array(view.merge.newer.contains(want.select(list(pk)))))
 
 
 def lookup(view: TableView, keys: Any, columns: Sequence[str] | None = None) -> LookupResult:
@@ -255,17 +268,21 @@ def lookup(view: TableView, keys: Any, columns: Sequence[str] | None = None) -> 
         msg = f"unknown column(s) {unknown} in {snap.uri}"
         raise InvalidArgumentError(msg)
     want = normalize_keys(keys, schema, pk)
+    want = want.append_column("_row", pa.array(np.arange(want.num_rows, dtype=np.int64)))
     search = _Search(view, want, list(dict.fromkeys(pk + out_cols)), out_cols)
-    routed = route_keys(snap, view.region_values(), view.field_names(), want)  # None: every region
+    probe = _with_newer_version(view, want)
+    routed = (  # None: every region
+        route_keys(snap, view.region_values(), view.field_names(), probe) if probe.num_rows else {}
+    )
     for region in snap.regions:
-        rkeys = routed.get(region.region_id) if routed is not None else search.remaining
+        rkeys = routed.get(region.region_id) if routed is not None else probe
         if rkeys is None or rkeys.num_rows == 0:
             search.stats.regions_pruned += 1
             continue
         search.region(region, rkeys)
     search.base()
     out_schema = pa.schema([schema.field(c) for c in out_cols])
-    parts = search.parts
-    result = pa.concat_tables([p.cast(out_schema) for p in parts]) if parts else out_schema.empty_table()
+    parts = [p if p.schema.equals(out_schema) else p.cast(out_schema) for p in search.parts]
+    result = (parts[0] if len(parts) == 1 else pa.concat_tables(parts)) if parts else out_schema.empty_table()
     search.stats.seconds = time.perf_counter() - t0
     return LookupResult(result, search.stats)
