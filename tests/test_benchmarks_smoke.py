@@ -20,6 +20,8 @@ CASES = {
     "bench_lookup_knn.py": [
         *("--base-rows", "5000", "--dim", "16", "--partitions", "4", "--newer-rows", "500"),
         *("--lookups", "20", "--queries", "3", "--catchup-rows", "2000"),
+        *("--tail-rows", "200", "--batch-repeat", "2", "--lag-base-rows", "3000", "--lag-regions", "2"),
+        *("--lag-rounds", "3", "--lag-rows", "3000"),
     ],
     "bench_fts.py": [
         "--base-rows",
