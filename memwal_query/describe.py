@@ -291,6 +291,8 @@ def describe_table(source: HasView, *, predicate: str | None = None) -> dict[str
         "consistent_cut": snap.consistent_cut,
         "cut": _cut_text(snap),
         "merge_seconds": merge.seconds,
+        "newer_keys": len(merge.newer),
+        "newer_keys_bytes": merge.newer.nbytes,
         "cross_region_keys": merge.cross_region_keys,
         "lost_generations": _lost_generations(snap),
         "specs": [{"spec_id": s.spec_id, "fields": _spec_fields(table, s.spec_id)} for s in index.specs],

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pytest
 
 import memwal_query as mq
+from memwal_query.describe import describe_table
 
 from lsm_model import PK, ModelTable
 
@@ -130,3 +131,14 @@ def test_composite_string_keys_lagging(tmp_path: Path) -> None:
         )
     finally:
         t.flush()
+
+
+def test_key_index_memory_is_reported(lagging: tuple[ModelTable, set[int]]) -> None:
+    t, _ = lagging
+    table = mq.open_table(t.uri)
+    newest = table.view.merge.newer.newest
+    keys = len({k for tb in newest.values() for k in tb.column("id").to_pylist()})
+    d = describe_table(table)
+    assert d["newer_keys"] == keys > 0
+    assert d["newer_keys_bytes"] >= sum(tb.nbytes for tb in newest.values()) > 0
+    assert f"key index of newer levels: {keys:,} keys" in table.explain()
