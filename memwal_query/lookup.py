@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from functools import partial
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 import pyarrow as pa
@@ -31,6 +33,7 @@ from memwal_query.view.table_view import TableView
 
 __all__ = ["LookupStats", "LookupResult", "normalize_keys", "lookup"]
 
+_READERS = 4  # generation takes and the base read running at once
 _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -178,6 +181,8 @@ class _Search:
         self.want = want
         self.remaining = np.ones(want.num_rows, dtype=bool)
         self.parts: list[pa.Table] = []
+        self.jobs: list[Callable[[], pa.Table]] = []
+        self.base_job: int | None = None
         self.stats = LookupStats(keys=want.num_rows)
 
     def memtable(self, region: RegionSnapshot, keys: pa.Table) -> None:
@@ -185,21 +190,16 @@ class _Search:
         rows = self.view.merge.memtables.get(region.region_id)
         if rows is None or keys.num_rows == 0:
             return
-        m = _semi(rows.filter(_key_filter(keys, self.pk)), keys, self.pk)
+        if len(self.pk) == 1:
+            m = rows.filter(pc.is_in(rows.column(self.pk[0]), value_set=keys.column(0).combine_chunks()))
+        else:
+            m = _semi(rows.filter(_key_filter(keys, self.pk)), keys, self.pk)
         self.parts.append(m.select(self.out_cols))
 
     def generation(self, region: RegionSnapshot, level: int, keys: pa.Table, addrs: np.ndarray) -> None:
-        """The rows at ``addrs`` (sorted) of one generation: one ``take`` by row address."""
-        gen = region.generations[level]
+        """Queue the read of the rows at ``addrs`` (sorted) of one generation: one ``take``."""
         self.stats.generations_scanned += 1
-        rows = gen.dataset._take_rows(pa.array(addrs, pa.uint64()), columns=self.read_cols)
-        if rows.num_rows != keys.num_rows or not all(rows.column(k).equals(keys.column(k)) for k in self.pk):
-            # Row addresses are row ids in a generation (no stable row ids); if a writer
-            # ever changes that, read the rows by key and address instead.
-            expr = _key_filter(keys, self.pk)
-            rows = gen.dataset.to_table(columns=self.read_cols, filter=expr, with_row_address=True)
-            rows = rows.filter(pc.is_in(rows.column("_rowaddr"), pa.array(addrs, pa.uint64())))
-        self.parts.append(rows.select(self.out_cols))
+        self.jobs.append(partial(_take, region.generations[level].dataset, keys, addrs, self.read_cols, self.pk))
 
     def region(self, region: RegionSnapshot, rkeys: pa.Table) -> None:
         """Resolve ``rkeys`` against the region's newer levels, in memory (the merge's key index)."""
@@ -233,15 +233,43 @@ class _Search:
             self.generation(region, int(lvl), hit.select(pk).take(pa.array(at)), seq[at])
 
     def base(self) -> None:
-        """The keys no newer level holds: one filtered read of the base (its key index)."""
+        """Queue the keys no newer level holds: one filtered read of the base (its key index)."""
         if not self.remaining.any():
             return
         keys = self.want.select(self.pk).filter(pa.array(self.remaining))
         self.stats.base_keys = keys.num_rows
-        rows = self.view.snapshot.base.to_table(columns=self.read_cols, filter=_base_filter(keys, self.pk))
-        rows = _semi(rows, keys, self.pk)
-        self.stats.base_hits = rows.num_rows
-        self.parts.append(rows.select(self.out_cols))
+        base, cols, pk = self.view.snapshot.base, self.read_cols, self.pk
+
+        def read() -> pa.Table:
+            return _semi(base.to_table(columns=cols, filter=_base_filter(keys, pk)), keys, pk)
+
+        self.base_job = len(self.jobs)
+        self.jobs.append(read)
+
+    def run(self) -> None:
+        """Run the queued reads (at the same time when there are several: Lance releases the GIL)."""
+        jobs = self.jobs
+        if len(jobs) == 1:
+            results = [jobs[0]()]
+        elif jobs:
+            with ThreadPoolExecutor(min(_READERS, len(jobs))) as pool:
+                results = list(pool.map(lambda job: job(), jobs))
+        else:
+            results = []
+        if self.base_job is not None:
+            self.stats.base_hits = results[self.base_job].num_rows
+        self.parts.extend(r.select(self.out_cols) for r in results)
+
+
+def _take(ds: Any, keys: pa.Table, addrs: np.ndarray, cols: list[str] | None, pk: list[str]) -> pa.Table:
+    """The rows of generation ``ds`` at row addresses ``addrs`` (sorted), which hold ``keys``."""
+    rows = ds._take_rows(pa.array(addrs, pa.uint64()), columns=cols)
+    if rows.num_rows != keys.num_rows or not all(rows.column(k).equals(keys.column(k)) for k in pk):
+        # Row addresses are row ids in a generation (no stable row ids); if a writer
+        # ever changes that, read the rows by key and address instead.
+        rows = ds.to_table(columns=cols, filter=_key_filter(keys, pk), with_row_address=True)
+        rows = rows.filter(pc.is_in(rows.column("_rowaddr"), pa.array(addrs, pa.uint64())))
+    return cast("pa.Table", rows)
 
 
 def _with_newer_version(view: TableView, want: pa.Table) -> pa.Table:
@@ -281,6 +309,7 @@ def lookup(view: TableView, keys: Any, columns: Sequence[str] | None = None) -> 
             continue
         search.region(region, rkeys)
     search.base()
+    search.run()
     out_schema = pa.schema([schema.field(c) for c in out_cols])
     parts = [p if p.schema.equals(out_schema) else p.cast(out_schema) for p in search.parts]
     result = (parts[0] if len(parts) == 1 else pa.concat_tables(parts)) if parts else out_schema.empty_table()
