@@ -293,6 +293,7 @@ def describe_table(source: HasView, *, predicate: str | None = None) -> dict[str
         "merge_seconds": merge.seconds,
         "newer_keys": len(merge.newer),
         "newer_keys_bytes": merge.newer.nbytes,
+        "lookup_rows_bytes": table.cache.generation_rows_bytes,
         "cross_region_keys": merge.cross_region_keys,
         "lost_generations": _lost_generations(snap),
         "specs": [{"spec_id": s.spec_id, "fields": _spec_fields(table, s.spec_id)} for s in index.specs],

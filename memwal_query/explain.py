@@ -52,7 +52,8 @@ def _table_lines(d: Mapping[str, Any]) -> list[str]:
         f"  primary key: {', '.join(d['primary_key'])}",
         f"  consistency: {d['consistency']} ({d['consistency_source']}; {d['cut']})",
         f"  regions: {len(d['regions'])}; merge computed in {d['merge_seconds'] * 1000:.1f} ms; "
-        f"key index of newer levels: {counted(d['newer_keys'], 'key')}, {d['newer_keys_bytes'] / 2**20:.1f} MB",
+        f"key index of newer levels: {counted(d['newer_keys'], 'key')}, {d['newer_keys_bytes'] / 2**20:.1f} MB; "
+        f"generation rows held for lookups: {d['lookup_rows_bytes'] / 2**20:.1f} MB",
     ]
     lost = _lost_text(d["lost_generations"])
     if lost:

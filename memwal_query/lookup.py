@@ -28,11 +28,13 @@ import pyarrow.compute as pc
 from memwal_query.errors import InvalidArgumentError
 from memwal_query.format.wal import TOMBSTONE
 from memwal_query.planner.routing import route_keys
-from memwal_query.snapshot.model import RegionSnapshot
+from memwal_query.snapshot.model import GenerationSource, RegionSnapshot
 from memwal_query.view.table_view import TableView
 
 __all__ = ["LookupStats", "LookupResult", "normalize_keys", "lookup"]
 
+LOOKUP_ROWS_BUDGET = 256 * 2**20  # bytes of small generations held whole for lookups
+_HELD_MAX_ROWS = 200_000
 _READERS = 4  # generation takes and the base read running at once
 _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -43,8 +45,10 @@ class LookupStats:
 
     ``memtable_hits`` / ``generation_hits``: keys whose newest version is in a MemTable /
     an unmerged generation (tombstones included; ``deleted`` counts those). Newer levels are
-    resolved in memory: ``generations_scanned`` counts the generations read (one ``take``
-    each) and ``generations_skipped_by_bloom`` stays 0 (no bloom filter is consulted).
+    resolved in memory: ``generations_scanned`` counts the generations read through Lance
+    (one ``take`` each), ``generations_from_memory`` those served from their rows held in
+    memory (small generations, read whole once: ``LOOKUP_ROWS_BUDGET``), and
+    ``generations_skipped_by_bloom`` stays 0 (no bloom filter is consulted).
     ``base_keys``: keys sent to the base in its one read; ``base_hits``: rows it returned.
     ``regions_pruned``: regions given no key, by their spec values or because the in-memory
     key index shows no newer version of any key asked for (then no routing is done).
@@ -57,6 +61,7 @@ class LookupStats:
     generations_scanned: int = 0
     generations_skipped_by_bloom: int = 0
     generation_hits: int = 0
+    generations_from_memory: int = 0
     base_keys: int = 0
     base_hits: int = 0
     deleted: int = 0
@@ -198,8 +203,16 @@ class _Search:
 
     def generation(self, region: RegionSnapshot, level: int, keys: pa.Table, addrs: np.ndarray) -> None:
         """Queue the read of the rows at ``addrs`` (sorted) of one generation: one ``take``."""
+        gen = region.generations[level]
+        held = _held_rows(self.view, gen)
+        if held is not None:
+            rows = _take_held(held, addrs)
+            if rows is not None:
+                self.stats.generations_from_memory += 1
+                self.parts.append(rows.select(self.out_cols))
+                return
         self.stats.generations_scanned += 1
-        self.jobs.append(partial(_take, region.generations[level].dataset, keys, addrs, self.read_cols, self.pk))
+        self.jobs.append(partial(_take, gen.dataset, keys, addrs, self.read_cols, self.pk))
 
     def region(self, region: RegionSnapshot, rkeys: pa.Table) -> None:
         """Resolve ``rkeys`` against the region's newer levels, in memory (the merge's key index)."""
@@ -259,6 +272,40 @@ class _Search:
         if self.base_job is not None:
             self.stats.base_hits = results[self.base_job].num_rows
         self.parts.extend(r.select(self.out_cols) for r in results)
+
+
+def _held_rows(view: TableView, gen: GenerationSource) -> pa.Table | None:
+    """The whole rows of a small generation, read once and kept (``None``: over the budget).
+
+    Generations never change; a lookup touching one reads it whole the first time when
+    it fits the budget left (``LOOKUP_ROWS_BUDGET`` for all held generations), then
+    takes rows from memory. Larger ones are read by row address each time.
+    """
+    cache = view.cache
+    with cache.lock:
+        hit = cache.generation_rows.get(gen.uri)
+        used = sum(t.nbytes for t in cache.generation_rows.values()) if hit is None else 0
+    if hit is not None:
+        return hit
+    frags = gen.dataset.get_fragments()
+    rows = sum(f.count_rows() for f in frags)
+    if rows > _HELD_MAX_ROWS or used >= LOOKUP_ROWS_BUDGET:
+        return None
+    table = gen.dataset.to_table(with_row_address=True)
+    if used + table.nbytes > LOOKUP_ROWS_BUDGET:
+        return None
+    with cache.lock:
+        cache.generation_rows[gen.uri] = table
+    return cast("pa.Table", table)
+
+
+def _take_held(held: pa.Table, addrs: np.ndarray) -> pa.Table | None:
+    """The rows of ``held`` at row addresses ``addrs`` (``None``: an address is missing)."""
+    have = np.asarray(held.column("_rowaddr").to_numpy())
+    pos = np.minimum(np.searchsorted(have, addrs), max(have.size - 1, 0))
+    if not have.size or not np.array_equal(have[pos], addrs):
+        return None
+    return held.take(pa.array(pos))
 
 
 def _take(ds: Any, keys: pa.Table, addrs: np.ndarray, cols: list[str] | None, pk: list[str]) -> pa.Table:

@@ -36,12 +36,21 @@ class SnapshotCache:
     over_budget: set[tuple[object, ...]] = field(default_factory=set)
     #: Lost generations rebuilt from the WAL, by (directory URI, WAL positions).
     rebuilt: dict[tuple[str, tuple[int, ...]], GenerationSource] = field(default_factory=dict)
+    #: Whole rows (with ``_rowaddr``) of small unmerged generations, for point lookups
+    #: (``memwal_query.lookup``), bounded by ``LOOKUP_ROWS_BUDGET`` bytes in all.
+    generation_rows: dict[str, pa.Table] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def generation_rows_bytes(self) -> int:
+        """Memory held by :attr:`generation_rows`."""
+        with self.lock:
+            return sum(t.nbytes for t in self.generation_rows.values())
 
     def keep_generations(self, uris: set[str]) -> None:
         """Forget what was cached for generations a snapshot no longer reads (merged ones)."""
         with self.lock:
-            for d in (self.generations, self.generation_keys):
+            for d in (self.generations, self.generation_keys, self.generation_rows):
                 for uri in [u for u in d if u not in uris]:
                     del d[uri]
             for key in [k for k, g in self.rebuilt.items() if g.uri not in uris]:
