@@ -68,7 +68,7 @@ class LanceFragment(SourceFragment):
         # shipped fragments (Spark tasks) carry no process-local cache
         return {**self.__dict__, "resident": None, "_keep": None, "_surviving": {}}
 
-    def _resident(self, names: list[str]) -> pa.Table | None:
+    def _resident(self, names: list[str], decode: bool = True) -> pa.Table | None:
         """Rows of columns ``names`` (and ``_rowaddr``), decoded once per table lineage.
 
         Fragments never change (a new deletion file makes a new cache key), so their
@@ -87,6 +87,8 @@ class LanceFragment(SourceFragment):
                 return None
             entry = dict(cache.fragment_columns.get(key, {}))
         missing = [c for c in names if c not in entry]
+        if (missing or "_rowaddr" not in entry) and not decode:
+            return None
         if missing or "_rowaddr" not in entry:
             try:
                 t = self.fragment.to_table(columns=missing, with_row_address=True)
@@ -118,14 +120,14 @@ class LanceFragment(SourceFragment):
             self._keep = drop_mask(rows.column("_rowaddr"), self.drop)
         return self._keep
 
-    def survivors(self, names: list[str]) -> pa.Table | None:
+    def survivors(self, names: list[str], decode: bool = True) -> pa.Table | None:
         """Cached rows of ``names`` (and ``_rowaddr``) that survive the merge (None when not cached).
 
         The drop list is applied once per snapshot and column (a column copy lives as long
         as this snapshot's dataset): a later query filters only its own predicate, as over
         the raw base.
         """
-        rows = self._resident(names)
+        rows = self._resident(names, decode)
         if rows is None:
             return None
         keep = self._keep_mask(rows)
@@ -190,7 +192,10 @@ class LanceFragment(SourceFragment):
         need_addr = self.drop.size > 0 or "_rowaddr" in cols or post is not None
         size = max(batch_size or 0, SCAN_BATCH_ROWS)
         if post is None:
-            rows = self.survivors(scan_columns(read, filt, owner.data_schema.names))
+            # An unfiltered scan returns every surviving row anyway: it streams from Lance
+            # (decoding batch by batch) unless the columns are cached already, and caches
+            # nothing (a full pass would fill the budget with columns no filter asked for).
+            rows = self.survivors(scan_columns(read, filt, owner.data_schema.names), decode=filt is not None)
             if rows is not None:
                 resident = self._resident_batches(rows, cols, lance_filter, out, size)
                 if resident is not None:
