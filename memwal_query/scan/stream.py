@@ -10,8 +10,9 @@ block lists). Nothing is kept: no column cache entry, no whole fragment in memor
 first batch arrives as soon as Lance decodes it.
 
 Example:
-    >>> import numpy as np
-    >>> shadowed_sorted(np.array([1, 2, 3, 9]), np.array([2, 9, 20])).tolist()
+    >>> import pyarrow as pa
+    >>> from memwal_query.merge import NewerKeys
+    >>> shadowed(pa.record_batch({"id": [1, 2, 3, 9]}), NewerKeys({"r": pa.table({"id": [2, 9]})}, ["id"])).tolist()
     [False, True, False, True]
 """
 
@@ -30,50 +31,13 @@ from memwal_query.scan.dataset import MergedDataset
 from memwal_query.scan.fragment import SCAN_BATCH_ROWS, SourceFragment
 from memwal_query.scan.lance_fragment import LanceFragment
 
-__all__ = ["stream_batches", "shadowed_sorted", "shadowed", "sorted_newer_keys"]
+__all__ = ["stream_batches", "shadowed"]
 
 _LANCE_ERRORS = (ValueError, OSError, RuntimeError, pa.ArrowException)
 
 
-def shadowed_sorted(keys: np.ndarray, newer: np.ndarray) -> np.ndarray:
-    """Which of the ascending ``keys`` are in the sorted ``newer`` (only newer keys in range are looked up)."""
-    hit = np.zeros(keys.size, dtype=bool)
-    if not keys.size or not newer.size:
-        return hit
-    w = newer[np.searchsorted(newer, keys[0]) : np.searchsorted(newer, keys[-1], "right")]
-    if w.size:
-        lo = np.searchsorted(keys, w, "left")
-        hi = np.searchsorted(keys, w, "right")
-        edges = np.zeros(keys.size + 1, dtype=np.int64)  # runs of equal keys [lo, hi): +1 / -1
-        np.add.at(edges, lo, 1)
-        np.add.at(edges, hi, -1)
-        hit = np.cumsum(edges[:-1]) > 0
-    return hit
-
-
-def sorted_newer_keys(newer: NewerKeys) -> np.ndarray | None:
-    """Every newer key, sorted and unique (a single integer key), else ``None``."""
-    if len(newer.pk) != 1 or not newer.newest:
-        return None
-    parts = [t.column(newer.pk[0]) for t in newer.newest.values()]
-    if not all(pa.types.is_integer(p.type) for p in parts):
-        return None
-    return np.unique(np.concatenate([np.asarray(p.to_numpy()) for p in parts]))
-
-
-def shadowed(batch: pa.RecordBatch, newer: NewerKeys, sorted_newer: np.ndarray | None) -> np.ndarray | None:
-    """Rows of a base batch whose key has a newer version (``None``: none).
-
-    ``sorted_newer`` (:func:`sorted_newer_keys`) makes a key-ordered batch cost a lookup
-    of the newer keys in its range only; other batches go through ``newer.contains``.
-    """
-    if sorted_newer is not None:
-        col = batch.column(newer.pk[0])
-        if not col.null_count:
-            keys = col.to_numpy()
-            if keys.size > 1 and bool(np.all(keys[1:] >= keys[:-1])):
-                hit = shadowed_sorted(keys, sorted_newer.astype(keys.dtype, copy=False))
-                return hit if hit.any() else None
+def shadowed(batch: pa.RecordBatch, newer: NewerKeys) -> np.ndarray | None:
+    """Rows of a base batch whose key has a newer version (``None``: none)."""
     hit = newer.contains(pa.table({k: batch.column(k) for k in newer.pk}))
     return hit if hit.any() else None
 
@@ -98,16 +62,11 @@ def stream_batches(
     frags = dataset.source_fragments(filter)
     base = [f for f in frags if isinstance(f, LanceFragment) and f.region is None and f.gen == 0]
     rest = [f for f in frags if not any(f is b for b in base)]
-    if base and not dataset.with_hidden and _maskable(dataset, base):
+    if base and not dataset.with_hidden:
         yield from _base_pass(dataset, base, cols, filter, out)
     else:
         rest = frags
     yield from _fragments(rest, cols, filter, out)
-
-
-def _maskable(dataset: MergedDataset, base: list[LanceFragment]) -> bool:
-    """Whether the newer keys decide base liveness (a merge without them: its drop lists do)."""
-    return len(dataset.merge.newer) > 0 or not any(f.drop.size for f in base)
 
 
 def _fragments(
@@ -123,7 +82,6 @@ def _base_pass(
     """Every base fragment of ``base`` through one Lance scanner, masked by key."""
     newer = dataset.merge.newer
     pk = newer.pk if len(newer) else []
-    sorted_newer = sorted_newer_keys(newer) if pk else None
     read = cols + [k for k in pk if k not in cols]
     if not read:  # count(*)-like: a column to count rows with
         read = list(dataset.data_schema.names[:1])
@@ -145,7 +103,7 @@ def _base_pass(
     try:
         for b in _chain(first, it):
             if pk:
-                hit = shadowed(b, newer, sorted_newer)
+                hit = shadowed(b, newer)
                 if hit is not None:
                     b = b.filter(pa.array(~hit))
             if not b.num_rows:
