@@ -302,7 +302,7 @@ def spark_base(spark: Any, uri: str) -> Any:
         for b in batches:
             for blob in b.column("plan").to_pylist():
                 got = lance.dataset(uri)
-                yield from got.to_batches(fragments=[got.get_fragment(i) for i in pickle.loads(blob)])
+                yield from got.scanner(fragments=[got.get_fragment(i) for i in pickle.loads(blob)]).to_batches()
 
     rdd = spark.sparkContext.parallelize(plans, len(plans))
     return spark.createDataFrame(rdd, "unit int, plan binary").mapInArrow(run, from_arrow_schema(ds.schema))
