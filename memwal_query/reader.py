@@ -24,6 +24,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import TypeAlias
 
 import datafusion
 import pyarrow as pa
@@ -37,7 +38,7 @@ from memwal_query.view.table_view import TableView
 
 __all__ = ["MergedStream", "stream_of", "to_reader"]
 
-Filter = str | pc.Expression | None
+Filter: TypeAlias = str | pc.Expression | None
 
 
 def to_reader(view: TableView, columns: Sequence[str] | None = None, filter: Filter = None) -> pa.RecordBatchReader:

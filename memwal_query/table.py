@@ -154,7 +154,9 @@ class Table(ViewFacts):
         """
         return to_reader(self._view, columns, filter)
 
-    def to_stream(self, columns: Sequence[str] | None = None, filter: str | pc.Expression | None = None) -> MergedStream:
+    def to_stream(
+        self, columns: Sequence[str] | None = None, filter: str | pc.Expression | None = None
+    ) -> MergedStream:
         """The merged rows as a re-readable Arrow stream (``__arrow_c_stream__``): a new pass per read.
 
         Arguments as :meth:`to_reader`; see :class:`memwal_query.reader.MergedStream`.

@@ -106,9 +106,7 @@ def test_reader_is_one_shot_and_stream_rereads(events: Any) -> None:
     assert sum(b.num_rows for b in stream) == len(want)
 
 
-def test_full_pass_fills_no_cache_and_decodes_no_whole_fragment(
-    events: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_full_pass_fills_no_cache_and_decodes_no_whole_fragment(events: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     table = mq.open_table(events.uri)
     whole: list[object] = []
     real = lance.fragment.LanceFragment.to_table
