@@ -21,6 +21,17 @@ CASES = {
         *("--base-rows", "5000", "--dim", "16", "--partitions", "4", "--newer-rows", "500"),
         *("--lookups", "20", "--queries", "3", "--catchup-rows", "2000"),
     ],
+    "bench_stream.py": [
+        "--base-rows",
+        "20000",
+        "--newer-rows",
+        "2000",
+        "--tail-rows",
+        "200",
+        "--repeat",
+        "1",
+        "--skip-spark",
+    ],
     "bench_fts.py": [
         "--base-rows",
         "3000",
@@ -36,7 +47,10 @@ CASES = {
 }
 
 
-SPARK_CASES = {"bench_spark.py": ["--rows", "20000", "--regions", "4", "--repeat", "1"]}
+SPARK_CASES = {
+    "bench_spark.py": ["--rows", "20000", "--regions", "4", "--repeat", "1"],
+    "bench_stream.py": ["--base-rows", "20000", "--newer-rows", "2000", "--tail-rows", "200", "--repeat", "1"],
+}
 
 
 @pytest.mark.slow
