@@ -106,7 +106,7 @@ def test_reader_is_one_shot_and_stream_rereads(events: Any) -> None:
     assert sum(b.num_rows for b in stream) == len(want)
 
 
-def test_full_pass_fills_no_cache_and_decodes_no_whole_fragment(events: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_full_pass_decodes_no_whole_fragment(events: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     table = mq.open_table(events.uri)
     whole: list[object] = []
     real = lance.fragment.LanceFragment.to_table
@@ -116,13 +116,33 @@ def test_full_pass_fills_no_cache_and_decodes_no_whole_fragment(events: Any, mon
         return real(self, *args, **kwargs)
 
     monkeypatch.setattr(lance.fragment.LanceFragment, "to_table", counting)
+    cache = table.view.cache
     assert _sorted(table.to_reader().read_all()).equals(_model(events))
+    assert whole == [] and cache.fragment_columns == {}  # a one-shot pass keeps nothing
+    # SQL streams too (no whole-fragment decode) and keeps what it decoded, up to the budget
     assert _sorted(table.sql("SELECT * FROM t").to_arrow_table()).equals(_model(events))
-    assert whole == [] and table.view.cache.fragment_columns == {}
-    table.sql("SELECT count(*) FROM t WHERE qty > 3").to_arrow_table()  # a filtered query fills the cache
-    assert table.view.cache.fragment_columns
-    # a cached fragment is read from memory by the full pass, with the same rows
+    assert (
+        whole == []
+        and cache.fragment_columns
+        and cache.resident_bytes == sum(a.nbytes for cols in cache.fragment_columns.values() for a in cols.values())
+    )
+    # later queries read memory, with the same rows
     assert _sorted(table.sql("SELECT * FROM t").to_arrow_table()).equals(_model(events))
+    assert _sorted(table.to_reader().read_all()).equals(_model(events))
+    want = _sorted(events.expected().filter(pc.field("qty") > 3))
+    assert _sorted(table.sql("SELECT * FROM t WHERE qty > 3").to_arrow_table()).equals(want)
+    assert whole == []
+
+
+def test_sql_full_pass_keeps_within_the_budget(events: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from memwal_query.scan import lance_fragment
+
+    monkeypatch.setattr(lance_fragment, "RESIDENT_MAX_BYTES", 30_000)  # a few generations, not the base
+    table = mq.open_table(events.uri)
+    for _ in range(2):
+        assert _sorted(table.sql("SELECT * FROM t").to_arrow_table()).equals(_model(events))
+    cache = table.view.cache
+    assert 0 < cache.resident_bytes <= 30_000 and cache.over_budget
 
 
 def _table(tmp_path: Path, *, shuffled: bool, fragment_rows: int) -> ModelTable:

@@ -79,9 +79,7 @@ class LanceFragment(SourceFragment):
         cache = self.resident
         if cache is None:
             return None
-        if self._key is None:
-            self._key = fragment_cache_key(self.source_uri, self.fragment)
-        key = self._key
+        key = self._cache_key()
         with cache.lock:
             if key in cache.over_budget:
                 return None
@@ -100,17 +98,63 @@ class LanceFragment(SourceFragment):
             if known is not None and not known.equals(t.column("_rowaddr")):
                 return None  # not the rows cached for this key: read Lance (never seen)
             add = {c: one_chunk(t.column(c)) for c in [*missing, "_rowaddr"] if c not in entry}
-            size = sum(a.nbytes for a in add.values())
             entry.update(add)
-            with cache.lock:
-                if cache.resident_bytes + size > RESIDENT_MAX_BYTES:
-                    cache.over_budget.add(key)  # this scan uses what it decoded; later ones read Lance
-                else:
-                    stored = cache.fragment_columns.setdefault(key, {})
-                    cache.resident_bytes += sum(a.nbytes for c, a in add.items() if c not in stored)
-                    for c, a in add.items():
-                        stored.setdefault(c, a)
+            self._store(cache, key, add)
         return pa.table({**{c: entry[c] for c in names}, "_rowaddr": entry["_rowaddr"]})
+
+    def _cache_key(self) -> tuple[object, ...]:
+        if self._key is None:
+            self._key = fragment_cache_key(self.source_uri, self.fragment)
+        return self._key
+
+    @staticmethod
+    def _store(cache: SnapshotCache, key: tuple[object, ...], add: dict[str, pa.ChunkedArray]) -> None:
+        """Keep decoded columns of a fragment if they fit the budget (else: later scans read Lance)."""
+        size = sum(a.nbytes for a in add.values())
+        with cache.lock:
+            if cache.resident_bytes + size > RESIDENT_MAX_BYTES:
+                cache.over_budget.add(key)  # this scan uses what it decoded; later ones read Lance
+                return
+            stored = cache.fragment_columns.setdefault(key, {})
+            known = stored.get("_rowaddr")
+            if known is not None and "_rowaddr" in add and not known.equals(add["_rowaddr"]):
+                return  # not the rows cached for this key (never seen): keep what is there
+            cache.resident_bytes += sum(a.nbytes for c, a in add.items() if c not in stored)
+            for c, a in add.items():
+                stored.setdefault(c, a)
+
+    def _kept_stream(self, read: list[str], cols: list[str], out: pa.Schema, size: int) -> Iterator[pa.RecordBatch]:
+        """An unfiltered scan streamed from Lance, its decoded columns kept (up to the budget).
+
+        Batch by batch: each batch goes out as soon as Lance decodes it (masked by the drop
+        list); once the whole fragment was read, what it decoded is kept in the cache as
+        it came (no whole-fragment decode first, no copy), if it fits the budget. A scan
+        stopped early keeps nothing.
+        """
+        cache = self.resident
+        assert cache is not None
+        key = self._cache_key()
+        with cache.lock:
+            keeping = key not in cache.over_budget
+            have = set(cache.fragment_columns.get(key, {}))
+        add = [c for c in [*read, "_rowaddr"] if c not in have]
+        kept: list[pa.RecordBatch] = []
+        nbytes = 0
+        scanner = self.fragment.scanner(columns=read, with_row_address=True, batch_size=size)
+        for b in self._guard(scanner.to_batches()):
+            if keeping and add:
+                kept.append(b)
+                nbytes += sum(b.column(c).nbytes for c in add)
+                if cache.resident_bytes + nbytes > RESIDENT_MAX_BYTES:  # stop keeping: bounded memory
+                    keeping, kept = False, []
+                    with cache.lock:
+                        cache.over_budget.add(key)
+            live = b.filter(drop_mask(b.column("_rowaddr"), self.drop)) if self.drop.size else b
+            res = self._finish(live, cols, self.gen, self.region, None, out)
+            if res is not None:
+                yield res
+        if keeping and add and kept:
+            self._store(cache, key, {c: pa.chunked_array([b.column(c) for b in kept]) for c in add})
 
     def _keep_mask(self, rows: pa.Table) -> pa.Array | None:
         """The drop list as a mask over cached rows (computed once per snapshot); None: keep all."""
@@ -192,15 +236,17 @@ class LanceFragment(SourceFragment):
         need_addr = self.drop.size > 0 or "_rowaddr" in cols or post is not None
         size = max(batch_size or 0, SCAN_BATCH_ROWS)
         if post is None:
-            # An unfiltered scan returns every surviving row anyway: it streams from Lance
-            # (decoding batch by batch) unless the columns are cached already, and caches
-            # nothing (a full pass would fill the budget with columns no filter asked for).
+            # An unfiltered scan returns every surviving row: unless its columns are cached
+            # already, it streams from Lance batch by batch and keeps what it decoded.
             rows = self.survivors(scan_columns(read, filt, owner.data_schema.names), decode=filt is not None)
             if rows is not None:
                 resident = self._resident_batches(rows, cols, lance_filter, out, size)
                 if resident is not None:
                     yield from resident
                     return
+            if filt is None and self.resident is not None and not owner.with_hidden:
+                yield from self._kept_stream(read, cols, out, size)
+                return
         if self.drop.size and filt is None and not owner.with_hidden:
             # Unfiltered scan: let Lance skip the dropped rows while decoding
             # (measured faster than masking whole batches afterwards).
