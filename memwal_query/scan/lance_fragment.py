@@ -123,6 +123,20 @@ class LanceFragment(SourceFragment):
             for c, a in add.items():
                 stored.setdefault(c, a)
 
+    def _keeps(self, read: list[str]) -> bool:
+        """Whether an unfiltered scan of ``read`` keeps what it decodes.
+
+        Aggregates and joins read some columns, again and again: kept (up to the budget),
+        later queries read memory. A scan of every column is an export (``SELECT *``):
+        keeping it would fill the budget with every column of the first fragments and
+        cost the pass its memory growth, so it streams and keeps nothing.
+        """
+        cache = self.resident
+        if cache is None or len(read) >= len(self.context.data_schema):
+            return False
+        with cache.lock:
+            return self._cache_key() not in cache.over_budget
+
     def _kept_stream(self, read: list[str], cols: list[str], out: pa.Schema, size: int) -> Iterator[pa.RecordBatch]:
         """An unfiltered scan streamed from Lance, its decoded columns kept (up to the budget).
 
@@ -237,14 +251,14 @@ class LanceFragment(SourceFragment):
         size = max(batch_size or 0, SCAN_BATCH_ROWS)
         if post is None:
             # An unfiltered scan returns every surviving row: unless its columns are cached
-            # already, it streams from Lance batch by batch and keeps what it decoded.
+            # already, it streams from Lance batch by batch (and may keep what it decodes).
             rows = self.survivors(scan_columns(read, filt, owner.data_schema.names), decode=filt is not None)
             if rows is not None:
                 resident = self._resident_batches(rows, cols, lance_filter, out, size)
                 if resident is not None:
                     yield from resident
                     return
-            if filt is None and self.resident is not None and not owner.with_hidden:
+            if filt is None and not owner.with_hidden and self._keeps(read):
                 yield from self._kept_stream(read, cols, out, size)
                 return
         if self.drop.size and filt is None and not owner.with_hidden:
