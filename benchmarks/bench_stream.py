@@ -460,6 +460,9 @@ def evaluate(
             }
         )
         ratios[f"{kind}_peak_rss_vs_{anchor}"] = med(kind, "peak_rss_mb") / med(anchor, "peak_rss_mb")
+        if results[kind].get("open_s"):  # where the time goes: the open (snapshot + merge) and the pass
+            after = statistics.median(r["total_s"] - r["open_s"] for r in results[kind]["runs"])
+            ratios[f"{kind}_after_open_vs_{anchor}"] = after / med(anchor, "total_s")
         if results[kind].get("first_batch_s"):
             ratios[f"{kind}_first_batch_s_minus_{anchor}"] = med(kind, "first_batch_s") - med(anchor, "first_batch_s")
     if warm is not None:
