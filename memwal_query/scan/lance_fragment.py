@@ -23,7 +23,7 @@ from memwal_query.scan.filters import mentions_any, scan_columns
 from memwal_query.scan.fragment import HIDDEN_COLUMNS, SCAN_BATCH_ROWS, ScanContext, SourceFragment
 from memwal_query.snapshot.cache import SnapshotCache
 
-__all__ = ["RESIDENT_MAX_BYTES", "LanceFragment"]
+__all__ = ["RESIDENT_MAX_BYTES", "LanceFragment", "store_columns"]
 
 log = logging.getLogger("memwal_query")
 
@@ -31,6 +31,22 @@ log = logging.getLogger("memwal_query")
 #: immutable, so a column of a fragment is decoded from Lance once and later scans of
 #: any snapshot of the lineage filter it in memory. Beyond the budget, scans read Lance.
 RESIDENT_MAX_BYTES = 512 << 20
+
+
+def store_columns(cache: SnapshotCache, key: tuple[object, ...], add: dict[str, pa.ChunkedArray]) -> None:
+    """Keep decoded columns of a fragment if they fit the budget (else: later scans read Lance)."""
+    size = sum(a.nbytes for a in add.values())
+    with cache.lock:
+        if cache.resident_bytes + size > RESIDENT_MAX_BYTES:
+            cache.over_budget.add(key)  # this scan uses what it decoded; later ones read Lance
+            return
+        stored = cache.fragment_columns.setdefault(key, {})
+        known = stored.get("_rowaddr")
+        if known is not None and "_rowaddr" in add and not known.equals(add["_rowaddr"]):
+            return  # not the rows cached for this key (never seen): keep what is there
+        cache.resident_bytes += sum(a.nbytes for c, a in add.items() if c not in stored)
+        for c, a in add.items():
+            stored.setdefault(c, a)
 
 
 class LanceFragment(SourceFragment):
@@ -99,29 +115,13 @@ class LanceFragment(SourceFragment):
                 return None  # not the rows cached for this key: read Lance (never seen)
             add = {c: one_chunk(t.column(c)) for c in [*missing, "_rowaddr"] if c not in entry}
             entry.update(add)
-            self._store(cache, key, add)
+            store_columns(cache, key, add)
         return pa.table({**{c: entry[c] for c in names}, "_rowaddr": entry["_rowaddr"]})
 
     def _cache_key(self) -> tuple[object, ...]:
         if self._key is None:
             self._key = fragment_cache_key(self.source_uri, self.fragment)
         return self._key
-
-    @staticmethod
-    def _store(cache: SnapshotCache, key: tuple[object, ...], add: dict[str, pa.ChunkedArray]) -> None:
-        """Keep decoded columns of a fragment if they fit the budget (else: later scans read Lance)."""
-        size = sum(a.nbytes for a in add.values())
-        with cache.lock:
-            if cache.resident_bytes + size > RESIDENT_MAX_BYTES:
-                cache.over_budget.add(key)  # this scan uses what it decoded; later ones read Lance
-                return
-            stored = cache.fragment_columns.setdefault(key, {})
-            known = stored.get("_rowaddr")
-            if known is not None and "_rowaddr" in add and not known.equals(add["_rowaddr"]):
-                return  # not the rows cached for this key (never seen): keep what is there
-            cache.resident_bytes += sum(a.nbytes for c, a in add.items() if c not in stored)
-            for c, a in add.items():
-                stored.setdefault(c, a)
 
     def _keeps(self, read: list[str]) -> bool:
         """Whether an unfiltered scan of ``read`` keeps what it decodes.
@@ -168,7 +168,7 @@ class LanceFragment(SourceFragment):
             if res is not None:
                 yield res
         if keeping and add and kept:
-            self._store(cache, key, {c: pa.chunked_array([b.column(c) for b in kept]) for c in add})
+            store_columns(cache, key, {c: pa.chunked_array([b.column(c) for b in kept]) for c in add})
 
     def _keep_mask(self, rows: pa.Table) -> pa.Array | None:
         """The drop list as a mask over cached rows (computed once per snapshot); None: keep all."""
