@@ -164,7 +164,7 @@ class Table(ViewFacts):
         return stream_of(self._view, columns, filter)
 
     def count_rows(self) -> int:
-        """Live rows in the merged table, from metadata (no data column is read)."""
+        """Live rows in the merged table: fragment metadata and base key columns (once per fragment)."""
         return self.dataset().count_rows()
 
     # -- planning -----------------------------------------------------------

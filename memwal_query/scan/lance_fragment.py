@@ -9,7 +9,7 @@ filter memory instead of decoding Lance pages again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import lance
 import numpy as np
@@ -17,13 +17,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from lance.dataset import serialize_row_addrs
 
+from memwal_query.base_mask import BaseMask
 from memwal_query.errors import MemWalError
 from memwal_query.scan.arrays import as_expression, chain_first, drop_mask, fragment_cache_key, is_gone, one_chunk
-from memwal_query.scan.filters import mentions_any, scan_columns
+from memwal_query.scan.filters import filter_columns, mentions_any, scan_columns
 from memwal_query.scan.fragment import HIDDEN_COLUMNS, SCAN_BATCH_ROWS, ScanContext, SourceFragment
 from memwal_query.snapshot.cache import SnapshotCache
 
-__all__ = ["RESIDENT_MAX_BYTES", "LanceFragment", "store_columns"]
+__all__ = [
+    "RESIDENT_MAX_BYTES",
+    "LanceFragment",
+    "cached_columns",
+    "keep_while_streaming",
+    "keeps_decoded",
+    "store_columns",
+]
 
 log = logging.getLogger("memwal_query")
 
@@ -49,6 +57,84 @@ def store_columns(cache: SnapshotCache, key: tuple[object, ...], add: dict[str, 
             stored.setdefault(c, a)
 
 
+def cached_columns(
+    cache: SnapshotCache,
+    key: tuple[object, ...],
+    fragment: lance.fragment.LanceFragment,
+    names: list[str],
+    decode: bool,
+    gone: Callable[[BaseException], MemWalError],
+) -> pa.Table | None:
+    """Rows of ``fragment``'s columns ``names`` (and ``_rowaddr``) from the cache, the missing
+    ones decoded and kept (``decode=False``: ``None`` unless all are cached already).
+
+    Fragments never change (a new deletion file makes a new cache key), so their
+    columns are kept in the table's :class:`SnapshotCache` (shared with refreshed
+    snapshots, bounded by ``RESIDENT_MAX_BYTES``); ``LanceFragment.survivors`` applies the
+    snapshot's drop list. A query then filters memory instead of decoding Lance pages.
+    """
+    with cache.lock:
+        if key in cache.over_budget:
+            return None
+        entry = dict(cache.fragment_columns.get(key, {}))
+    missing = [c for c in names if c not in entry]
+    if (missing or "_rowaddr" not in entry) and not decode:
+        return None
+    if missing or "_rowaddr" not in entry:
+        try:
+            t = fragment.to_table(columns=missing, with_row_address=True)
+        except (ValueError, OSError, RuntimeError, pa.ArrowException) as err:
+            if is_gone(err):
+                raise gone(err) from err
+            raise
+        known = entry.get("_rowaddr")
+        if known is not None and not known.equals(t.column("_rowaddr")):
+            return None  # not the rows cached for this key: read Lance (never seen)
+        add = {c: one_chunk(t.column(c)) for c in [*missing, "_rowaddr"] if c not in entry}
+        entry.update(add)
+        store_columns(cache, key, add)
+    return pa.table({**{c: entry[c] for c in names}, "_rowaddr": entry["_rowaddr"]})
+
+
+def keep_while_streaming(
+    batches: Iterator[pa.RecordBatch],
+    add: list[str],
+    cache: SnapshotCache,
+    key: tuple[object, ...],
+    kept: list[pa.RecordBatch],
+) -> Iterator[pa.RecordBatch]:
+    """``batches`` passed on; each also appended to ``kept`` until columns ``add`` of them
+    exceed the budget (then ``kept`` is emptied and the fragment marked over budget)."""
+    nbytes = 0
+    keeping = bool(add)
+    for b in batches:
+        if keeping:
+            kept.append(b)
+            nbytes += sum(b.column(c).nbytes for c in add)
+            if cache.resident_bytes + nbytes > RESIDENT_MAX_BYTES:  # stop keeping: bounded memory
+                keeping = False
+                kept.clear()
+                with cache.lock:
+                    cache.over_budget.add(key)
+        yield b
+
+
+def keeps_decoded(
+    cache: SnapshotCache | None, key: Callable[[], tuple[object, ...]], read: list[str], width: int
+) -> bool:
+    """Whether an unfiltered scan of columns ``read`` (of ``width``) keeps what it decodes.
+
+    Aggregates and joins read some columns, again and again: kept (up to the budget),
+    later queries read memory. A scan of every column is an export (``SELECT *``):
+    keeping it would fill the budget with every column of the first fragments and
+    cost the pass its memory growth, so it streams and keeps nothing.
+    """
+    if cache is None or len(read) >= width:
+        return False
+    with cache.lock:
+        return key() not in cache.over_budget
+
+
 class LanceFragment(SourceFragment):
     """A Lance fragment (base or flushed generation) minus a sorted drop list."""
 
@@ -57,15 +143,19 @@ class LanceFragment(SourceFragment):
         owner: ScanContext,
         dataset: lance.LanceDataset,
         fragment: lance.fragment.LanceFragment,
-        drop: np.ndarray,
+        drop: np.ndarray | None,
         gen: int,
         region: str | None,
         label: str,
+        mask: BaseMask | None = None,
     ) -> None:
         super().__init__(owner)
+        if drop is None and mask is None:
+            raise ValueError(f"fragment {label} of {owner.uri} needs a drop list or a base mask")
         self.dataset = dataset
         self.fragment = fragment
-        self.drop = drop
+        self._drop = drop  # None: decided lazily by ``mask`` (base fragments)
+        self.mask = mask
         self._blocklist: bytes | None = None
         self._rows: int | None = None
         self.gen = gen
@@ -78,96 +168,76 @@ class LanceFragment(SourceFragment):
         self._surviving: dict[str, pa.ChunkedArray] = {}  # cached columns with the mask applied
 
     def __repr__(self) -> str:
-        return f"<memwal fragment {self.label} dropped={self.drop.size}>"
+        dropped = "undecided" if self._drop is None else self._drop.size
+        return f"<memwal fragment {self.label} dropped={dropped}>"
 
     def __getstate__(self) -> dict[str, object]:
-        # shipped fragments (Spark tasks) carry no process-local cache
-        return {**self.__dict__, "resident": None, "_keep": None, "_surviving": {}}
+        # shipped fragments (Spark tasks) carry their drop list, no process-local cache
+        return {**self.__dict__, "_drop": self.drop, "mask": None, "resident": None, "_keep": None, "_surviving": {}}
+
+    @property
+    def drop(self) -> np.ndarray:
+        """Sorted row addresses of this fragment that are not live (decided now if needed)."""
+        if self._drop is None:
+            assert self.mask is not None
+            self._drop = self.mask.fragment(self.fragment)
+        return self._drop
+
+    def _undecided(self) -> bool:
+        """Whether the base mask has not decided this fragment yet (nothing is read)."""
+        if self._drop is None and self.mask is not None:
+            self._drop = self.mask.known(self.fragment.fragment_id)
+        return self._drop is None
+
+    def _key_columns(self) -> list[str]:
+        return self.mask.primary_key if self.mask is not None else []
+
+    def _live_by_key(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """Rows of ``batch`` whose key has no newer version (an undecided base fragment)."""
+        assert self.mask is not None
+        keys = pa.Table.from_batches([batch]).select(self.mask.primary_key)
+        return batch.filter(pa.array(self.mask.live(keys)))
 
     def _resident(self, names: list[str], decode: bool = True) -> pa.Table | None:
-        """Rows of columns ``names`` (and ``_rowaddr``), decoded once per table lineage.
-
-        Fragments never change (a new deletion file makes a new cache key), so their
-        columns are kept in the table's :class:`SnapshotCache` (shared with refreshed
-        snapshots, bounded by ``RESIDENT_MAX_BYTES``); :meth:`survivors` applies the
-        snapshot's drop list. A query then filters memory instead of decoding Lance pages.
-        """
-        cache = self.resident
-        if cache is None:
+        """Rows of columns ``names`` (and ``_rowaddr``), decoded once per table lineage (:func:`cached_columns`)."""
+        if self.resident is None:
             return None
-        key = self._cache_key()
-        with cache.lock:
-            if key in cache.over_budget:
-                return None
-            entry = dict(cache.fragment_columns.get(key, {}))
-        missing = [c for c in names if c not in entry]
-        if (missing or "_rowaddr" not in entry) and not decode:
-            return None
-        if missing or "_rowaddr" not in entry:
-            try:
-                t = self.fragment.to_table(columns=missing, with_row_address=True)
-            except (ValueError, OSError, RuntimeError, pa.ArrowException) as err:
-                if is_gone(err):
-                    raise self._gone(err) from err
-                raise
-            known = entry.get("_rowaddr")
-            if known is not None and not known.equals(t.column("_rowaddr")):
-                return None  # not the rows cached for this key: read Lance (never seen)
-            add = {c: one_chunk(t.column(c)) for c in [*missing, "_rowaddr"] if c not in entry}
-            entry.update(add)
-            store_columns(cache, key, add)
-        return pa.table({**{c: entry[c] for c in names}, "_rowaddr": entry["_rowaddr"]})
+        return cached_columns(self.resident, self._cache_key(), self.fragment, names, decode, self._gone)
 
     def _cache_key(self) -> tuple[object, ...]:
         if self._key is None:
             self._key = fragment_cache_key(self.source_uri, self.fragment)
         return self._key
 
-    def _keeps(self, read: list[str]) -> bool:
-        """Whether an unfiltered scan of ``read`` keeps what it decodes.
-
-        Aggregates and joins read some columns, again and again: kept (up to the budget),
-        later queries read memory. A scan of every column is an export (``SELECT *``):
-        keeping it would fill the budget with every column of the first fragments and
-        cost the pass its memory growth, so it streams and keeps nothing.
-        """
-        cache = self.resident
-        if cache is None or len(read) >= len(self.context.data_schema):
-            return False
-        with cache.lock:
-            return self._cache_key() not in cache.over_budget
-
     def _kept_stream(self, read: list[str], cols: list[str], out: pa.Schema, size: int) -> Iterator[pa.RecordBatch]:
-        """An unfiltered scan streamed from Lance, its decoded columns kept (up to the budget).
-
-        Batch by batch: each batch goes out as soon as Lance decodes it (masked by the drop
-        list); once the whole fragment was read, what it decoded is kept in the cache as
-        it came (no whole-fragment decode first, no copy), if it fits the budget. A scan
-        stopped early keeps nothing.
-        """
+        """An unfiltered scan streamed from Lance batch by batch; once the whole fragment was
+        read, what it decoded is kept as it came (no copy), if it fits the budget."""
         cache = self.resident
         assert cache is not None
         key = self._cache_key()
+        by_key = self._undecided()  # an undecided base fragment: keys checked as read, then decided
+        if by_key:
+            read = [*read, *[k for k in self._key_columns() if k not in read]]
         with cache.lock:
-            keeping = key not in cache.over_budget
             have = set(cache.fragment_columns.get(key, {}))
         add = [c for c in [*read, "_rowaddr"] if c not in have]
         kept: list[pa.RecordBatch] = []
-        nbytes = 0
         scanner = self.fragment.scanner(columns=read, with_row_address=True, batch_size=size)
-        for b in self._guard(scanner.to_batches()):
-            if keeping and add:
-                kept.append(b)
-                nbytes += sum(b.column(c).nbytes for c in add)
-                if cache.resident_bytes + nbytes > RESIDENT_MAX_BYTES:  # stop keeping: bounded memory
-                    keeping, kept = False, []
-                    with cache.lock:
-                        cache.over_budget.add(key)
-            live = b.filter(drop_mask(b.column("_rowaddr"), self.drop)) if self.drop.size else b
+        for b in keep_while_streaming(self._guard(scanner.to_batches()), add, cache, key, kept):
+            if by_key:
+                live = self._live_by_key(b)
+            else:
+                live = b.filter(drop_mask(b.column("_rowaddr"), self.drop)) if self.drop.size else b
             res = self._finish(live, cols, self.gen, self.region, None, out)
             if res is not None:
                 yield res
-        if keeping and add and kept:
+        if kept:  # the whole fragment was read, within the budget
+            if by_key:  # every row was read: decide the fragment's mask from the keys kept
+                assert self.mask is not None
+                names = [*self.mask.primary_key, "_rowaddr"]
+                self._drop = self.mask.decide(
+                    self.fragment, pa.table({c: pa.chunked_array([b.column(c) for b in kept]) for c in names})
+                )
             store_columns(cache, key, {c: pa.chunked_array([b.column(c) for b in kept]) for c in add})
 
     def _keep_mask(self, rows: pa.Table) -> pa.Array | None:
@@ -185,9 +255,15 @@ class LanceFragment(SourceFragment):
         as this snapshot's dataset): a later query filters only its own predicate, as over
         the raw base.
         """
-        rows = self._resident(names, decode)
+        undecided = self._undecided()
+        keys = [k for k in self._key_columns() if k not in names] if undecided else []
+        rows = self._resident([*names, *keys], decode)  # an undecided fragment: its keys decoded alongside
         if rows is None:
             return None
+        if undecided:
+            assert self.mask is not None
+            self._drop = self.mask.decide(self.fragment, rows.select([*self.mask.primary_key, "_rowaddr"]))
+            rows = rows.select([*names, "_rowaddr"])
         keep = self._keep_mask(rows)
         if keep is None:
             return rows
@@ -212,6 +288,45 @@ class LanceFragment(SourceFragment):
             for b in rows.to_batches(max_chunksize=size)
             if (res := self._finish(b, cols, self.gen, self.region, None, out)) is not None
         )
+
+    def _index_serves(self, filt: pc.Expression | None, names: list[str]) -> bool:
+        """Whether a base scalar index serves ``filt`` and ``names`` are not all decoded yet.
+
+        Then Lance searches the index and decodes only the matching rows (a selective
+        first query), instead of this scan decoding whole columns into the cache.
+        """
+        indexed = self.context.indexed
+        if self.gen != 0 or filt is None or not indexed:
+            return False
+        used = filter_columns(filt, self.context.data_schema.names)
+        if not used or not any(c in indexed for c in used):
+            return False
+        cache, key = self.resident, self._key
+        if cache is None:
+            return True
+        key = key or fragment_cache_key(self.source_uri, self.fragment)
+        with cache.lock:
+            have = cache.fragment_columns.get(key, {})
+            return not all(c in have for c in names)
+
+    def _first_touch(self, names: list[str]) -> bool:
+        """Whether this scan is the first to read an undecided base fragment.
+
+        Decoding its columns into the cache would decode its key column too (to decide the
+        mask) and copy what survives: well over what Lance reads for the query alone. The
+        first scan reads through Lance (filter pushed down) and checks the keys of the rows
+        it returns; a later scan decodes the fragment into the cache and decides its mask.
+        """
+        cache = self.resident
+        if cache is None or not self._undecided():
+            return False
+        key = self._key = self._key or fragment_cache_key(self.source_uri, self.fragment)
+        with cache.lock:
+            have = cache.fragment_columns.get(key, {})
+            if all(c in have for c in names) or key in cache.touched:
+                return False
+            cache.touched.add(key)
+            return True
 
     def live_rows(self) -> int:
         return int(self.fragment.count_rows()) - int(self.drop.size)
@@ -247,21 +362,34 @@ class LanceFragment(SourceFragment):
         if owner.with_hidden and mentions_any(filt, [*owner.data_schema.names, *HIDDEN_COLUMNS], HIDDEN_COLUMNS):
             post, lance_filter = filt, None
             read = list(owner.data_schema.names)
-        need_addr = self.drop.size > 0 or "_rowaddr" in cols or post is not None
         size = max(batch_size or 0, SCAN_BATCH_ROWS)
+        lance_first = False
         if post is None:
             # An unfiltered scan returns every surviving row: unless its columns are cached
             # already, it streams from Lance batch by batch (and may keep what it decodes).
-            rows = self.survivors(scan_columns(read, filt, owner.data_schema.names), decode=filt is not None)
+            names = scan_columns(read, filt, owner.data_schema.names)
+            lance_first = self._index_serves(filt, names) or self._first_touch(names)
+            rows = None if lance_first else self.survivors(names, decode=filt is not None)
             if rows is not None:
                 resident = self._resident_batches(rows, cols, lance_filter, out, size)
                 if resident is not None:
                     yield from resident
                     return
-            if filt is None and not owner.with_hidden and self._keeps(read):
+            if (
+                filt is None
+                and not owner.with_hidden
+                and keeps_decoded(self.resident, self._cache_key, read, len(owner.data_schema))
+            ):
                 yield from self._kept_stream(read, cols, out, size)
                 return
-        if self.drop.size and filt is None and not owner.with_hidden:
+        # An undecided fragment read through Lance on purpose (first touch, a scalar index
+        # serving the filter) checks the keys of the rows it reads; any other scan (no
+        # cache, over its budget) decides the fragment's mask once (one key read).
+        by_key = lance_first and self._undecided()
+        if by_key:
+            read = [*read, *[k for k in self._key_columns() if k not in read]]
+        need_addr = (not by_key and self.drop.size > 0) or "_rowaddr" in cols or post is not None
+        if not by_key and self.drop.size and filt is None and not owner.with_hidden:
             # Unfiltered scan: let Lance skip the dropped rows while decoding
             # (measured faster than masking whole batches afterwards).
             if self._blocklist is None:
@@ -295,7 +423,9 @@ class LanceFragment(SourceFragment):
         if first is None:
             return
         for b in self._guard(chain_first(first, it)):
-            if self.drop.size:
+            if by_key:
+                b = self._live_by_key(b)
+            elif self.drop.size:
                 b = b.filter(drop_mask(b.column("_rowaddr"), self.drop))
             res = self._finish(b, cols, self.gen, self.region, post, out)
             if res is not None:
