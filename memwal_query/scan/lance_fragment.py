@@ -124,12 +124,12 @@ def keeps_decoded(
 ) -> bool:
     """Whether an unfiltered scan of columns ``read`` (of ``width``) keeps what it decodes.
 
-    Aggregates and joins read some columns, again and again: kept (up to the budget),
-    later queries read memory. A scan of every column is an export (``SELECT *``):
-    keeping it would fill the budget with every column of the first fragments and
-    cost the pass its memory growth, so it streams and keeps nothing.
+    Scans keep the batches they pass on (no copy) up to the cache's budget, then stop
+    keeping (:func:`keep_while_streaming`): a warm query, ``SELECT *`` included, then
+    reads memory, and a pass over a table larger than the budget holds at most the
+    budget. ``to_reader`` (a one-shot export) keeps nothing; it does not come here.
     """
-    if cache is None or len(read) >= width:
+    if cache is None or not read or width <= 0:
         return False
     with cache.lock:
         return key() not in cache.over_budget
