@@ -38,7 +38,7 @@ from memwal_query.vector_pool import (
 from memwal_query.vector_search import Candidates, SearchSpec, lance_search
 from memwal_query.view.table_view import HasView, TableView, view_of
 
-__all__ = ["NearestStats", "NearestResult", "IndexCoverage", "nearest", "index_coverage"]
+__all__ = ["NearestStats", "NearestResult", "IndexCoverage", "nearest", "index_coverage", "knn_memory"]
 
 METRICS = {"l2": "l2", "cosine": "cosine", "dot": "dot"}
 
@@ -205,9 +205,15 @@ def _pool_label(pool: VectorPool) -> str:
     return f"in memory, exact ({pool.num_rows:,} live rows): {', '.join(labels)}"
 
 
+def knn_memory(table: HasView, column: str) -> PoolPlan:
+    """Which newer levels a vector search on ``column`` keeps in memory, and the budget."""
+    view = view_of(table)
+    return view.derived(("knn-plan", column), lambda: plan_pool(view.snapshot, column))
+
+
 def _search_pool(view: TableView, spec: SearchSpec, coverage: IndexCoverage | None, cands: Candidates) -> PoolPlan:
     """Search the newer levels without a filter: the pool in memory, large generations via Lance."""
-    plan = view.derived(("knn-plan", spec.column), lambda: plan_pool(view.snapshot, spec.column))
+    plan = knn_memory(view, spec.column)
     parts = _partitioning(view, spec, coverage)
     pool = view.derived(("knn-pool", spec.column, parts.key), lambda: _pool(view, spec, plan, parts))
     if pool.num_rows:
@@ -229,7 +235,7 @@ def _search_pool(view: TableView, spec: SearchSpec, coverage: IndexCoverage | No
 
 def _search_filtered(view: TableView, spec: SearchSpec, pruned: set[str], cands: Candidates) -> None:
     """Search the newer levels under a filter: each through Lance (large generations by their index)."""
-    plan = view.derived(("knn-plan", spec.column), lambda: plan_pool(view.snapshot, spec.column))
+    plan = knn_memory(view, spec.column)
     merge = view.merge
     for region in view.snapshot.regions:
         if region.region_id in pruned:

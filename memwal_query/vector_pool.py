@@ -20,6 +20,7 @@ are searched through Lance too.
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass, field
 
 import lance
@@ -221,7 +222,9 @@ class PoolPlan:
 
 def _has_vector_index(g: GenerationSource, column: str) -> bool:
     try:
-        return any(column in (i.get("fields") or []) for i in g.dataset.list_indices())
+        with warnings.catch_warnings():  # describe_indices() (the successor) names no fields yet
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return any(column in (i.get("fields") or []) for i in g.dataset.list_indices())
     except (ValueError, OSError, RuntimeError):
         return False
 
