@@ -1,13 +1,22 @@
-"""Vector search (KNN) over the merged table, one Lance search per source.
+"""Vector search (KNN) over the merged table.
 
-Every source runs Lance's own ``nearest`` search with the snapshot's dedup mask
-passed as ``row_addr_blocklist``, which Lance applies *before* ranking: the masked
-base (its index where one exists, a flat scan of fragments the index does not
-cover yet), each unmerged generation, and the surviving MemTable rows (held in a
-``memory://`` Lance dataset so filters mean the same everywhere). Each source
-therefore returns its true top-k among live, filter-passing rows, and the merged
-top-k is the best k of their union: no over-fetch is needed. A filter is applied
-to the live version of each row only (superseded versions are masked out first).
+Sources (see :mod:`memwal_query.vector_search` and :mod:`memwal_query.vector_pool`):
+
+* the base through its index (a flat scan of fragments the index does not cover
+  yet, or the catch-up generations' indexes when the Indexed Read Plan is chosen),
+  without the base mask: it over-fetches, drops hits whose key has a newer version
+  and widens the search while fewer than ``k`` survive;
+* without a filter, small unmerged generations and the MemTables together, in memory,
+  probing the base index's nearest IVF partitions (every row without ``nprobes``);
+  large generations (or those over the memory budget) through Lance with their dedup
+  mask as a block list and the base's ``nprobes`` / ``refine_factor``;
+* with a filter, every generation and MemTable through Lance (flat, exact; large
+  generations through their index), the filter applied to each source's own rows.
+
+Every ``_distance`` is recomputed from the row's stored vector (Lance's definitions),
+so the merged top-k compares exact distances whatever index found a row. With an
+IVF index the search is as approximate as the base's (same ``nprobes``); the
+newer levels searched in memory are exact inside the partitions they probe.
 """
 
 from __future__ import annotations

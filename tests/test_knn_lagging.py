@@ -21,6 +21,7 @@ import pytest
 
 import memwal_query as mq
 import memwal_query.vector_pool as vector_pool
+
 from lsm_model import PK, ModelTable
 
 DIM = 16
