@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -50,6 +52,8 @@ from memwal_query.view.table_view import HasView, TableView, view_of
 __all__ = ["NearestStats", "NearestResult", "IndexCoverage", "nearest", "index_coverage", "knn_memory"]
 
 METRICS = {"l2": "l2", "cosine": "cosine", "dot": "dot"}
+#: Lance searches of one vector search run side by side (they release the GIL).
+_EXECUTOR = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memwal-knn")
 
 
 @dataclass(frozen=True)
@@ -220,8 +224,11 @@ def knn_memory(table: HasView, column: str) -> PoolPlan:
     return view.derived(("knn-plan", column), lambda: plan_pool(view.snapshot, column))
 
 
-def _search_pool(view: TableView, spec: SearchSpec, coverage: IndexCoverage | None, cands: Candidates) -> PoolPlan:
-    """Search the newer levels without a filter: the pool in memory, large generations via Lance."""
+Job = tuple[str, Callable[[], pa.Table]]
+
+
+def _search_pool(view: TableView, spec: SearchSpec, coverage: IndexCoverage | None) -> Job | None:
+    """Search the pooled newer levels (small generations, MemTables) in memory: the hits, labelled."""
     plan = knn_memory(view, spec.column)
     parts = _partitioning(view, spec, coverage)
     pool = view.derived(("knn-pool", spec.column, parts.key), lambda: _pool(view, spec, plan, parts))
@@ -231,35 +238,57 @@ def _search_pool(view: TableView, spec: SearchSpec, coverage: IndexCoverage | No
         for s in np.unique(pool.source_of[idx]):
             rows = pool.row_of[idx[pool.source_of[idx] == s]]
             pieces.append(pool.sources[int(s)].part.table.take(pa.array(rows)).select(spec.fetch_cols))
-        cands.add(pa.concat_tables(pieces), _pool_label(pool))
-    merge = view.merge
-    for g in (*plan.indexed, *plan.over_budget):
-        how = "its index" if g in plan.indexed else "flat"
-        hits = lance_search(
-            g.dataset, g.uri, spec, spec.args(spec.k, index=g in plan.indexed), merge.generation_drop.get(g.uri)
-        )
-        cands.add(hits, f"{g.region_id} generation {g.generation} ({how})")
-    return plan
+        hits = pa.concat_tables(pieces)
+        return _pool_label(pool), lambda: hits
+    return None
 
 
-def _search_filtered(view: TableView, spec: SearchSpec, pruned: set[str], cands: Candidates) -> None:
-    """Search the newer levels under a filter: each through Lance (large generations by their index)."""
+def _generation_jobs(view: TableView, spec: SearchSpec, pruned: set[str], cands: Candidates) -> list[Job]:
+    """Lance searches of the newer levels: without a filter the large and over-budget generations;
+    with one every generation (large ones by their index, others flat) and MemTable."""
     plan = knn_memory(view, spec.column)
     merge = view.merge
-    for region in view.snapshot.regions:
-        if region.region_id in pruned:
-            continue
-        for g in region.generations:
-            indexed = g in plan.indexed
-            args = spec.args(spec.k, index=indexed)
-            hits = lance_search(g.dataset, g.uri, spec, args, merge.generation_drop.get(g.uri))
-            cands.add(hits, f"{region.region_id} generation {g.generation} ({'its index' if indexed else 'flat'})")
-        mem = merge.memtables.get(region.region_id)
-        if mem is not None and mem.num_rows:
-            ds = view.memtable_dataset(region.region_id, mem)
-            what = f"memtable of region {region.region_id}"
-            hits = lance_search(ds, what, spec, spec.args(spec.k, index=False), None)
-            cands.add(hits, f"{region.region_id} memtable")
+    if spec.filter is None:
+        gens = [*plan.indexed, *plan.over_budget]
+    else:
+        gens = [g for r in view.snapshot.regions if r.region_id not in pruned for g in r.generations]
+    jobs: list[Job] = []
+    for g in gens:
+        indexed = g in plan.indexed
+        drop = merge.generation_drop.get(g.uri)
+        label = f"{g.region_id} generation {g.generation} ({'its index' if indexed else 'flat'})"
+        jobs.append((label, partial(cands.generation, g.dataset, g.uri, drop, g.num_rows, index=indexed)))
+    if spec.filter is not None:
+        for region_id, mem in merge.memtables.items():
+            if region_id not in pruned and mem.num_rows:
+                ds = view.memtable_dataset(region_id, mem)
+                what = f"memtable of region {region_id}"
+                args = spec.args(spec.k, index=False)
+                jobs.append((f"{region_id} memtable", partial(lance_search, ds, what, spec, args, None, vectors=False)))
+    return jobs
+
+
+def _base_jobs(
+    view: TableView,
+    spec: SearchSpec,
+    cov: IndexCoverage | None,
+    catchup: CatchupPlan | None,
+    cands: Candidates,
+    pruned: set[str],
+) -> list[Job]:
+    """The base search (over-fetch) and, with the Indexed Read Plan, its catch-up generations."""
+    exact = cov is None or spec.refine_factor is not None or cov.index_type.upper() == "IVF_FLAT"
+    base = view.snapshot.base
+    what = f"base of {view.uri}"
+    newer, rows = view.merge.newer, _base_rows(view)
+    run = partial(cands.base, base, what, newer, rows, indexed_only=catchup is not None, exact=exact)
+    jobs: list[Job] = [(_base_label(cov, catchup is not None), run)]
+    for src in catchup.sources if catchup is not None else ():
+        g = src.generation  # the rows stand in for base rows: the base's search parameters
+        if g.region_id not in pruned:
+            label = f"{g.region_id} catch-up generation {g.generation} (unindexed base rows)"
+            jobs.append((label, partial(lance_search, g.dataset, g.uri, spec, spec.args(spec.k), src.drop)))
+    return jobs
 
 
 def _base_rows(view: TableView) -> int:
@@ -322,20 +351,18 @@ def nearest(
         catchup = plan.usable
         stats.coverage = dataclasses.replace(stats.coverage, plan=plan, plan_used=catchup)
     cands = Candidates(spec, schema)
-    label = _base_label(stats.coverage, catchup)
-    base = view.snapshot.base
-    cands.base(base, f"base of {view.uri}", view.merge.newer, _base_rows(view), label, indexed_only=catchup)
-    if catchup:
-        assert plan is not None
-        for src in plan.sources:  # the rows stand in for base rows: the base's search parameters
-            g = src.generation
-            if g.region_id not in pruned:
-                hits = lance_search(g.dataset, g.uri, spec, spec.args(k), src.drop)
-                cands.add(hits, f"{g.region_id} catch-up generation {g.generation} (unindexed base rows)")
+    base_jobs = _base_jobs(view, spec, stats.coverage, plan if catchup else None, cands, pruned)
+    jobs = base_jobs + _generation_jobs(view, spec, pruned, cands)
+    futures = [_EXECUTOR.submit(fn) for _, fn in jobs]  # Lance searches run while numpy searches the pool
+    pooled = _search_pool(view, spec, stats.coverage) if filter is None else None
+    for (label, _), fut in zip(base_jobs, futures, strict=False):
+        cands.add(fut.result(), label)
     if filter is None:
-        stats.memory = _search_pool(view, spec, stats.coverage, cands)
-    else:
-        _search_filtered(view, spec, pruned, cands)
+        stats.memory = knn_memory(view, column)
+    if pooled is not None:
+        cands.add(pooled[1](), pooled[0])
+    for (label, _), fut in zip(jobs[len(base_jobs) :], futures[len(base_jobs) :], strict=True):
+        cands.add(fut.result(), label)
     stats.sources = cands.labels
     out = cands.top()
     stats.seconds = time.perf_counter() - t0

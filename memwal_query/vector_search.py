@@ -19,6 +19,7 @@ every source are exact and comparable, whatever index found the row.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +33,7 @@ from memwal_query.errors import InvalidArgumentError, MemWalError
 from memwal_query.format.lance_open import lance_message
 from memwal_query.vector_pool import vector_matrix
 
-__all__ = ["SearchSpec", "exact_distances", "lance_search", "Candidates"]
+__all__ = ["SearchSpec", "exact_distances", "lance_search", "overfetch", "Candidates"]
 
 _EXACT_CHUNK = 8192
 
@@ -96,13 +97,24 @@ def lance_search(
     block: np.ndarray | None,
     *,
     indexed_only: bool = False,
+    vectors: bool = True,
+    row_addrs: bool = False,
 ) -> pa.Table:
-    """One Lance search of ``ds`` (the spec's columns, filter and ``args``) minus ``block``."""
+    """One Lance search of ``ds`` (the spec's columns, filter and ``args``) minus ``block``.
+
+    ``vectors``: also read the vector column (to recompute exact distances);
+    ``row_addrs``: add ``_rowaddr``.
+    """
+    cols = spec.fetch_cols
+    if not vectors and spec.column not in spec.out_cols:
+        cols = [c for c in cols if c != spec.column]
     kwargs: dict[str, Any] = {
-        "columns": [*spec.fetch_cols, "_distance"],
+        "columns": [*cols, "_distance"],
         "nearest": args,
         "disable_scoring_autoprojection": True,
     }
+    if row_addrs:
+        kwargs["with_row_address"] = True
     filt = spec.filter
     if filt is not None:
         kwargs["filter"] = filt
@@ -123,6 +135,24 @@ def lance_search(
         raise MemWalError(msg) from err
 
 
+def overfetch(
+    search: Callable[[int], pa.Table], dead: Callable[[pa.Table], np.ndarray], k: int, dead_share: float
+) -> pa.Table:
+    """The top ``k`` hits of ``search(n)`` that are not ``dead``, asking for more while short.
+
+    ``search(n)`` returns up to ``n`` hits, best first; ``dead_share`` guesses the share
+    of hits that are dead. Asks for four times as many while fewer than ``k`` survive and
+    the source returned all it was asked for.
+    """
+    want = k if dead_share <= 0 else k + 4 + math.ceil(3 * k * min(1.0, dead_share))
+    while True:
+        hits = search(want)
+        live = hits.filter(pa.array(~dead(hits))) if dead_share > 0 and hits.num_rows else hits
+        if live.num_rows >= k or hits.num_rows < want:
+            return live
+        want *= 4
+
+
 class Candidates:
     """Rows found by the sources of one search, with exact distances, and their labels."""
 
@@ -133,10 +163,14 @@ class Candidates:
         self.labels: list[str] = []
 
     def exact(self, hits: pa.Table) -> pa.Table:
-        """``hits`` (the fetched columns) as output rows with exact ``_distance``, best first, at most k."""
+        """``hits`` (the fetched columns) as output rows with exact ``_distance``, best first, at most k.
+
+        Hits without the vector column carry Lance's own exact distance (a flat or refined search).
+        """
         spec = self.spec
-        if hits.num_rows == 0:
-            return hits.select([*spec.out_cols]).append_column("_distance", pa.array([], pa.float32()))
+        if hits.num_rows == 0 or spec.column not in hits.schema.names:
+            order = pc.sort_indices(hits, sort_keys=[("_distance", "ascending")])[: spec.k]
+            return hits.take(order).select([*spec.out_cols, "_distance"])
         col = self.schema.field(spec.column)
         mat, valid = vector_matrix(hits.column(spec.column).cast(col.type), col.type.list_size)
         d = exact_distances(mat, spec.q, spec.metric)
@@ -157,24 +191,38 @@ class Candidates:
         self.labels.append(label)
 
     def base(
-        self, ds: lance.LanceDataset, what: str, newer: Any, base_rows: int, label: str, *, indexed_only: bool
-    ) -> None:
-        """The base's top k live rows: over-fetch, drop rows whose key is newer, widen if short."""
+        self, ds: lance.LanceDataset, what: str, newer: Any, base_rows: int, *, indexed_only: bool, exact: bool
+    ) -> pa.Table:
+        """The base's top k live hits: over-fetch, drop rows whose key is newer, widen if short.
+
+        ``exact``: Lance's distances are exact already (flat or refined search).
+        """
         spec = self.spec
-        n_newer = len(newer)
-        share = min(1.0, n_newer / max(base_rows, 1))
-        want = spec.k if not n_newer else spec.k + 4 + math.ceil(3 * spec.k * share)
-        while True:
-            hits = lance_search(ds, what, spec, spec.args(want), None, indexed_only=indexed_only)
-            if n_newer and hits.num_rows:
-                shadowed = newer.contains(hits.select(list(spec.key_cols)))
-                live = hits.filter(pa.array(~shadowed))
-            else:
-                live = hits
-            if live.num_rows >= spec.k or hits.num_rows < want:
-                break
-            want *= 4
-        self.add(live, label)
+
+        def search(n: int) -> pa.Table:
+            return lance_search(ds, what, spec, spec.args(n), None, indexed_only=indexed_only, vectors=not exact)
+
+        def dead(hits: pa.Table) -> np.ndarray:
+            return np.asarray(newer.contains(hits.select(list(spec.key_cols))))
+
+        return overfetch(search, dead, spec.k, len(newer) / max(base_rows, 1))
+
+    def generation(
+        self, ds: lance.LanceDataset, what: str, drop: np.ndarray | None, rows: int, *, index: bool
+    ) -> pa.Table:
+        """A generation's top k live hits: searched without its mask, dead rows dropped after."""
+        spec = self.spec
+        exact = not index or spec.refine_factor is not None
+
+        def search(n: int) -> pa.Table:
+            return lance_search(ds, what, spec, spec.args(n, index=index), None, vectors=not exact, row_addrs=True)
+
+        def dead(hits: pa.Table) -> np.ndarray:
+            assert drop is not None
+            return np.isin(np.asarray(hits.column("_rowaddr").to_numpy(), dtype=np.uint64), drop)
+
+        share = 0.0 if drop is None else drop.size / max(rows, 1)
+        return overfetch(search, dead, spec.k, share)
 
     def top(self) -> pa.Table:
         """The best k of every source's rows (ties: the source searched first)."""
