@@ -33,6 +33,11 @@ CASES = {
         "1",
         "--skip-spark",
     ],
+    "bench_knn.py": [
+        *("--base-rows", "4000", "--dim", "16", "--clusters", "8", "--partitions", "4", "--regions", "2"),
+        *("--rounds", "2", "--round-rows", "300", "--tail-rows", "50", "--lag-regions", "2", "--lag-small", "6"),
+        *("--lag-rows", "1200", "--queries", "4", "--fresh", "1", "--refine", "5", "--nprobes", "2"),
+    ],
     "bench_fts.py": [
         "--base-rows",
         "3000",
