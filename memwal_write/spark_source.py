@@ -110,7 +110,7 @@ class MemwalReader(DataSourceReader):
     """Batch reads: one partition per region (see the module docs)."""
 
     def __init__(self, options: Any, schema: StructType) -> None:
-        self.options = dict(options)
+        self.options = options  # Spark's CaseInsensitiveDict (dict() would lowercase the keys)
         self.columns = [f.name for f in schema.fields]
         self.pushed: list[pc.Expression] = []
 

@@ -102,7 +102,7 @@ class MemwalStreamReader(DataSourceStreamReader):
     """The change feed as a stream (see the module docs)."""
 
     def __init__(self, options: Any, schema: StructType) -> None:
-        self.options = dict(options)
+        self.options = options  # Spark's CaseInsensitiveDict (dict() would lowercase the keys)
         self.uri = str(options.get("path"))
         self.arrow_schema = to_arrow_schema(schema)
         self._latest: Table | None = None
