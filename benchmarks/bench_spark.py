@@ -172,7 +172,12 @@ def _only_stream(spark: Any, root: str, args: Any) -> int:
     spark.stop()
     out = Path(args.out)
     report = json.loads(out.read_text()) if out.exists() else {"targets": []}
-    report["streaming"] = {"master": f"local[{args.cores}]", "regions": args.regions, "repeat": args.repeat, **streaming}
+    report["streaming"] = {
+        "master": f"local[{args.cores}]",
+        "regions": args.regions,
+        "repeat": args.repeat,
+        **streaming,
+    }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {out}")

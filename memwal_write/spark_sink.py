@@ -152,7 +152,9 @@ def _batch_rel(sink_id: str, batch_id: int) -> str:
     return f"{COMMIT_DIR}/{sink_id}/{batch_id:020d}.json"
 
 
-def committed_batches(uri: str, sink_id: str = "default", storage_options: Mapping[str, str] | None = None) -> list[int]:
+def committed_batches(
+    uri: str, sink_id: str = "default", storage_options: Mapping[str, str] | None = None
+) -> list[int]:
     """The micro-batch ids a ``writeStream.format("memwal")`` sink has applied to a table.
 
     Args:

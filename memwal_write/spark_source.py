@@ -86,7 +86,7 @@ def filter_expression(f: Filter, columns: Sequence[str]) -> pc.Expression | None
     if isinstance(f, Not):
         inner = filter_expression(f.child, columns)
         return None if inner is None else ~inner
-    attr = getattr(f, "attribute", ())
+    attr: tuple[str, ...] = tuple(getattr(f, "attribute", ()))
     if len(attr) != 1 or attr[0] not in columns:
         return None
     col = pc.field(attr[0])
@@ -180,7 +180,8 @@ class MemwalDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> MemwalWriter:
         if overwrite:
-            msg = f"write to {self.options.get('path')}: memwal supports mode('append') (upserts and deletes), not overwrite"
+            where = self.options.get("path")
+            msg = f"write to {where}: memwal supports mode('append') (upserts and deletes), not overwrite"
             raise InvalidArgumentError(msg)
         return MemwalWriter(self.options)
 

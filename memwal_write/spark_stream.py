@@ -36,16 +36,27 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceStreamArrowWriter, DataSourceStreamReader, InputPartition
-from pyspark.sql.datasource import WriterCommitMessage
+from pyspark.sql.datasource import (
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from memwal_query.errors import InvalidArgumentError
 from memwal_query.format.storage import Storage
 from memwal_query.table import Table, open_table
-from memwal_write.spark_sink import SinkOptions, apply_rows, from_ipc, is_recorded, record_batch, to_ipc
-from memwal_write.spark_sink import storage_options_of
+from memwal_write.spark_sink import (
+    SinkOptions,
+    apply_rows,
+    from_ipc,
+    is_recorded,
+    record_batch,
+    storage_options_of,
+    to_ipc,
+)
 
 __all__ = ["StagedRows", "MemwalStreamWriter", "MemwalStreamReader"]
 

@@ -37,7 +37,18 @@ CASES = {
 
 
 SPARK_CASES = {
-    "bench_spark.py": ["--rows", "20000", "--regions", "4", "--repeat", "1", "--stream-files", "3", "--stream-rows", "500"]
+    "bench_spark.py": [
+        "--rows",
+        "20000",
+        "--regions",
+        "4",
+        "--repeat",
+        "1",
+        "--stream-files",
+        "3",
+        "--stream-rows",
+        "500",
+    ]
 }
 
 
