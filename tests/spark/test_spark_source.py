@@ -276,3 +276,20 @@ def test_options_refused(registered: Any, tmp_path: Path) -> None:
         from memwal_write.spark_sink import SinkOptions
 
         SinkOptions.from_options({"path": uri, "operation": "merge"})
+
+
+def test_stream_writer_skips_a_recorded_batch(tmp_path: Path) -> None:
+    from memwal_write.spark_sink import to_ipc
+    from memwal_write.spark_stream import MemwalStreamWriter, StagedRows
+
+    uri, model = _table(tmp_path, base_rows=100)
+    w = MemwalStreamWriter({"path": uri, "sink_id": "q"})
+    first = _rows([1, 2, 500], 1.0)
+    w.commit([StagedRows(to_ipc(first.to_batches())), StagedRows(None)], 0)
+    model.put(first)
+    # Spark replays batch 0 (it failed before its own commit log): already applied, skipped,
+    # even if the replay's rows differed
+    w.commit([StagedRows(to_ipc(_rows([1, 3], 7.0).to_batches()))], 0)
+    assert memwal_write.committed_batches(uri, "q") == [0]
+    assert memwal_write.committed_batches(uri, "other") == []
+    assert _sorted(mq.open_table(uri).to_arrow()).equals(model.table())
