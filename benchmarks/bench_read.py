@@ -73,6 +73,7 @@ import pyarrow.compute as pc  # noqa: E402
 from lance.mem_wal import LsmScanner, ShardWriter, evaluate_sharding_spec  # noqa: E402
 
 import memwal_query as mq  # noqa: E402
+from memwal_query.base_mask import BaseMask  # noqa: E402
 from memwal_query.demo import bucket_region_id  # noqa: E402
 from memwal_query.merge import MergeState  # noqa: E402
 from memwal_query.scan.dataset import MergedDataset  # noqa: E402
@@ -104,12 +105,13 @@ class BuildParams:
     tail_rows: int
     seed: int
     layout: int = TABLE_LAYOUT_VERSION
+    key_index: bool = False  # a BTREE index on ``id`` built on the base before the MemWAL starts
 
     @property
     def name(self) -> str:
         return (
             f"memwal-b{self.base_rows}-r{self.regions}-n{self.newer_rows}-g{self.generations}"
-            f"-t{self.tail_rows}-s{self.seed}-v{self.layout}"
+            f"-t{self.tail_rows}-s{self.seed}-v{self.layout}{'-idx' if self.key_index else ''}"
         )
 
     @property
@@ -198,6 +200,8 @@ def build_table(uri: str, p: BuildParams) -> dict[str, Any]:
     rng = np.random.default_rng(p.seed)
     t0 = time.perf_counter()
     ds = lance.write_dataset(make_rows(rng, np.arange(p.base_rows), 0), uri)
+    if p.key_index:
+        ds.create_scalar_index("id", "BTREE")
     print(f"  base: {p.base_rows:,} rows in {time.perf_counter() - t0:.1f} s", flush=True)
     ds.initialize_mem_wal(bucket_column="id", num_buckets=p.regions, max_memtable_rows=p.max_memtable_rows)
     ds = lance.dataset(uri)
@@ -364,14 +368,7 @@ def dimension_table() -> pa.Table:
 def raw_base_dataset(table: mq.Table, *, cache: bool) -> MergedDataset:
     """Our provider over the snapshot's base with no newer levels (no merge work at all)."""
     snap = dataclasses.replace(table.snapshot, regions=())
-    empty = MergeState(
-        base_drop=np.empty(0, np.uint64),
-        generation_drop={},
-        memtables={},
-        region_stats={},
-        base_shadowed_rows=0,
-        seconds=0.0,
-    )
+    empty = MergeState(base_mask=BaseMask.none(), generation_drop={}, memtables={}, region_stats={}, seconds=0.0)
     return MergedDataset(snap, empty, resident=SnapshotCache() if cache else None)
 
 

@@ -271,6 +271,7 @@ def describe_table(source: HasView, *, predicate: str | None = None) -> dict[str
     table = view_of(source)
     snap = table.snapshot
     merge = table.merge
+    mask = merge.base_mask.status()  # before the live count below decides every fragment
     index = snap.index
     values = table.region_values()
     catchup: dict[str, dict[str, int]] = {}
@@ -284,6 +285,11 @@ def describe_table(source: HasView, *, predicate: str | None = None) -> dict[str
         "base_rows": snap.base.count_rows(),
         "base_fragments": len(snap.base.get_fragments()),
         "base_rows_masked": merge.base_shadowed_rows,
+        "base_mask": {
+            "fragments": mask.fragments,
+            "decided_by_queries": mask.decided,
+            "text": _mask_text(mask.fragments, mask.decided),
+        },
         "live_rows": table.dataset().count_rows(),
         "primary_key": list(table.snapshot.primary_key),
         "consistency": table.snapshot.consistency,
@@ -314,3 +320,14 @@ def describe_table(source: HasView, *, predicate: str | None = None) -> dict[str
         "datafusion_partitions": len(table.dataset().get_fragments()),
         "predicate": describe_predicate(table, predicate) if predicate is not None else None,
     }
+
+
+def _mask_text(fragments: int, decided: int) -> str:
+    """How the lazy base mask stood when the table was described."""
+    noun = "fragment" if fragments == 1 else "fragments"
+    if decided == fragments:
+        return f"base mask decided for all {fragments} {noun}"
+    return (
+        f"base mask decided lazily: {decided} of {fragments} base {noun} read by queries so far "
+        "(the rest decided for this description's live count)"
+    )

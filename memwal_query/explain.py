@@ -49,6 +49,7 @@ def _table_lines(d: Mapping[str, Any]) -> list[str]:
         f"  base version {d['base_version']}: {counted(d['base_rows'], 'row')} in "
         f"{counted(d['base_fragments'], 'fragment')}; "
         f"{counted(d['base_rows_masked'], 'row')} masked by newer versions",
+        f"  {d['base_mask']['text']}",
         f"  primary key: {', '.join(d['primary_key'])}",
         f"  consistency: {d['consistency']} ({d['consistency_source']}; {d['cut']})",
         f"  regions: {len(d['regions'])}; merge computed in {d['merge_seconds'] * 1000:.1f} ms",

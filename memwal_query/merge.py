@@ -9,8 +9,9 @@ A winning tombstone deletes the key. The result is:
   or tombstone rows);
 * per region, the MemTable rows that survive (data columns included; the
   MemTable is in memory anyway);
-* for the base table, a sorted array of row addresses to drop: every base row
-  whose key appears in any newer level ("masked base").
+* for the base table, a :class:`~memwal_query.base_mask.BaseMask`: every base row
+  whose key appears in any newer level ("masked base"), decided lazily per base
+  fragment (opening a snapshot reads no base key).
 
 Every source can then take every user filter safely: the masks depend on keys
 only, never on the values a filter looks at.
@@ -19,16 +20,17 @@ only, never on the values a filter looks at.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-import lance
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from memwal_query.base_mask import BaseMask
 from memwal_query.format.wal import TOMBSTONE
 from memwal_query.snapshot.cache import SnapshotCache
 from memwal_query.snapshot.model import GenerationSource, MemTableSource, Snapshot
@@ -44,8 +46,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("memwal_query")
-
-_EMPTY = np.empty(0, dtype=np.uint64)
 
 
 @dataclass(frozen=True)
@@ -74,9 +74,15 @@ class NewerKeys:
         self.pk = list(pk)
         self._sorted: np.ndarray | None = None
         self._unique: pa.Table | None = None
+        self._lock = threading.Lock()
+        self.shared_keys = 0  # keys in more than one region (known once sorted_numeric() ran)
 
     def __len__(self) -> int:
         return sum(t.num_rows for t in self.newest.values())
+
+    def sorted_numeric(self) -> np.ndarray | None:
+        """All newer keys as one sorted, unique numpy array (single integer key), else None."""
+        return self._numeric()
 
     def _numeric(self) -> np.ndarray | None:
         """All newer keys as one sorted numpy array (single integer key), else None."""
@@ -85,9 +91,9 @@ class NewerKeys:
         first = next(iter(self.newest.values())).schema.field(self.pk[0]).type
         if not pa.types.is_integer(first):
             return None
-        if self._sorted is None:
-            parts = [t.column(self.pk[0]).to_numpy() for t in self.newest.values()]
-            self._sorted = np.unique(np.concatenate(parts)) if parts else np.empty(0, dtype=np.int64)
+        with self._lock:  # scans decide base fragments on several threads
+            if self._sorted is None:
+                self._sorted, self.shared_keys = _sorted_unique([t.column(self.pk[0]) for t in self.newest.values()])
         return self._sorted
 
     def contains(self, keys: pa.Table) -> np.ndarray:
@@ -119,18 +125,45 @@ class NewerKeys:
         return hit
 
 
+def _sorted_unique(columns: list[pa.ChunkedArray]) -> tuple[np.ndarray, int]:
+    """The distinct values of key-sorted integer columns, sorted (a merge of sorted runs),
+    and how many of them occur in more than one column."""
+    parts = [np.asarray(c.to_numpy()) for c in columns if len(c)]
+    if not parts:
+        return np.empty(0, dtype=np.int64), 0
+    allk = np.sort(np.concatenate(parts), kind="stable")  # timsort: linear on sorted runs
+    keep = np.ones(allk.size, dtype=bool)
+    keep[1:] = allk[1:] != allk[:-1]
+    repeated = ~keep
+    shared = int(np.count_nonzero(repeated[1:] & ~repeated[:-1])) if allk.size > 1 else 0
+    return allk[keep], shared
+
+
 @dataclass(frozen=True)
 class MergeState:
-    """The dedup decision of a snapshot, consumed by the DataFusion sources."""
+    """The dedup decision of a snapshot, consumed by the DataFusion sources.
 
-    base_drop: np.ndarray = field(repr=False)
+    ``base_mask`` decides shadowed base rows lazily, per base fragment;
+    :attr:`base_drop` and :attr:`base_shadowed_rows` decide all of them (once).
+    """
+
+    base_mask: BaseMask = field(repr=False)
     generation_drop: dict[str, np.ndarray] = field(repr=False)
     memtables: dict[str, pa.Table] = field(repr=False)
     region_stats: dict[str, RegionMergeStats]
-    base_shadowed_rows: int
     seconds: float
     cross_region_keys: int = 0
     newer: NewerKeys = field(default_factory=lambda: NewerKeys({}, []), repr=False)
+
+    @property
+    def base_drop(self) -> np.ndarray:
+        """Every shadowed base row address, sorted (reads the keys of undecided base fragments)."""
+        return self.base_mask.all()
+
+    @property
+    def base_shadowed_rows(self) -> int:
+        """Base rows shadowed by a newer level (decides every base fragment)."""
+        return self.base_mask.count()
 
 
 def first_of_group(sorted_keys: Sequence[pa.ChunkedArray | pa.Array]) -> np.ndarray:
@@ -163,105 +196,6 @@ def _generation_keys(ds: object, pk: Sequence[str], cache: SnapshotCache, uri: s
     with cache.lock:
         cache.generation_keys[uri] = t
     return t
-
-
-def _base_keys(snapshot: Snapshot, cache: SnapshotCache) -> pa.Table:
-    with cache.lock:
-        hit = cache.base_keys.get(snapshot.base_version)
-    if hit is not None:
-        return hit
-    t = snapshot.base.to_table(columns=list(snapshot.primary_key), with_row_address=True)
-    with cache.lock:
-        cache.base_keys.clear()  # keep one base version: the newest one asked for
-        cache.base_keys[snapshot.base_version] = t
-    return t
-
-
-def _numeric_key(snapshot: Snapshot, pk: list[str]) -> bool:
-    if len(pk) != 1:
-        return False
-    t = snapshot.schema.field(pk[0]).type
-    return bool(pa.types.is_integer(t))
-
-
-def _fragment_identity(frag: lance.fragment.LanceFragment) -> tuple[object, ...]:
-    """What makes a fragment's live rows: its id, data files and deletion file."""
-    m = frag.metadata
-    d = m.deletion_file
-    deletion = (d.id, d.read_version, d.num_deleted_rows) if d is not None else None
-    return (frag.fragment_id, tuple(f.path for f in m.files), deletion)
-
-
-def _fragment_index(snapshot: Snapshot, cache: SnapshotCache, key: str) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per base fragment, its keys sorted (with their row addresses).
-
-    Runs are cached per fragment identity (id, data files, deletion file), so a new
-    base version reads only the fragments a merge added or changed: refresh cost
-    grows with the new data, not with the table. Fragments written by bulk loads and
-    merges are usually sorted by key already (one comparison pass); only unsorted
-    ones are sorted.
-    """
-    frags = snapshot.base.get_fragments()
-    idents = [_fragment_identity(f) for f in frags]
-    with cache.lock:
-        known = {i: cache.base_runs[i] for i in idents if i in cache.base_runs}
-    missing = [f for f, i in zip(frags, idents, strict=True) if i not in known]
-
-    def read(frag: lance.fragment.LanceFragment) -> tuple[np.ndarray, np.ndarray]:
-        t = frag.to_table(columns=[key], with_row_address=True)
-        k = t.column(key).combine_chunks().to_numpy(zero_copy_only=False)
-        a = t.column("_rowaddr").combine_chunks().to_numpy(zero_copy_only=False)
-        if k.size > 1 and not bool(np.all(k[1:] >= k[:-1])):
-            order = np.argsort(k, kind="stable")
-            k, a = k[order], a[order]
-        return k, a
-
-    if missing:
-        with ThreadPoolExecutor(min(4, len(missing))) as pool:
-            for f, run in zip(missing, pool.map(read, missing), strict=True):
-                known[_fragment_identity(f)] = run
-    with cache.lock:
-        cache.base_runs = dict(known)  # keep the runs of the newest base version only
-    return [known[i] for i in idents]
-
-
-def _base_mask(snapshot: Snapshot, cache: SnapshotCache, keys: pa.Table, pk: list[str]) -> np.ndarray:
-    """Sorted row addresses of base rows whose key appears in ``keys`` (the newer levels).
-
-    Integer keys: a per-base-version index of sorted key runs (one per fragment,
-    built once and reused by refreshes) is searched for the newer keys, so the cost
-    grows with the newer keys, not with the base. Other keys: a hash semi-join.
-    """
-    if _numeric_key(snapshot, pk):
-        index = _fragment_index(snapshot, cache, pk[0])
-        want = np.unique(keys.column(pk[0]).combine_chunks().to_numpy(zero_copy_only=False))
-        hits = []
-        for sk, sa in index:
-            if sk.size == 0:
-                continue
-            w = want[np.searchsorted(want, sk[0]) : np.searchsorted(want, sk[-1], "right")]
-            if w.size == 0:
-                continue
-            lo = np.searchsorted(sk, w, "left")
-            hi = np.searchsorted(sk, w, "right")
-            counts = hi - lo
-            total = int(counts.sum())
-            if total:
-                starts = np.repeat(lo, counts)
-                offsets = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
-                hits.append(sa[starts + offsets])
-        return _sorted_u64(np.concatenate(hits)) if hits else _EMPTY
-    base = _base_keys(snapshot, cache)
-    unique = keys.group_by(pk, use_threads=False).aggregate([])
-    rows = base.join(unique, keys=pk, join_type="left semi").column("_rowaddr")
-    return _sorted_u64(rows)
-
-
-def _sorted_u64(arr: pa.Array | pa.ChunkedArray | np.ndarray) -> np.ndarray:
-    if isinstance(arr, (pa.Array, pa.ChunkedArray)):
-        arr = np.asarray(arr.to_numpy() if isinstance(arr, pa.Array) else arr.to_numpy(), dtype=np.uint64)
-    out = np.unique(np.asarray(arr, dtype=np.uint64))
-    return out
 
 
 @dataclass(frozen=True)
@@ -355,6 +289,10 @@ def compute_merge(snapshot: Snapshot, cache: SnapshotCache) -> MergeState:
     newer_keys: list[pa.Table] = []
     newest: dict[str, pa.Table] = {}
     key_schema = pa.schema([snapshot.schema.field(k) for k in pk])
+    gens = [g for r in snapshot.regions for g in r.generations]
+    if len(gens) > 1:  # one small Lance read each: overlap them (rank_levels then finds them cached)
+        with ThreadPoolExecutor(min(4, len(gens))) as pool:
+            list(pool.map(lambda g: _generation_keys(g.dataset, pk, cache, g.uri), gens))
     for region in snapshot.regions:
         ranked = rank_levels(region.generations, region.memtable, pk, key_schema, cache)
         if ranked is None:
@@ -380,22 +318,22 @@ def compute_merge(snapshot: Snapshot, cache: SnapshotCache) -> MergeState:
             deleted_keys=int((first & tomb).sum()),
             superseded_rows=int((~first).sum()),
         )
-    base_drop = _EMPTY
+    newer = NewerKeys(newest, pk)
     cross = 0
-    if newer_keys:
-        keys = pa.concat_tables(newer_keys)
-        if len(newer_keys) > 1:
-            cross = _cross_region_keys(keys, pk, snapshot.uri)
-        base_drop = _base_mask(snapshot, cache, keys, pk)
+    if len(newer_keys) > 1:
+        numeric = newer.sorted_numeric()  # also what base fragments are checked against
+        if numeric is not None:
+            cross = _warn_cross_region(newer.shared_keys, snapshot.uri)
+        else:
+            cross = _cross_region_keys(pa.concat_tables(newer_keys), pk, snapshot.uri)
     return MergeState(
-        base_drop=base_drop,
+        base_mask=BaseMask(snapshot.uri, snapshot.base, pk, newer, cache),
         generation_drop=gen_drop,
         memtables=memtables,
         region_stats=stats,
-        base_shadowed_rows=int(base_drop.size),
         seconds=time.perf_counter() - t0,
         cross_region_keys=cross,
-        newer=NewerKeys(newest, pk),
+        newer=newer,
     )
 
 
@@ -406,7 +344,10 @@ def _cross_region_keys(keys: pa.Table, pk: list[str], uri: str) -> int:
     deduplicated across them (there is no order between regions), so say so.
     """
     counts = keys.group_by(pk).aggregate([([], "count_all")])
-    n = int(pc.sum(pc.greater(counts.column("count_all"), 1)).as_py() or 0)
+    return _warn_cross_region(int(pc.sum(pc.greater(counts.column("count_all"), 1)).as_py() or 0), uri)
+
+
+def _warn_cross_region(n: int, uri: str) -> int:
     if n:
         log.warning(
             "%s: %d primary key(s) have rows in more than one region; regions must not share keys "

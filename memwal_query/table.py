@@ -140,7 +140,7 @@ class Table(ViewFacts):
         return pa.RecordBatchReader.from_batches(scan.projected_schema, scan.to_batches())
 
     def count_rows(self) -> int:
-        """Live rows in the merged table, from metadata (no data column is read)."""
+        """Live rows in the merged table: fragment metadata and base key columns (once per fragment)."""
         return self.dataset().count_rows()
 
     # -- planning -----------------------------------------------------------

@@ -274,29 +274,39 @@ def test_generation_merged_and_collected_during_open_is_retried(
 
 
 def test_refresh_reads_only_new_base_fragments(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """After a merge (a new base version), refresh reads the key column of the fragments
-    the merge added or changed, not of the whole base."""
+    """Opening and refreshing read no base key; the lazy base mask reads a fragment's keys
+    when a query first needs it, and after a merge (a new base version) only the
+    fragments the merge added or changed, not the whole base."""
     import lance.fragment
 
     t = build_events(str(tmp_path / "e"), seed=21, keep_open=False)
-    table = mq.open_table(t.uri)
-    before = {f.fragment_id for f in lance.dataset(t.uri).get_fragments()}
-    region = next(r for r in t.regions() if t.flushed(r))
-    t.merge(region, min(g for g, _ in t.flushed(region) if g > table.snapshot.index.merged_generation(region)))
-    after = lance.dataset(t.uri).get_fragments()
-    changed = [f for f in after if f.fragment_id not in before or f.metadata.deletion_file is not None]
     read: list[int] = []
     real = lance.fragment.LanceFragment.to_table
 
     def counting(self, *a, **k):  # type: ignore[no-untyped-def]
-        read.append(self.fragment_id)
+        if k.get("columns") == ["id"]:  # a base key read (generations are read whole-dataset)
+            read.append(self.fragment_id)
         return real(self, *a, **k)
 
     monkeypatch.setattr(lance.fragment.LanceFragment, "to_table", counting)
+    table = mq.open_table(t.uri)
+    assert read == []  # open reads no base key
+    before = {f.fragment_id for f in lance.dataset(t.uri).get_fragments()}
+    assert table.count_rows() == t.expected().num_rows
+    assert sorted(read) == sorted(before)  # count(*) decided every fragment once
+    assert table.merge_state.base_mask.status().complete
+    region = next(r for r in t.regions() if t.flushed(r))
+    t.merge(region, min(g for g, _ in t.flushed(region) if g > table.snapshot.index.merged_generation(region)))
+    after = lance.dataset(t.uri).get_fragments()
+    changed = [f for f in after if f.fragment_id not in before or f.metadata.deletion_file is not None]
+    read.clear()
     newer = table.refresh()
     assert newer.version > table.version
+    assert read == []  # refresh reads no base key either
+    assert newer.count_rows() == t.expected().num_rows
     assert 0 < len(read) <= len(changed) < len(after), (read, len(changed), len(after))
     assert sort_table(newer.to_arrow(), ["id"]).equals(sort_table(t.expected(), ["id"]))
     read.clear()
-    newer.refresh()  # nothing changed: no base key read at all
+    newest = newer.refresh()  # nothing changed: no base key read at all
+    assert newest.count_rows() == t.expected().num_rows
     assert read == []

@@ -15,6 +15,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from memwal_query.snapshot.cache import fragment_cache_key
+
 __all__ = [
     "drop_mask",
     "fragment_cache_key",
@@ -46,14 +48,6 @@ def drop_mask(rowaddr: pa.Array | pa.ChunkedArray, drop: np.ndarray) -> pa.Array
     idx = np.searchsorted(drop, ra)
     idx[idx == drop.size] = 0
     return pa.array(drop[idx] != ra)
-
-
-def fragment_cache_key(source_uri: str, frag: lance.fragment.LanceFragment) -> tuple[object, ...]:
-    """What identifies a Lance fragment's rows: its dataset, id, data files and deletion file."""
-    meta = frag.metadata
-    d = meta.deletion_file
-    deletion = None if d is None else (d.read_version, d.id, d.num_deleted_rows)
-    return (source_uri, int(frag.fragment_id), tuple(f.path for f in frag.data_files()), deletion)
 
 
 def as_expression(filt: object) -> pc.Expression:

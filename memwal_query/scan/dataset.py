@@ -2,13 +2,16 @@
 
 The merged table is the union of:
 
-* the masked base: each base Lance fragment minus the row addresses whose key has
-  a newer version (``MergeState.base_drop``);
+* the masked base: each base Lance fragment minus the rows whose key has a newer
+  version (``MergeState.base_mask``, decided per fragment when a scan first needs it:
+  from the key column decoded with the scan's columns, or row by row from the keys a
+  filtered Lance read returns);
 * each unmerged flushed generation minus its superseded and tombstone rows;
 * each region's surviving MemTable rows (in memory).
 
 Because the masks depend only on keys, every filter is pushed into every source.
-``count(*)`` (``columns=[]`` and no filter) is answered from fragment metadata.
+``count(*)`` (``columns=[]`` and no filter) is answered from fragment metadata and the
+base mask (which reads a base fragment's key column once).
 
 DataFusion calls ``get_fragments(filter)`` once per scan: the dataset asks its planner
 (:meth:`memwal_query.view.TableView.plan_scan`) for a frozen :class:`ScanPlan` of that
@@ -84,6 +87,7 @@ class MergedDataset(pds.Dataset):  # type: ignore[misc]
         with_hidden: bool = False,
         planner: ScanPlanner | None = None,
         resident: SnapshotCache | None = None,
+        indexed: frozenset[str] = frozenset(),
     ) -> None:
         self.snapshot = snapshot
         self.merge = merge
@@ -99,7 +103,7 @@ class MergedDataset(pds.Dataset):  # type: ignore[misc]
         if with_hidden:
             fields += hidden_fields()
         self._schema = pa.schema(fields, metadata=snapshot.schema.metadata)
-        self.context = ScanContext(snapshot.uri, snapshot.schema, self._schema, with_hidden)
+        self.context = ScanContext(snapshot.uri, snapshot.schema, self._schema, with_hidden, indexed)
         self._fragments: list[SourceFragment] = self._build_fragments()
 
     @property
@@ -123,10 +127,10 @@ class MergedDataset(pds.Dataset):  # type: ignore[misc]
 
     def _build_fragments(self) -> list[SourceFragment]:
         frags: list[SourceFragment] = []
-        drop = self.merge.base_drop
+        mask = self.merge.base_mask
         base = self.snapshot.base
         for f in base.get_fragments():
-            frag = LanceFragment(self.context, base, f, in_fragment(drop, f), 0, None, f"base/{f.fragment_id}")
+            frag = LanceFragment(self.context, base, f, None, 0, None, f"base/{f.fragment_id}", mask)
             frag.resident, frag.source_uri = self._resident, self.snapshot.uri
             frags.append(frag)
         for region in self.snapshot.regions:

@@ -80,6 +80,9 @@ class ScanContext:
     data_schema: pa.Schema
     schema: pa.Schema
     with_hidden: bool
+    #: Base columns with a scalar index: a filter on one is left to Lance (the index
+    #: finds the rows) rather than served by decoding whole columns into the cache.
+    indexed: frozenset[str] = frozenset()
 
     def projected(self, columns: Sequence[str] | None) -> pa.Schema:
         """The schema of a projection; raises on unknown columns."""

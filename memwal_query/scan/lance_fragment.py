@@ -17,9 +17,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from lance.dataset import serialize_row_addrs
 
+from memwal_query.base_mask import BaseMask
 from memwal_query.errors import MemWalError
 from memwal_query.scan.arrays import as_expression, chain_first, drop_mask, fragment_cache_key, is_gone, one_chunk
-from memwal_query.scan.filters import mentions_any, scan_columns
+from memwal_query.scan.filters import filter_columns, mentions_any, scan_columns
 from memwal_query.scan.fragment import HIDDEN_COLUMNS, SCAN_BATCH_ROWS, ScanContext, SourceFragment
 from memwal_query.snapshot.cache import SnapshotCache
 
@@ -41,15 +42,19 @@ class LanceFragment(SourceFragment):
         owner: ScanContext,
         dataset: lance.LanceDataset,
         fragment: lance.fragment.LanceFragment,
-        drop: np.ndarray,
+        drop: np.ndarray | None,
         gen: int,
         region: str | None,
         label: str,
+        mask: BaseMask | None = None,
     ) -> None:
         super().__init__(owner)
+        if drop is None and mask is None:
+            raise ValueError(f"fragment {label} of {owner.uri} needs a drop list or a base mask")
         self.dataset = dataset
         self.fragment = fragment
-        self.drop = drop
+        self._drop = drop  # None: decided lazily by ``mask`` (base fragments)
+        self.mask = mask
         self._blocklist: bytes | None = None
         self._rows: int | None = None
         self.gen = gen
@@ -62,11 +67,35 @@ class LanceFragment(SourceFragment):
         self._surviving: dict[str, pa.ChunkedArray] = {}  # cached columns with the mask applied
 
     def __repr__(self) -> str:
-        return f"<memwal fragment {self.label} dropped={self.drop.size}>"
+        dropped = "undecided" if self._drop is None else self._drop.size
+        return f"<memwal fragment {self.label} dropped={dropped}>"
 
     def __getstate__(self) -> dict[str, object]:
-        # shipped fragments (Spark tasks) carry no process-local cache
-        return {**self.__dict__, "resident": None, "_keep": None, "_surviving": {}}
+        # shipped fragments (Spark tasks) carry their drop list, no process-local cache
+        return {**self.__dict__, "_drop": self.drop, "mask": None, "resident": None, "_keep": None, "_surviving": {}}
+
+    @property
+    def drop(self) -> np.ndarray:
+        """Sorted row addresses of this fragment that are not live (decided now if needed)."""
+        if self._drop is None:
+            assert self.mask is not None
+            self._drop = self.mask.fragment(self.fragment)
+        return self._drop
+
+    def _undecided(self) -> bool:
+        """Whether the base mask has not decided this fragment yet (nothing is read)."""
+        if self._drop is None and self.mask is not None:
+            self._drop = self.mask.known(self.fragment.fragment_id)
+        return self._drop is None
+
+    def _key_columns(self) -> list[str]:
+        return self.mask.primary_key if self.mask is not None else []
+
+    def _live_by_key(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """Rows of ``batch`` whose key has no newer version (an undecided base fragment)."""
+        assert self.mask is not None
+        keys = pa.Table.from_batches([batch]).select(self.mask.primary_key)
+        return batch.filter(pa.array(self.mask.live(keys)))
 
     def _resident(self, names: list[str]) -> pa.Table | None:
         """Rows of columns ``names`` (and ``_rowaddr``), decoded once per table lineage.
@@ -125,9 +154,15 @@ class LanceFragment(SourceFragment):
         as this snapshot's dataset): a later query filters only its own predicate, as over
         the raw base.
         """
-        rows = self._resident(names)
+        undecided = self._undecided()
+        keys = [k for k in self._key_columns() if k not in names] if undecided else []
+        rows = self._resident([*names, *keys])  # an undecided fragment: its keys decoded alongside
         if rows is None:
             return None
+        if undecided:
+            assert self.mask is not None
+            self._drop = self.mask.decide(self.fragment, rows.select([*self.mask.primary_key, "_rowaddr"]))
+            rows = rows.select([*names, "_rowaddr"])
         keep = self._keep_mask(rows)
         if keep is None:
             return rows
@@ -152,6 +187,45 @@ class LanceFragment(SourceFragment):
             for b in rows.to_batches(max_chunksize=size)
             if (res := self._finish(b, cols, self.gen, self.region, None, out)) is not None
         )
+
+    def _index_serves(self, filt: pc.Expression | None, names: list[str]) -> bool:
+        """Whether a base scalar index serves ``filt`` and ``names`` are not all decoded yet.
+
+        Then Lance searches the index and decodes only the matching rows (a selective
+        first query), instead of this scan decoding whole columns into the cache.
+        """
+        indexed = self.context.indexed
+        if self.gen != 0 or filt is None or not indexed:
+            return False
+        used = filter_columns(filt, self.context.data_schema.names)
+        if not used or not any(c in indexed for c in used):
+            return False
+        cache, key = self.resident, self._key
+        if cache is None:
+            return True
+        key = key or fragment_cache_key(self.source_uri, self.fragment)
+        with cache.lock:
+            have = cache.fragment_columns.get(key, {})
+            return not all(c in have for c in names)
+
+    def _first_touch(self, names: list[str]) -> bool:
+        """Whether this scan is the first to read an undecided base fragment.
+
+        Decoding its columns into the cache would decode its key column too (to decide the
+        mask) and copy what survives: well over what Lance reads for the query alone. The
+        first scan reads through Lance (filter pushed down) and checks the keys of the rows
+        it returns; a later scan decodes the fragment into the cache and decides its mask.
+        """
+        cache = self.resident
+        if cache is None or not self._undecided():
+            return False
+        key = self._key = self._key or fragment_cache_key(self.source_uri, self.fragment)
+        with cache.lock:
+            have = cache.fragment_columns.get(key, {})
+            if all(c in have for c in names) or key in cache.touched:
+                return False
+            cache.touched.add(key)
+            return True
 
     def live_rows(self) -> int:
         return int(self.fragment.count_rows()) - int(self.drop.size)
@@ -187,16 +261,25 @@ class LanceFragment(SourceFragment):
         if owner.with_hidden and mentions_any(filt, [*owner.data_schema.names, *HIDDEN_COLUMNS], HIDDEN_COLUMNS):
             post, lance_filter = filt, None
             read = list(owner.data_schema.names)
-        need_addr = self.drop.size > 0 or "_rowaddr" in cols or post is not None
         size = max(batch_size or 0, SCAN_BATCH_ROWS)
+        lance_first = False
         if post is None:
-            rows = self.survivors(scan_columns(read, filt, owner.data_schema.names))
+            names = scan_columns(read, filt, owner.data_schema.names)
+            lance_first = self._index_serves(filt, names) or self._first_touch(names)
+            rows = None if lance_first else self.survivors(names)
             if rows is not None:
                 resident = self._resident_batches(rows, cols, lance_filter, out, size)
                 if resident is not None:
                     yield from resident
                     return
-        if self.drop.size and filt is None and not owner.with_hidden:
+        # An undecided fragment read through Lance on purpose (first touch, a scalar index
+        # serving the filter) checks the keys of the rows it reads; any other scan (no
+        # cache, over its budget) decides the fragment's mask once (one key read).
+        by_key = lance_first and self._undecided()
+        if by_key:
+            read = [*read, *[k for k in self._key_columns() if k not in read]]
+        need_addr = (not by_key and self.drop.size > 0) or "_rowaddr" in cols or post is not None
+        if not by_key and self.drop.size and filt is None and not owner.with_hidden:
             # Unfiltered scan: let Lance skip the dropped rows while decoding
             # (measured faster than masking whole batches afterwards).
             if self._blocklist is None:
@@ -230,7 +313,9 @@ class LanceFragment(SourceFragment):
         if first is None:
             return
         for b in self._guard(chain_first(first, it)):
-            if self.drop.size:
+            if by_key:
+                b = self._live_by_key(b)
+            elif self.drop.size:
                 b = b.filter(drop_mask(b.column("_rowaddr"), self.drop))
             res = self._finish(b, cols, self.gen, self.region, post, out)
             if res is not None:

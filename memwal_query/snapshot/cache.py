@@ -6,14 +6,21 @@ import threading
 from dataclasses import dataclass, field
 
 import lance
-import numpy as np
 import pyarrow as pa
 
 from memwal_query.format.model import RegionManifest
 from memwal_query.format.wal import WalEntry
 from memwal_query.snapshot.model import GenerationSource
 
-__all__ = ["SnapshotCache"]
+__all__ = ["SnapshotCache", "fragment_cache_key"]
+
+
+def fragment_cache_key(source_uri: str, frag: lance.fragment.LanceFragment) -> tuple[object, ...]:
+    """What identifies a Lance fragment's rows: its dataset, id, data files and deletion file."""
+    meta = frag.metadata
+    d = meta.deletion_file
+    deletion = None if d is None else (d.read_version, d.id, d.num_deleted_rows)
+    return (source_uri, int(frag.fragment_id), tuple(f.path for f in frag.data_files()), deletion)
 
 
 @dataclass
@@ -25,8 +32,9 @@ class SnapshotCache:
     manifests: dict[str, RegionManifest] = field(default_factory=dict)
     generation_keys: dict[str, pa.Table] = field(default_factory=dict)
     blooms: dict[str, object] = field(default_factory=dict)
-    base_keys: dict[int, pa.Table] = field(default_factory=dict)
-    base_runs: dict[tuple[object, ...], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    #: Key columns and ``_rowaddr`` of base fragments the lazy base mask read, by
+    #: fragment identity (``base_mask.fragment_identity``): a refresh reuses them.
+    base_runs: dict[tuple[object, ...], pa.Table] = field(default_factory=dict)
     #: Decoded columns of Lance fragments (base and generations), by
     #: :func:`memwal_query.scan.arrays.fragment_cache_key`: column name -> array, plus
     #: ``_rowaddr``. Fragments never change, so they are decoded once (bounded in size).
@@ -34,6 +42,8 @@ class SnapshotCache:
     resident_bytes: int = 0
     #: Fragments whose columns did not fit the budget: scanned through Lance.
     over_budget: set[tuple[object, ...]] = field(default_factory=set)
+    #: Fragments a filtered scan has read through Lance once (the next scan decodes them).
+    touched: set[tuple[object, ...]] = field(default_factory=set)
     #: Lost generations rebuilt from the WAL, by (directory URI, WAL positions).
     rebuilt: dict[tuple[str, tuple[int, ...]], GenerationSource] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -47,9 +57,16 @@ class SnapshotCache:
             for key in [k for k, g in self.rebuilt.items() if g.uri not in uris]:
                 del self.rebuilt[key]
 
+    def keep_base_runs(self, identities: set[tuple[object, ...]]) -> None:
+        """Forget the key runs of base fragments the newest snapshot does not have."""
+        with self.lock:
+            for ident in [i for i in self.base_runs if i not in identities]:
+                del self.base_runs[ident]
+
     def keep_fragments(self, keys: set[tuple[object, ...]]) -> None:
         """Forget decoded columns of fragments the newest snapshot does not read."""
         with self.lock:
             for key in [k for k in self.fragment_columns if k not in keys]:
                 self.resident_bytes -= sum(a.nbytes for a in self.fragment_columns.pop(key).values())
             self.over_budget &= keys
+            self.touched &= keys

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from memwal_query.base_mask import fragment_identity
 from memwal_query.errors import MemWalError
 from memwal_query.format.storage import Storage
 from memwal_query.merge import compute_merge
@@ -20,7 +21,9 @@ __all__ = ["open_view", "refresh_view"]
 def _forget_unread(cache: SnapshotCache, snap: Snapshot) -> None:
     """Drop cached generations and fragment columns the new snapshot no longer reads."""
     cache.keep_generations({g.uri for r in snap.regions for g in r.generations})
-    if cache.fragment_columns or cache.over_budget:  # a fresh open has nothing to forget
+    if cache.base_runs:
+        cache.keep_base_runs({fragment_identity(f) for f in snap.base.get_fragments()})
+    if cache.fragment_columns or cache.over_budget or cache.touched:  # a fresh open has nothing to forget
         cache.keep_fragments(
             {fragment_cache_key(snap.uri, f) for f in snap.base.get_fragments()}
             | {
@@ -82,7 +85,8 @@ def refresh_view(view: TableView) -> TableView:
     """A newer snapshot of the same table, reusing ``view``'s caches and keeping its settings.
 
     Reuses opened generation datasets, decoded WAL entries, known region manifest versions
-    (probing starts there) and the base key column when the base version did not change.
+    (probing starts there), decoded fragment columns and the key runs the lazy base mask
+    read, for the base fragments that did not change.
     """
     snap = view.snapshot
     return open_view(

@@ -250,6 +250,7 @@ class TableView:
                 with_hidden=hidden_columns,
                 planner=partial(self.plan_scan, prune=prune, catchup=not hidden_columns),
                 resident=self.cache if cache else None,
+                indexed=frozenset(i.columns[0] for i in self.scalar_indexes()),
             )
             self._memo.datasets[key] = ds
         return ds

@@ -1,0 +1,243 @@
+"""Which base rows a newer level shadows, decided lazily, one base fragment at a time.
+
+A base row is live exactly when its key has no version in a newer level (unmerged
+generations, MemTables): :class:`BaseMask` asks the snapshot's newer keys
+(``merge.NewerKeys``) about a fragment's keys the first time something needs that
+fragment's drop list (a scan, ``count(*)``, a search), and remembers the answer for the
+snapshot. Opening a snapshot therefore reads no base key: the cost follows the newer
+levels and the fragments queries actually read.
+
+A fragment's keys come from, in order: the decoded-column cache (a scan that decodes a
+fragment's columns decodes its key column with them and hands it over through
+:meth:`BaseMask.decide`), the key runs kept per fragment identity in the
+:class:`~memwal_query.snapshot.cache.SnapshotCache` (a refresh reuses them for the
+fragments that did not change), or one Lance read of the key columns.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Protocol
+
+import lance
+import numpy as np
+import pyarrow as pa
+
+from memwal_query.snapshot.cache import SnapshotCache, fragment_cache_key
+
+__all__ = ["BaseMask", "KeySet", "MaskStatus", "fragment_identity"]
+
+_EMPTY = np.empty(0, dtype=np.uint64)
+
+
+class KeySet(Protocol):
+    """The newer levels' keys (``merge.NewerKeys``) as the mask needs them."""
+
+    def __len__(self) -> int: ...
+
+    def contains(self, keys: pa.Table) -> np.ndarray: ...
+
+    def sorted_numeric(self) -> np.ndarray | None: ...
+
+
+@dataclass(frozen=True)
+class MaskStatus:
+    """How far the lazy base mask has been decided.
+
+    Attributes:
+        fragments: Base fragments of the snapshot.
+        decided: Fragments whose drop list is known.
+        masked_rows: Base rows shadowed in the decided fragments.
+    """
+
+    fragments: int
+    decided: int
+    masked_rows: int
+
+    @property
+    def complete(self) -> bool:
+        """Whether every fragment is decided (``masked_rows`` is then the whole mask)."""
+        return self.decided == self.fragments
+
+
+def fragment_identity(frag: lance.fragment.LanceFragment) -> tuple[object, ...]:
+    """What makes a fragment's rows: its id, data files and deletion file."""
+    m = frag.metadata
+    d = m.deletion_file
+    deletion = (d.id, d.read_version, d.num_deleted_rows) if d is not None else None
+    return (frag.fragment_id, tuple(f.path for f in m.files), deletion)
+
+
+def _sorted_hits(keys: np.ndarray, addrs: np.ndarray, newer: np.ndarray) -> np.ndarray:
+    """Addresses of the rows of key-sorted ``keys`` whose key is in sorted ``newer``."""
+    w = newer[np.searchsorted(newer, keys[0]) : np.searchsorted(newer, keys[-1], "right")]
+    if w.size == 0:
+        return _EMPTY
+    lo = np.searchsorted(keys, w, "left")
+    hi = np.searchsorted(keys, w, "right")
+    counts = hi - lo
+    total = int(counts.sum())
+    if not total:
+        return _EMPTY
+    starts = np.repeat(lo, counts)
+    offsets = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+    return np.asarray(addrs[starts + offsets], dtype=np.uint64)
+
+
+class BaseMask:
+    """Base rows shadowed by a newer level, decided per base fragment on first use.
+
+    Thread-safe (DataFusion scans fragments on several threads). Example:
+
+        >>> mask = BaseMask.none()
+        >>> mask.status().complete, mask.count()
+        (True, 0)
+    """
+
+    def __init__(
+        self,
+        uri: str,
+        base: lance.LanceDataset | None,
+        primary_key: Sequence[str],
+        newer: KeySet | None,
+        cache: SnapshotCache | None,
+    ) -> None:
+        self.uri = uri
+        self.base = base
+        self.primary_key = list(primary_key)
+        self.newer = newer if newer is not None and len(newer) else None
+        self.cache = cache
+        self._drops: dict[int, np.ndarray] = {}
+        self._lock = threading.Lock()
+        self._fragments: list[lance.fragment.LanceFragment] | None = None
+        self._all: np.ndarray | None = None
+
+    @classmethod
+    def none(cls) -> BaseMask:
+        """A mask that drops nothing (no newer level)."""
+        return cls("", None, [], None, None)
+
+    @property
+    def trivial(self) -> bool:
+        """Whether nothing can be shadowed (no newer key): every drop list is empty."""
+        return self.newer is None
+
+    def fragments(self) -> list[lance.fragment.LanceFragment]:
+        """The base fragments (listed once)."""
+        if self._fragments is None:
+            self._fragments = list(self.base.get_fragments()) if self.base is not None else []
+        return self._fragments
+
+    def known(self, fragment_id: int) -> np.ndarray | None:
+        """The drop list of a fragment if decided (``None``: not yet)."""
+        if self.newer is None:
+            return _EMPTY
+        with self._lock:
+            return self._drops.get(fragment_id)
+
+    def decide(self, frag: lance.fragment.LanceFragment, keys: pa.Table) -> np.ndarray:
+        """Decide ``frag``'s drop list from its key columns and ``_rowaddr`` (all of its rows).
+
+        Returns:
+            The sorted row addresses of ``frag`` whose key has a newer version.
+        """
+        got = self.known(frag.fragment_id)
+        if got is not None:
+            return got
+        assert self.newer is not None  # known() answers for a trivial mask
+        drop = self._shadowed(keys)
+        with self._lock:
+            return self._drops.setdefault(frag.fragment_id, drop)
+
+    def _shadowed(self, keys: pa.Table) -> np.ndarray:
+        assert self.newer is not None
+        addrs = np.asarray(keys.column("_rowaddr").to_numpy(), dtype=np.uint64)
+        numeric = self.newer.sorted_numeric()
+        if numeric is not None and keys.num_rows:
+            col = keys.column(self.primary_key[0])
+            if not col.null_count:
+                k = np.asarray(col.to_numpy(), dtype=numeric.dtype)
+                if not bool(np.all(k[1:] >= k[:-1])):
+                    order = np.argsort(k, kind="stable")
+                    k, addrs = k[order], addrs[order]
+                return np.sort(_sorted_hits(k, addrs, numeric))
+        return np.sort(addrs[self.newer.contains(keys)])
+
+    def live(self, keys: pa.Table) -> np.ndarray:
+        """Boolean mask over rows of base key columns ``keys``: ``True`` where no newer version exists.
+
+        Used for rows read before their fragment is decided (a filtered Lance read); key-sorted
+        integer keys (a base batch, usually) search only the newer keys in their range.
+        """
+        n = keys.num_rows
+        if self.newer is None or n == 0:
+            return np.ones(n, dtype=bool)
+        numeric = self.newer.sorted_numeric()
+        col = keys.column(self.primary_key[0])
+        if numeric is not None and not col.null_count:
+            k = np.asarray(col.to_numpy(), dtype=numeric.dtype)
+            if bool(np.all(k[1:] >= k[:-1])):
+                out = np.ones(n, dtype=bool)
+                out[_sorted_hits(k, np.arange(n), numeric).astype(np.int64)] = False
+                return out
+        return ~self.newer.contains(keys)
+
+    def fragment(self, frag: lance.fragment.LanceFragment) -> np.ndarray:
+        """``frag``'s drop list, deciding it now if needed (reads the fragment's keys)."""
+        got = self.known(frag.fragment_id)
+        if got is not None:
+            return got
+        return self.decide(frag, self._keys(frag))
+
+    def _keys(self, frag: lance.fragment.LanceFragment) -> pa.Table:
+        cache = self.cache
+        ident = fragment_identity(frag)
+        names = [*self.primary_key, "_rowaddr"]
+        if cache is not None:
+            with cache.lock:
+                hit = cache.base_runs.get(ident)
+                decoded = cache.fragment_columns.get(fragment_cache_key(self.uri, frag), {})
+                if hit is None and all(n in decoded for n in names):
+                    hit = pa.table({n: decoded[n] for n in names})  # a scan decoded them
+            if hit is not None:
+                return hit
+        if frag.metadata.deletion_file is None:
+            # every row of the fragment, in order: addresses are id << 32 | offset (not decoded)
+            t = frag.to_table(columns=self.primary_key)
+            start = np.uint64(frag.fragment_id) << np.uint64(32)
+            t = t.append_column("_rowaddr", pa.array(np.arange(t.num_rows, dtype=np.uint64) + start))
+        else:
+            t = frag.to_table(columns=self.primary_key, with_row_address=True)
+        if cache is not None:
+            with cache.lock:
+                cache.base_runs[ident] = t
+        return t
+
+    def all(self) -> np.ndarray:
+        """Every shadowed base row address, sorted (decides every fragment once)."""
+        if self._all is None:
+            frags = self.fragments()
+            todo = [f for f in frags if self.known(f.fragment_id) is None]
+            if len(todo) > 1:
+                with ThreadPoolExecutor(min(4, len(todo))) as pool:
+                    list(pool.map(self.fragment, todo))
+            parts = [self.fragment(f) for f in frags]
+            self._all = np.sort(np.concatenate(parts)) if parts else _EMPTY
+        return self._all
+
+    def count(self) -> int:
+        """Shadowed base rows in all (decides every fragment once)."""
+        return int(self.all().size)
+
+    def status(self) -> MaskStatus:
+        """How many fragments are decided and the rows they mask (decides nothing)."""
+        frags = self.fragments()
+        if self.newer is None:
+            return MaskStatus(len(frags), len(frags), 0)
+        with self._lock:
+            drops = dict(self._drops)
+        decided = [drops[f.fragment_id] for f in frags if f.fragment_id in drops]
+        return MaskStatus(len(frags), len(decided), sum(int(d.size) for d in decided))

@@ -1,0 +1,195 @@
+"""The lazy base mask: opening reads no base key; base shadowing is decided per fragment
+when a query first needs it, and stays right across refresh, merge and garbage collection.
+
+Tables are written by pylance's MemWAL writer; every answer is compared with the dict
+model (``lsm_model.ModelTable``), counts also with plain Lance reads of the live rows.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import lance
+import lance.fragment
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+import memwal_query as mq
+
+from builders import events_schema, rows
+from lsm_model import ModelTable, sort_table
+
+
+def _build(path: str, *, key_index: bool, seed: int = 3) -> ModelTable:
+    """4 regions, a base of 3,000 rows (BTREE on ``id`` or not), merged and unmerged
+    generations that update and delete base keys, and an open writer (WAL tail)."""
+    rng = np.random.default_rng(seed)
+    base = pa.Table.from_pylist(rows(range(3000), 0, rng), schema=events_schema())
+
+    def prepare(ds: lance.LanceDataset) -> None:
+        if key_index:
+            ds.create_scalar_index("id", "BTREE")
+
+    t = ModelTable(path, events_schema(), base, bucket=("id", 4), max_memtable_rows=200, prepare=prepare)
+    t.put(rows(rng.choice(3400, 500, replace=False), 1, rng))
+    t.delete([(int(k),) for k in rng.choice(3000, 50, replace=False)])
+    t.flush()
+    for r in t.regions()[:2]:  # two regions merged: new base fragments and deletion files
+        t.merge(r, t.flushed(r)[0][0])
+    t.put(rows(rng.choice(3400, 400, replace=False), 2, rng))
+    t.delete([(int(k),) for k in rng.choice(3400, 30, replace=False)])
+    t.flush()
+    t.put(rows(rng.choice(3400, 80, replace=False), 3, rng))  # left open: WAL tail
+    t.delete([(int(k),) for k in rng.choice(3000, 10, replace=False)])
+    return t
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["no-key-index", "btree-on-key"])
+def table(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelTable]:
+    t = _build(str(tmp_path_factory.mktemp("lazy") / "t"), key_index=request.param)
+    yield t
+    t.flush()
+
+
+class _BaseReads:
+    """Records every Lance read of the base table (dataset or fragment level) and its columns."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, uri: str) -> None:
+        self.uri = str(Path(uri).resolve())
+        self.reads: list[tuple[str, list[str] | None]] = []
+        for cls, name in [
+            (lance.LanceDataset, "to_table"),
+            (lance.LanceDataset, "scanner"),
+            (lance.fragment.LanceFragment, "to_table"),
+            (lance.fragment.LanceFragment, "scanner"),
+            (lance.fragment.LanceFragment, "take"),
+        ]:
+            monkeypatch.setattr(cls, name, self._spy(getattr(cls, name), name))
+
+    def _is_base(self, obj: Any) -> bool:
+        ds = obj if isinstance(obj, lance.LanceDataset) else getattr(obj, "_ds", None)
+        uri = getattr(ds, "uri", None)
+        return uri is not None and str(Path(str(uri).removeprefix("file://")).resolve()) == self.uri
+
+    def _spy(self, real: Any, name: str) -> Any:
+        def spy(obj: Any, *a: Any, **k: Any) -> Any:
+            if self._is_base(obj):
+                cols = k.get("columns")
+                self.reads.append((name, list(cols) if cols is not None else None))
+            return real(obj, *a, **k)
+
+        return spy
+
+
+def _model_sum(t: ModelTable, below: float) -> float:
+    e = t.expected()
+    return float(pc.sum(e.filter(pc.less(e.column("amount"), below)).column("amount")).as_py() or 0.0)
+
+
+def test_open_reads_no_base_key(table: ModelTable, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Opening (and describing what is decided) reads nothing from the base's columns."""
+    spy = _BaseReads(monkeypatch, table.uri)
+    t = mq.open_table(table.uri)
+    assert spy.reads == []
+    cache = t.view.cache
+    assert cache.base_runs == {} and cache.fragment_columns == {}
+    status = t.merge_state.base_mask.status()
+    assert status.decided == 0 and status.fragments == len(lance.dataset(table.uri).get_fragments()) > 1
+    assert t.merge_state.newer is not None and len(t.merge_state.newer) > 0
+
+
+def test_first_queries_decide_lazily_and_match_the_model(table: ModelTable, monkeypatch: pytest.MonkeyPatch) -> None:
+    spy = _BaseReads(monkeypatch, table.uri)
+    t = mq.open_table(table.uri)
+    want = _model_sum(table, 40.0)
+    q = "SELECT sum(amount) AS s, count(*) AS n FROM t WHERE amount < 40"
+    got = t.sql(q).to_arrow_table()
+    assert got.column("s")[0].as_py() == pytest.approx(want)
+    # the first scan read through Lance with the filter pushed down: no fragment decided
+    assert t.merge_state.base_mask.status().decided == 0
+    assert all(name == "scanner" for name, _ in spy.reads)
+    # the second decodes the fragments (key column included) into the cache and decides them
+    again = t.sql(q).to_arrow_table()
+    assert again.equals(got)
+    assert t.merge_state.base_mask.status().complete
+    full = sort_table(t.sql("SELECT * FROM t").to_arrow_table(), ["id"])
+    assert full.equals(sort_table(table.expected(), ["id"]))
+    assert t.count_rows() == table.expected().num_rows
+
+
+def test_count_then_mask_equals_plain_lance(table: ModelTable) -> None:
+    """count(*) decides every fragment; the full mask equals the base rows whose key is newer."""
+    t = mq.open_table(table.uri)
+    assert t.sql("SELECT count(*) AS n FROM t").to_arrow_table().column("n")[0].as_py() == len(table.model)
+    mask = t.merge_state.base_mask
+    assert mask.status().complete
+    base = lance.dataset(table.uri).to_table(columns=["id"], with_row_address=True)
+    newer = set()
+    for r in t.snapshot.regions:
+        for g in r.generations:
+            newer |= set(g.dataset.to_table(columns=["id"]).column("id").to_pylist())
+        if r.memtable is not None:
+            newer |= set(r.memtable.table.column("id").to_pylist())
+    shadowed = base.filter(pa.array([k in newer for k in base.column("id").to_pylist()]))
+    assert mask.all().tolist() == sorted(shadowed.column("_rowaddr").to_pylist())
+    assert t.merge_state.base_shadowed_rows == shadowed.num_rows
+
+
+def test_selective_query_uses_the_key_index_and_decodes_nothing(
+    table: ModelTable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """WHERE id = X: Lance filters each base fragment (its scalar index when there is one);
+    no base column is decoded into the cache and no fragment's mask is decided."""
+    t = mq.open_table(table.uri)
+    spy = _BaseReads(monkeypatch, table.uri)
+    e = table.expected()
+    indexed = any(i.columns == ["id"] for i in t.view.scalar_indexes())
+    for n, key in enumerate([int(e.column("id")[0].as_py()), int(e.column("id")[e.num_rows - 1].as_py()), 5, 999_999]):
+        got = t.sql(f"SELECT * FROM t WHERE id = {key}").to_arrow_table()
+        want = e.filter(pc.equal(e.column("id"), key))
+        assert sort_table(got.select(e.column_names), ["id"]).equals(sort_table(want, ["id"]))
+        if n == 0 or indexed:  # without an index, a second scan decodes the fragments into the cache
+            base_keys = [k for k in t.view.cache.fragment_columns if k[0] == t.snapshot.uri]
+            assert base_keys == [] and t.merge_state.base_mask.status().decided == 0
+            assert spy.reads and all(name == "scanner" for name, _ in spy.reads)
+            assert "base mask decided lazily: 0 of" in t.explain()
+
+
+def test_lazy_mask_across_refresh_merge_and_gc(tmp_path: Path) -> None:
+    """Decisions made for one snapshot never leak into the next: after new writes, a merge
+    (new base fragments, deletion files) and garbage collection, refreshed answers equal
+    the model, and unchanged fragments reuse the keys read before."""
+    t = _build(str(tmp_path / "t"), key_index=False, seed=8)
+    rng = np.random.default_rng(8)
+    table = mq.open_table(t.uri)
+
+    def check(tb: mq.Table) -> None:
+        assert tb.sql("SELECT count(*) AS n FROM t").to_arrow_table().column("n")[0].as_py() == len(t.model)
+        got = tb.sql("SELECT sum(amount) AS s FROM t WHERE amount < 30").to_arrow_table().column("s")[0].as_py()
+        assert got == pytest.approx(_model_sum(t, 30.0))
+        full = sort_table(tb.to_arrow(), ["id"])
+        assert full.equals(sort_table(t.expected(), ["id"]))
+
+    check(table)  # decides every base fragment of the first snapshot
+    t.put(rows(rng.choice(3000, 200, replace=False), 7, rng))  # updates of base keys: new shadowing
+    t.delete([(int(k),) for k in rng.choice(3000, 20, replace=False)])
+    t.flush()
+    table = table.refresh()
+    assert table.merge_state.base_mask.status().decided == 0
+    check(table)
+    for r in t.regions():  # merge the oldest unmerged generation everywhere, then GC it
+        unmerged = [g for g, _ in t.flushed(r) if g > table.snapshot.index.merged_generation(r)]
+        if unmerged:
+            path = dict(t.flushed(r))[unmerged[0]]
+            t.merge(r, unmerged[0])
+            shutil.rmtree(f"{t.uri}/_mem_wal/{r}/{path}")
+    table = table.refresh()
+    check(table)
+    t.flush()  # the WAL tail becomes a generation
+    final = table.refresh()
+    check(final)
