@@ -54,7 +54,10 @@ CASES = {
 
 
 SPARK_CASES = {
-    "bench_spark.py": ["--rows", "20000", "--regions", "4", "--repeat", "1"],
+    "bench_spark.py": [
+        *("--rows", "20000", "--regions", "4", "--repeat", "1"),
+        *("--stream-files", "3", "--stream-rows", "500"),
+    ],
     "bench_stream.py": ["--base-rows", "20000", "--newer-rows", "2000", "--tail-rows", "200", "--repeat", "1"],
 }
 
