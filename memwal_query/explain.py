@@ -66,6 +66,7 @@ def _table_lines(d: Mapping[str, Any]) -> list[str]:
     for c in d["index_catchup_progress"]:
         lines.append(f"  index catch-up {c['index']}: caught up with generations {_short(c['caught_up']) or 'none'}")
     lines += [f"  {v['text']}" for v in d["vector_indexes"]]
+    lines += [f"  {v['text']}" for v in d.get("knn_memory", [])]
     lines += [f"  {s['text']} [{s['index_type']} on {s['column']}]" for s in d["scalar_index_catchup"]]
     return lines
 

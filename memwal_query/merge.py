@@ -37,6 +37,7 @@ from memwal_query.snapshot.model import GenerationSource, MemTableSource, Snapsh
 
 __all__ = [
     "NewerKeys",
+    "ascending_hits",
     "RegionMergeStats",
     "MergeState",
     "RankedLevels",
@@ -159,7 +160,9 @@ class NewerKeys:
         if arr is not None:
             col = keys.column(self.pk[0])
             valid = np.asarray(pc.is_valid(col)) if col.null_count else None  # a null key shadows nothing
-            k = np.asarray(pc.fill_null(col, 0).to_numpy(), dtype=arr.dtype)
+            k = np.asarray((pc.fill_null(col, 0) if col.null_count else col).to_numpy(), dtype=arr.dtype)
+            if valid is None and k.size > 1 and bool(np.all(k[1:] >= k[:-1])):
+                return ascending_hits(k, arr)  # a bulk-loaded base batch: only newer keys in its range
             pos = np.minimum(np.searchsorted(arr, k), arr.size - 1)
             hit = arr[pos] == k if arr.size else np.zeros(n, dtype=bool)
             return hit & valid if valid is not None else hit
@@ -170,6 +173,29 @@ class NewerKeys:
         hit = np.zeros(n, dtype=bool)
         hit[np.asarray(rows.to_numpy())] = True
         return hit
+
+
+def ascending_hits(keys: np.ndarray, newer: np.ndarray) -> np.ndarray:
+    """Which of the ascending ``keys`` are in the sorted, unique ``newer``.
+
+    Only the newer keys inside ``keys``' range are looked up (few per batch), not every
+    key: a full pass over a bulk-loaded base costs a few searches per batch.
+
+    Example:
+        >>> import numpy as np
+        >>> ascending_hits(np.array([1, 2, 2, 3, 9]), np.array([2, 9, 20])).tolist()
+        [False, True, True, False, True]
+    """
+    hit = np.zeros(keys.size, dtype=bool)
+    if not keys.size or not newer.size:
+        return hit
+    w = newer[np.searchsorted(newer, keys[0]) : np.searchsorted(newer, keys[-1], "right")]
+    if w.size:
+        edges = np.zeros(keys.size + 1, dtype=np.int64)  # each run of equal keys [lo, hi): +1 ... -1
+        np.add.at(edges, np.searchsorted(keys, w, "left"), 1)
+        np.add.at(edges, np.searchsorted(keys, w, "right"), -1)
+        hit = np.cumsum(edges[:-1]) > 0
+    return hit
 
 
 def _sorted_unique(columns: list[pa.ChunkedArray]) -> tuple[np.ndarray, int]:
