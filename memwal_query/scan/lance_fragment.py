@@ -120,16 +120,19 @@ def keep_while_streaming(
 
 
 def keeps_decoded(
-    cache: SnapshotCache | None, key: Callable[[], tuple[object, ...]], read: list[str], width: int
+    cache: SnapshotCache | None, key: Callable[[], tuple[object, ...]], read: list[str], owner: ScanContext
 ) -> bool:
     """Whether an unfiltered scan of columns ``read`` (of ``width``) keeps what it decodes.
 
-    Scans keep the batches they pass on (no copy) up to the cache's budget, then stop
-    keeping (:func:`keep_while_streaming`): a warm query, ``SELECT *`` included, then
-    reads memory, and a pass over a table larger than the budget holds at most the
-    budget. ``to_reader`` (a one-shot export) keeps nothing; it does not come here.
+    Scans of some columns (aggregates, joins: read again and again) keep the batches
+    they pass on (no copy) up to the cache's budget (:func:`keep_while_streaming`). A
+    scan of every column (``SELECT *``, an export) keeps them only when the whole table
+    fits the budget (``owner.full_bytes``): keeping the first fragments of a larger one
+    would cost the pass memory and time for little. ``to_reader`` keeps nothing.
     """
-    if cache is None or not read or width <= 0:
+    if cache is None or not read:
+        return False
+    if len(read) >= len(owner.data_schema) and cache.resident_bytes + owner.full_bytes > RESIDENT_MAX_BYTES:
         return False
     with cache.lock:
         return key() not in cache.over_budget
@@ -375,11 +378,7 @@ class LanceFragment(SourceFragment):
                 if resident is not None:
                     yield from resident
                     return
-            if (
-                filt is None
-                and not owner.with_hidden
-                and keeps_decoded(self.resident, self._cache_key, read, len(owner.data_schema))
-            ):
+            if filt is None and not owner.with_hidden and keeps_decoded(self.resident, self._cache_key, read, owner):
                 yield from self._kept_stream(read, cols, out, size)
                 return
         # An undecided fragment read through Lance on purpose (first touch, a scalar index
