@@ -197,7 +197,7 @@ class Table(ViewFacts):
 
     @property
     def last_lookup_stats(self) -> LookupStats | None:
-        """What this table's last :meth:`lookup` touched (regions, generations, bloom skips)."""
+        """What this table's last :meth:`lookup` touched (regions, generations, base keys)."""
         return self._last_lookup
 
     def nearest(

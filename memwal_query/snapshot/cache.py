@@ -31,7 +31,6 @@ class SnapshotCache:
     wal_entries: dict[tuple[str, int], WalEntry] = field(default_factory=dict)
     manifests: dict[str, RegionManifest] = field(default_factory=dict)
     generation_keys: dict[str, pa.Table] = field(default_factory=dict)
-    blooms: dict[str, object] = field(default_factory=dict)
     #: Key columns and ``_rowaddr`` of base fragments the lazy base mask read, by
     #: fragment identity (``base_mask.fragment_identity``): a refresh reuses them.
     base_runs: dict[tuple[object, ...], pa.Table] = field(default_factory=dict)
