@@ -16,9 +16,17 @@ Measures, in one run:
   vs ``LsmVectorSearchPlanner`` vs DataFusion brute force (``array_distance`` over
   the merged table), with recall@10 against exact search over the merged rows.
 
-Prints PASS/MISS for the targets: single lookup p50 <= pylance's; a 1,000-key batch
->= 10x faster than 1,000 single lookups; KNN p50 <= 1.5x pylance with recall >=
-pylance's. Results go to ``--out`` (JSON).
+Lookups against the base table's own BTREE index (``lookup_levels.py``): a table with
+``--level-rounds`` x ``--regions`` generations and a WAL tail, and a lagging-merger table
+(``--lag-rounds`` x ``--lag-regions`` generations, ``--lag-rows`` unmerged rows; 0: skip):
+single-key p50/p95, 1,000 keys in one call vs one base ``id IN (...)`` query, and a fresh
+process's open + first lookup.
+
+Prints PASS/MISS for the targets: single lookup p50 <= 1.5x the base BTREE lookup (levels
+table), 1,000 keys <= 3x one base ``IN`` query, both <= 2x on the lagging-merger table;
+single lookup p50 <= pylance's planner; a 1,000-key batch >= 10x faster than 1,000
+single lookups; KNN p50 <= 1.5x pylance with recall >= pylance's. Results go to
+``--out`` (JSON).
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ from lance.mem_wal import LsmPointLookupPlanner, LsmVectorSearchPlanner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_read import machine_info  # noqa: E402
+from lookup_levels import run_table  # noqa: E402
 
 import memwal_query as mq  # noqa: E402
 from memwal_write import write_arrow  # noqa: E402
@@ -186,6 +195,28 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     res["knn"] = knn
     if a.catchup_rows:
         res["catchup"] = catchup_regime(root, a)
+    res["lookup_levels"] = run_table(
+        root,
+        "levels",
+        {
+            "base_rows": a.base_rows,
+            "regions": a.regions,
+            "rounds": a.level_rounds,
+            "round_rows": a.newer_rows,
+            "tail_rows": a.tail_rows,
+        },
+        a.lookups,
+        a.batch_repeat,
+    )
+    if a.lag_rows:
+        lag = {
+            "base_rows": a.lag_base_rows,
+            "regions": a.lag_regions,
+            "rounds": a.lag_rounds,
+            "round_rows": a.lag_rows // a.lag_rounds,
+            "tail_rows": a.tail_rows,
+        }
+        res["lookup_lagging_merger"] = run_table(root, "lagging", lag, a.lookups, a.batch_repeat)
     return res
 
 
@@ -242,6 +273,7 @@ def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
     speed = knn["ours"]["p50_ms"] / knn["pylance"]["p50_ms"]
     recall = knn["ours"]["recall@10"] - knn["pylance"]["recall@10"]
     return [
+        *lookup_targets(res),
         {"target": "single lookup p50 <= pylance's", "value": single, "limit": 1, "unit": "x", "pass": single <= 1},
         {
             "target": "1000-key batch >= 10x faster than 1000 single lookups",
@@ -259,6 +291,50 @@ def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
             "pass": recall >= 0,
         },
     ]
+
+
+def lookup_targets(res: dict[str, Any]) -> list[dict[str, Any]]:
+    """Lookups against the base table's BTREE index (issue 16, items 3 and 5)."""
+    out = []
+    for name, label, single_max, batch_max in [
+        ("lookup_levels", "24+ generations + WAL tail", 1.5, 3.0),
+        ("lookup_lagging_merger", "lagging merger", 2.0, 2.0),
+    ]:
+        if name not in res:
+            continue
+        r = res[name]
+        for what, key, limit in [
+            ("single lookup p50 vs base BTREE", "single_ratio_p50", single_max),
+            ("1000 keys vs one base IN query", "batch_ratio_p50", batch_max),
+        ]:
+            v = r[key]
+            out.append({"target": f"{label}: {what}", "value": v, "limit": limit, "unit": "x", "pass": v <= limit})
+    return out
+
+
+def report_levels(res: dict[str, Any]) -> None:
+    for name in ("lookup_levels", "lookup_lagging_merger"):
+        if name not in res:
+            continue
+        r = res[name]
+        s, b, f = r["single"], r["batch_1000"], r["fresh_process"]
+        print(
+            f"{name}: {r['generations']} generations, {r['unmerged_rows']:,} unmerged rows, "
+            f"{r['wal_tail_rows']:,} WAL tail rows, key index {r['newer_keys_index_mb']:.1f} MB, "
+            f"open {r['open_s']:.2f} s"
+        )
+        print(
+            f"  single  ours p50 {s['ours']['p50_ms']:.2f} p95 {s['ours']['p95_ms']:.2f} ms | base BTREE p50 "
+            f"{s['base_btree']['p50_ms']:.2f} p95 {s['base_btree']['p95_ms']:.2f} ms | {r['single_ratio_p50']:.2f}x"
+        )
+        print(
+            f"  1000    ours p50 {b['ours']['p50_ms']:.1f} ms | base IN p50 {b['base_btree_in']['p50_ms']:.1f} ms"
+            f" | {r['batch_ratio_p50']:.2f}x"
+        )
+        print(
+            f"  fresh process: ours open {f['ours']['open_ms']:.0f} + first {f['ours']['first_ms']:.1f} ms | "
+            f"base open {f['base_btree']['open_ms']:.0f} + first {f['base_btree']['first_ms']:.1f} ms"
+        )
 
 
 def report(res: dict[str, Any]) -> list[tuple[str, bool]]:
@@ -287,6 +363,8 @@ def report(res: dict[str, Any]) -> list[tuple[str, bool]]:
         for name in ("ours_auto", "ours_never", "pylance"):
             v = c[name]
             print(f"  knn {name:22s} p50 {v['p50_ms']:8.2f} p95 {v['p95_ms']:8.2f} ms recall@10 {v['recall@10']:.3f}")
+    report_levels(res)
+    targets = [(t["target"], t["pass"]) for t in lookup_targets(res)] + targets
     for name, ok in targets:
         print(f"  {'PASS' if ok else 'MISS'}  {name}")
     return targets
@@ -303,6 +381,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--queries", type=int, default=50)
     p.add_argument("--nprobes", type=int, default=20)
     p.add_argument("--catchup-rows", type=int, default=400_000, help="rows merged after the index build (0: skip)")
+    p.add_argument("--level-rounds", type=int, default=3, help="flushed generations per region (levels table)")
+    p.add_argument("--tail-rows", type=int, default=5_000, help="WAL tail rows (writers left open)")
+    p.add_argument("--batch-repeat", type=int, default=15, help="timed 1,000-key lookups")
+    p.add_argument("--lag-base-rows", type=int, default=200_000)
+    p.add_argument("--lag-regions", type=int, default=4)
+    p.add_argument("--lag-rounds", type=int, default=25, help="generations per region (lagging merger)")
+    p.add_argument("--lag-rows", type=int, default=1_000_000, help="unmerged rows (lagging merger; 0: skip)")
     p.add_argument("--dir", help="keep (and reuse) the table here")
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "lookup_knn.json"))
     a = p.parse_args(argv)

@@ -15,7 +15,11 @@ Measures, for ``--rows`` rows routed to ``--regions`` bucket regions:
 * ``lance.write_dataset`` of the same rows: from Spark (``toArrow`` then a plain
   write, the limit for a Spark job) and already in memory (no Spark, no WAL);
 * reads: ``memwal_write.read_spark`` (one region per task) vs the single-process
-  ``memwal_query.open_table(uri).to_arrow()``.
+  ``memwal_query.open_table(uri).to_arrow()``;
+* the ``memwal`` data source under Structured Streaming (``benchmarks/spark_stream_bench.py``):
+  sink throughput against a plain-Lance ``foreachBatch`` sink, and freshness (a micro-batch's
+  commit until a strong reader sees it). ``--only-stream`` runs just these and adds them to an
+  existing results file (key ``streaming``).
 
 The write paths and their anchor (``toArrow`` + ``lance.write_dataset``) run in rounds,
 one of each per round in a rotating order, with the files of earlier runs written back
@@ -151,6 +155,35 @@ def _median(xs: list[float]) -> float:
     return xs[len(xs) // 2]
 
 
+def _streaming(spark: Any, root: str, args: Any) -> dict[str, Any]:
+    from spark_stream_bench import stream_benchmarks
+
+    def new_table(name: str) -> str:
+        return _new_table(root, f"stream-{name}", args.regions)
+
+    print(f"streaming: {args.stream_files} micro-batches of {args.stream_rows:,} rows, {args.regions} regions")
+    return stream_benchmarks(spark, root, new_table, args.stream_files, args.stream_rows, args.repeat)
+
+
+def _only_stream(spark: Any, root: str, args: Any) -> int:
+    """``--only-stream``: the streaming measures, added to the results file as ``streaming``."""
+    _warm_up(spark, args.cores)
+    streaming = _streaming(spark, root, args)
+    spark.stop()
+    out = Path(args.out)
+    report = json.loads(out.read_text()) if out.exists() else {"targets": []}
+    report["streaming"] = {
+        "master": f"local[{args.cores}]",
+        "regions": args.regions,
+        "repeat": args.repeat,
+        **streaming,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--rows", type=int, default=2_000_000)
@@ -158,10 +191,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cores", type=int, default=2)
     p.add_argument("--repeat", type=int, default=5, help="runs per measurement (the median is reported)")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "spark.json"))
+    p.add_argument("--stream-files", type=int, default=20, help="micro-batches of the streaming measures")
+    p.add_argument("--stream-rows", type=int, default=50_000, help="rows per micro-batch")
+    p.add_argument("--only-stream", action="store_true", help="only the streaming measures, added to --out")
     args = p.parse_args(argv)
     spark = _spark(args.cores, args.regions)
     spark.sparkContext.setLogLevel("ERROR")
     root = tempfile.mkdtemp(prefix="memwal-bench-spark-")
+    if args.only_stream:
+        return _only_stream(spark, root, args)
     rows, results = args.rows, {}
     counter = iter(range(1_000_000))
 
@@ -276,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     single = timed("read merged: single process", lambda: mq.open_table(uri).to_arrow())
     got = timed("read merged: read_spark", lambda: memwal_write.read_spark(spark, uri).toArrow())
     assert got.num_rows == single.num_rows == rows, (got.num_rows, single.num_rows)
+    streaming = _streaming(spark, root, args)
     spark.stop()
     r = results
     plain = r["spark -> toArrow + lance.write_dataset"]
@@ -348,6 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         "results": results,
         "ratios": ratios,
         "targets": targets,
+        "streaming": streaming,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")

@@ -20,7 +20,7 @@ from memwal_query.planner.pruning import RegionValues
 from memwal_query.regionspec.spec import lance_field_ids
 from memwal_query.snapshot.model import GenerationSource, RegionSnapshot, Snapshot
 from memwal_query.snapshot.recovery import REPAIR_HINT
-from memwal_query.vector import index_coverage
+from memwal_query.vector import index_coverage, knn_memory
 from memwal_query.view.table_view import HasView, TableView, view_of
 
 __all__ = ["describe_table", "describe_predicate", "freshness"]
@@ -297,6 +297,9 @@ def describe_table(source: HasView, *, predicate: str | None = None) -> dict[str
         "consistent_cut": snap.consistent_cut,
         "cut": _cut_text(snap),
         "merge_seconds": merge.seconds,
+        "newer_keys": len(merge.newer),
+        "newer_keys_bytes": merge.newer.nbytes,
+        "lookup_rows_bytes": table.cache.generation_rows_bytes,
         "cross_region_keys": merge.cross_region_keys,
         "lost_generations": _lost_generations(snap),
         "specs": [{"spec_id": s.spec_id, "fields": _spec_fields(table, s.spec_id)} for s in index.specs],
@@ -314,6 +317,11 @@ def describe_table(source: HasView, *, predicate: str | None = None) -> dict[str
             for c in index.index_catchup
         ],
         "vector_indexes": _vector_indexes(table),
+        "knn_memory": [
+            {"column": f.name, "text": knn_memory(table, f.name).describe()}
+            for f in snap.schema
+            if pa.types.is_fixed_size_list(f.type) and any(r.generations or r.memtable for r in snap.regions)
+        ],
         "scalar_index_catchup": _scalar_index_catchup(table),
         "freshness": freshness(table),
         "regions": regions,

@@ -38,6 +38,18 @@ _recent: deque[MemWalError] = deque(maxlen=_KEPT)
 _lock = threading.Lock()
 # DataFusion's rendering of a Python exception: keep only its value.
 _PYERR = re.compile(r"PyErr \{ type: <class '[^']*'>, value: (?P<value>.*?), traceback: ", re.S)
+# datafusion-python 55 turns a pushed-down filter into a pyarrow expression; a predicate
+# its simplifier folded partly to a constant (``a < 0 AND (a = 0 AND a = 1)``) becomes a
+# pyarrow scalar combined with an expression, which pyarrow refuses. A plain
+# ``pyarrow.dataset`` fails the same way: say so instead of showing pyarrow's TypeError.
+_CONSTANT_FILTER = re.compile(
+    r"for [&|]: '?pyarrow\.lib\.BooleanScalar'? and|Cannot convert pyarrow\.lib\.BooleanScalar"
+)
+_CONSTANT_HINT = (
+    "query failed: DataFusion simplified part of the WHERE clause to a constant it cannot pass to"
+    " a table scan (a datafusion-python limitation, not the table's); drop the contradictory or"
+    " always-true part of the predicate"
+)
 
 
 def raised_in_engine(err: MemWalError) -> MemWalError:
@@ -81,6 +93,8 @@ def engine_error(exc: BaseException) -> MemWalError:
             if msg and (msg in text or repr(msg)[1:-1] in text):
                 _recent.remove(err)
                 return err
+    if _CONSTANT_FILTER.search(text):
+        return MemWalError(_CONSTANT_HINT)
     m = _PYERR.search(text)
     if m is not None:
         text = text[: m.start()] + m.group("value")

@@ -52,7 +52,9 @@ def _table_lines(d: Mapping[str, Any]) -> list[str]:
         f"  {d['base_mask']['text']}",
         f"  primary key: {', '.join(d['primary_key'])}",
         f"  consistency: {d['consistency']} ({d['consistency_source']}; {d['cut']})",
-        f"  regions: {len(d['regions'])}; merge computed in {d['merge_seconds'] * 1000:.1f} ms",
+        f"  regions: {len(d['regions'])}; merge computed in {d['merge_seconds'] * 1000:.1f} ms; "
+        f"key index of newer levels: {counted(d['newer_keys'], 'key')}, {d['newer_keys_bytes'] / 2**20:.1f} MB; "
+        f"generation rows held for lookups: {d['lookup_rows_bytes'] / 2**20:.1f} MB",
     ]
     lost = _lost_text(d["lost_generations"])
     if lost:
@@ -64,6 +66,7 @@ def _table_lines(d: Mapping[str, Any]) -> list[str]:
     for c in d["index_catchup_progress"]:
         lines.append(f"  index catch-up {c['index']}: caught up with generations {_short(c['caught_up']) or 'none'}")
     lines += [f"  {v['text']}" for v in d["vector_indexes"]]
+    lines += [f"  {v['text']}" for v in d.get("knn_memory", [])]
     lines += [f"  {s['text']} [{s['index_type']} on {s['column']}]" for s in d["scalar_index_catchup"]]
     return lines
 

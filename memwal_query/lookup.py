@@ -1,42 +1,58 @@
-"""Point lookups by primary key across LSM levels, newest source first.
+"""Point lookups by primary key across LSM levels, resolved in memory, then fetched.
 
-For each key: the region it routes to (region pruning), then that region's
-MemTable, then its unmerged generations newest first (each skipped when its bloom
-filter rules the key out), and finally the base table (one filtered scan for all
-keys still unresolved; Lance uses a scalar index on the key when there is one).
-The first version found decides: a live row is returned, a tombstone hides the
-key. Nothing here needs the snapshot's merge (the base mask), so a lookup on a
-freshly opened table is cheap.
+For each key: the region it routes to (region pruning), then the snapshot's
+in-memory index of the region's newer levels (``merge.NewerKeys``: the newest
+version of every key in its unmerged generations and MemTable, built once by the
+merge at open). A key found there is decided without I/O: a tombstone hides it, a
+MemTable row comes from memory, a generation row is fetched by its row address
+(one ``take`` per generation touched, whatever the number of keys). Only the keys
+no newer level holds go to the base, in one filtered read that Lance serves from
+a scalar index on the key when there is one. The cost therefore follows the keys
+asked for, not the number of generations.
 """
 
 from __future__ import annotations
 
-import logging
+import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from functools import partial
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from memwal_query.errors import InvalidArgumentError, MemWalCorruptionError
-from memwal_query.format.bloom import BloomFilter, key_hash, read_bloom_filter
+from memwal_query.errors import InvalidArgumentError
 from memwal_query.format.wal import TOMBSTONE
-from memwal_query.merge import first_of_group
 from memwal_query.planner.routing import route_keys
 from memwal_query.snapshot.model import GenerationSource, RegionSnapshot
 from memwal_query.view.table_view import TableView
 
 __all__ = ["LookupStats", "LookupResult", "normalize_keys", "lookup"]
 
-log = logging.getLogger("memwal_query")
+LOOKUP_ROWS_BUDGET = 256 * 2**20  # bytes of small generations held whole for lookups
+_HELD_MAX_ROWS = 200_000
+_READERS = 4  # generation takes and the base read running at once
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass
 class LookupStats:
-    """What a lookup touched."""
+    """What a lookup touched.
+
+    ``memtable_hits`` / ``generation_hits``: keys whose newest version is in a MemTable /
+    an unmerged generation (tombstones included; ``deleted`` counts those). Newer levels are
+    resolved in memory: ``generations_scanned`` counts the generations read through Lance
+    (one ``take`` each), ``generations_from_memory`` those served from their rows held in
+    memory (small generations, read whole once: ``LOOKUP_ROWS_BUDGET``), and
+    ``generations_skipped_by_bloom`` stays 0 (no bloom filter is consulted).
+    ``base_keys``: keys sent to the base in its one read; ``base_hits``: rows it returned.
+    ``regions_pruned``: regions given no key, by their spec values or because the in-memory
+    key index shows no newer version of any key asked for (then no routing is done).
+    """
 
     keys: int = 0
     regions_searched: int = 0
@@ -45,6 +61,7 @@ class LookupStats:
     generations_scanned: int = 0
     generations_skipped_by_bloom: int = 0
     generation_hits: int = 0
+    generations_from_memory: int = 0
     base_keys: int = 0
     base_hits: int = 0
     deleted: int = 0
@@ -134,28 +151,6 @@ def _semi(rows: pa.Table, keys: pa.Table, pk: Sequence[str]) -> pa.Table:
     return rows.join(keys, keys=list(pk), join_type="left semi")
 
 
-def _anti(keys: pa.Table, found: pa.Table, pk: Sequence[str]) -> pa.Table:
-    if found.num_rows == 0 or keys.num_rows == 0:
-        return keys
-    if len(pk) == 1:
-        hit = pc.is_in(keys.column(pk[0]), value_set=found.column(pk[0]).combine_chunks())
-        return keys.filter(pc.invert(hit))
-    return keys.join(found.select(list(pk)), keys=list(pk), join_type="left anti")
-
-
-def _newest(rows: pa.Table, pk: Sequence[str], order: Sequence[str]) -> pa.Table:
-    if rows.num_rows <= 1:
-        return rows
-    idx = pc.sort_indices(rows, sort_keys=[(k, "ascending") for k in pk] + [(o, "descending") for o in order])
-    s = rows.take(idx)
-    return s.filter(pa.array(first_of_group([s.column(k) for k in pk])))
-
-
-def _split_found(rows: pa.Table) -> tuple[pa.Table, pa.Table]:
-    tomb = pc.fill_null(rows.column(TOMBSTONE), False)
-    return rows.filter(pc.invert(tomb)), rows.filter(tomb)
-
-
 class LookupResult(NamedTuple):
     """A lookup's rows and what it touched."""
 
@@ -163,118 +158,177 @@ class LookupResult(NamedTuple):
     stats: LookupStats
 
 
-def _bloom(gen: GenerationSource, view: TableView) -> BloomFilter | None:
-    if gen.rebuilt_from_wal:
-        return None  # rebuilt from the WAL: no bloom filter
-    storage = view.storage
-    rel = gen.uri[len(storage.uri) + 1 :] + "/bloom_filter.bin"
-    cache = view.cache.blooms
-    if gen.uri in cache:
-        hit = cache[gen.uri]
-        return hit if isinstance(hit, BloomFilter) else None
-    try:
-        bloom = read_bloom_filter(storage, rel)
-    except MemWalCorruptionError as err:
-        log.warning("%s; the generation is scanned instead", err)
-        bloom = None
-    cache[gen.uri] = bloom
-    return bloom
+def _base_filter(keys: pa.Table, pk: Sequence[str]) -> str | pc.Expression:
+    """The base query's filter: SQL text for one integer key column (what Lance's scalar
+    index planner sees most directly, like a user's ``id = X``), else an expression."""
+    col = keys.column(pk[0])
+    if len(pk) == 1 and pa.types.is_integer(col.type) and _PLAIN_NAME.fullmatch(pk[0]):
+        values = [str(v) for v in col.to_pylist() if v is not None]
+        if len(values) == 1:
+            return f"{pk[0]} = {values[0]}"
+        return f"{pk[0]} IN ({', '.join(values)})"
+    return _key_filter(keys, pk)
 
 
 class _Search:
-    """One lookup in progress: the keys still unresolved, the rows found, the counts."""
+    """One lookup in progress: which keys are still unresolved, the rows found, the counts.
+
+    ``want`` carries ``_row`` (its row number); ``remaining[i]``: key ``i`` is unresolved.
+    """
 
     def __init__(self, view: TableView, want: pa.Table, read_cols: list[str], out_cols: list[str]) -> None:
         self.view = view
         self.pk = list(view.snapshot.primary_key)
-        self.read_cols = read_cols
+        # All columns: no projection (Lance plans a projection at a cost of its own)
+        names = view.snapshot.schema.names
+        self.read_cols: list[str] | None = None if set(read_cols) >= set(names) else read_cols
         self.out_cols = out_cols
-        self.remaining = want
+        self.want = want
+        self.remaining = np.ones(want.num_rows, dtype=bool)
         self.parts: list[pa.Table] = []
+        self.jobs: list[Callable[[], pa.Table]] = []
+        self.base_job: int | None = None
         self.stats = LookupStats(keys=want.num_rows)
-        self.type_names = [str(view.snapshot.schema.field(k).type) for k in self.pk]
-        self.key_hashes: dict[tuple[Any, ...], int] = {}
 
-    def found(self, rows: pa.Table, keys: pa.Table) -> pa.Table:
-        """Record the newest version per key of ``rows``; the keys of ``keys`` still unresolved."""
-        live, dead = _split_found(rows)
-        self.stats.deleted += dead.num_rows
-        self.parts.append(live.select(self.out_cols))
-        return _anti(keys, rows, self.pk)
+    def memtable(self, region: RegionSnapshot, keys: pa.Table) -> None:
+        """The live MemTable rows of ``keys`` (the merge kept the newest one per key)."""
+        rows = self.view.merge.memtables.get(region.region_id)
+        if rows is None or keys.num_rows == 0:
+            return
+        if len(self.pk) == 1:
+            m = rows.filter(pc.is_in(rows.column(self.pk[0]), value_set=keys.column(0).combine_chunks()))
+        else:
+            m = _semi(rows.filter(_key_filter(keys, self.pk)), keys, self.pk)
+        self.parts.append(m.select(self.out_cols))
 
-    def memtable(self, region: RegionSnapshot, rkeys: pa.Table) -> pa.Table:
-        mem = region.memtable
-        if mem is None or not mem.table.num_rows:
-            return rkeys
-        pk = self.pk
-        m = _semi(mem.table.filter(_key_filter(rkeys, pk)), rkeys, pk)
-        if not m.num_rows:
-            return rkeys
-        m = _newest(m, pk, ["_gen", "_seq"])
-        self.stats.memtable_hits += m.num_rows
-        return self.found(m, rkeys)
-
-    def candidates(self, gen: GenerationSource, rkeys: pa.Table) -> pa.Table | None:
-        """The keys the generation's bloom filter may hold (``None``: none of them)."""
-        bloom = _bloom(gen, self.view)
-        if bloom is None:
-            return rkeys
-        hashes = []
-        for tup in zip(*[rkeys.column(k).to_pylist() for k in self.pk], strict=True):
-            h = self.key_hashes.get(tup)
-            if h is None:
-                h = self.key_hashes[tup] = key_hash(tup, self.type_names)
-            hashes.append(h)
-        maybe = bloom.might_contain_hashes(hashes)
-        if not maybe.any():
-            self.stats.generations_skipped_by_bloom += 1
-            return None
-        return rkeys.filter(pa.array(maybe))
-
-    def generation(self, gen: GenerationSource, rkeys: pa.Table) -> pa.Table:
-        candidates = self.candidates(gen, rkeys)
-        if candidates is None:
-            return rkeys
+    def generation(self, region: RegionSnapshot, level: int, keys: pa.Table, addrs: np.ndarray) -> None:
+        """Queue the read of the rows at ``addrs`` (sorted) of one generation: one ``take``."""
+        gen = region.generations[level]
+        held = _held_rows(self.view, gen)
+        if held is not None:
+            rows = _take_held(held, addrs)
+            if rows is not None:
+                self.stats.generations_from_memory += 1
+                self.parts.append(rows.select(self.out_cols))
+                return
         self.stats.generations_scanned += 1
-        rows = gen.dataset.to_table(
-            columns=list(dict.fromkeys(self.read_cols + [TOMBSTONE])),
-            filter=_key_filter(candidates, self.pk),
-            with_row_address=True,
-        )
-        rows = _semi(rows, candidates, self.pk)
-        if rows.num_rows == 0:
-            return rkeys
-        rows = _newest(rows, self.pk, ["_rowaddr"])
-        self.stats.generation_hits += rows.num_rows
-        return self.found(rows, rkeys)
+        self.jobs.append(partial(_take, gen.dataset, keys, addrs, self.read_cols, self.pk))
 
     def region(self, region: RegionSnapshot, rkeys: pa.Table) -> None:
-        """Resolve ``rkeys`` in the region's MemTable, then its generations newest first."""
+        """Resolve ``rkeys`` against the region's newer levels, in memory (the merge's key index)."""
         pk = self.pk
-        if len(pk) > 1:
-            rkeys = _semi(rkeys, self.remaining, pk)
-        else:
-            rkeys = rkeys.filter(pc.is_in(rkeys.column(pk[0]), value_set=self.remaining.column(pk[0]).combine_chunks()))
-        if rkeys.num_rows == 0:
+        rows = np.asarray(rkeys.column("_row").to_numpy())
+        open_ = self.remaining[rows]
+        if not open_.any():
             return
+        if not open_.all():
+            rkeys, rows = rkeys.filter(pa.array(open_)), rows[open_]
         self.stats.regions_searched += 1
-        left = self.memtable(region, rkeys)
-        for gen in sorted(region.generations, key=lambda g: g.generation, reverse=True):
-            if left.num_rows == 0:
-                break
-            left = self.generation(gen, left)
-        resolved = _anti(rkeys, left, pk) if left.num_rows else rkeys
-        self.remaining = _anti(self.remaining, resolved, pk)
+        newer = self.view.merge.newer
+        key_rows, newest_rows = newer.find(region.region_id, rkeys.select(pk))
+        if key_rows.size == 0:
+            return
+        self.remaining[rows[key_rows]] = False
+        hit = newer.newest[region.region_id].take(pa.array(newest_rows))
+        tomb = np.asarray(pc.fill_null(hit.column(TOMBSTONE), False).to_numpy(zero_copy_only=False))
+        level = np.asarray(hit.column("_lvl").to_numpy())
+        self.stats.deleted += int(tomb.sum())
+        in_mem = level == -1
+        self.stats.memtable_hits += int(in_mem.sum())
+        self.stats.generation_hits += int(level.size - in_mem.sum())
+        live = ~tomb
+        if (live & in_mem).any():
+            self.memtable(region, hit.filter(pa.array(live & in_mem)).select(pk))
+        seq = np.asarray(hit.column("_seq").to_numpy())
+        for lvl in np.unique(level[live & ~in_mem]).tolist():
+            at = np.flatnonzero(live & (level == lvl))
+            at = at[np.argsort(seq[at], kind="stable")]
+            self.generation(region, int(lvl), hit.select(pk).take(pa.array(at)), seq[at])
 
     def base(self) -> None:
-        """The keys no newer level holds: one filtered scan of the base."""
-        if not self.remaining.num_rows:
+        """Queue the keys no newer level holds: one filtered read of the base (its key index)."""
+        if not self.remaining.any():
             return
-        self.stats.base_keys = self.remaining.num_rows
-        rows = self.view.snapshot.base.to_table(columns=self.read_cols, filter=_key_filter(self.remaining, self.pk))
-        rows = _semi(rows, self.remaining, self.pk)
-        self.stats.base_hits = rows.num_rows
-        self.parts.append(rows.select(self.out_cols))
+        keys = self.want.select(self.pk).filter(pa.array(self.remaining))
+        self.stats.base_keys = keys.num_rows
+        base, cols, pk = self.view.snapshot.base, self.read_cols, self.pk
+
+        def read() -> pa.Table:
+            return _semi(base.to_table(columns=cols, filter=_base_filter(keys, pk)), keys, pk)
+
+        self.base_job = len(self.jobs)
+        self.jobs.append(read)
+
+    def run(self) -> None:
+        """Run the queued reads (at the same time when there are several: Lance releases the GIL)."""
+        jobs = self.jobs
+        if len(jobs) == 1:
+            results = [jobs[0]()]
+        elif jobs:
+            with ThreadPoolExecutor(min(_READERS, len(jobs))) as pool:
+                results = list(pool.map(lambda job: job(), jobs))
+        else:
+            results = []
+        if self.base_job is not None:
+            self.stats.base_hits = results[self.base_job].num_rows
+        self.parts.extend(r.select(self.out_cols) for r in results)
+
+
+def _held_rows(view: TableView, gen: GenerationSource) -> pa.Table | None:
+    """The whole rows of a small generation, read once and kept (``None``: over the budget).
+
+    Generations never change; a lookup touching one reads it whole the first time when
+    it fits the budget left (``LOOKUP_ROWS_BUDGET`` for all held generations), then
+    takes rows from memory. Larger ones are read by row address each time.
+    """
+    cache = view.cache
+    with cache.lock:
+        hit = cache.generation_rows.get(gen.uri)
+        used = sum(t.nbytes for t in cache.generation_rows.values()) if hit is None else 0
+    if hit is not None:
+        return hit
+    frags = gen.dataset.get_fragments()
+    rows = sum(f.count_rows() for f in frags)
+    if rows > _HELD_MAX_ROWS or used >= LOOKUP_ROWS_BUDGET:
+        return None
+    table = gen.dataset.to_table(with_row_address=True)
+    if used + table.nbytes > LOOKUP_ROWS_BUDGET:
+        return None
+    with cache.lock:
+        cache.generation_rows[gen.uri] = table
+    return cast("pa.Table", table)
+
+
+def _take_held(held: pa.Table, addrs: np.ndarray) -> pa.Table | None:
+    """The rows of ``held`` at row addresses ``addrs`` (``None``: an address is missing)."""
+    have = np.asarray(held.column("_rowaddr").to_numpy())
+    pos = np.minimum(np.searchsorted(have, addrs), max(have.size - 1, 0))
+    if not have.size or not np.array_equal(have[pos], addrs):
+        return None
+    return held.take(pa.array(pos))
+
+
+def _take(ds: Any, keys: pa.Table, addrs: np.ndarray, cols: list[str] | None, pk: list[str]) -> pa.Table:
+    """The rows of generation ``ds`` at row addresses ``addrs`` (sorted), which hold ``keys``."""
+    rows = ds._take_rows(pa.array(addrs, pa.uint64()), columns=cols)
+    if rows.num_rows != keys.num_rows or not all(rows.column(k).equals(keys.column(k)) for k in pk):
+        # Row addresses are row ids in a generation (no stable row ids); if a writer
+        # ever changes that, read the rows by key and address instead.
+        rows = ds.to_table(columns=cols, filter=_key_filter(keys, pk), with_row_address=True)
+        rows = rows.filter(pc.is_in(rows.column("_rowaddr"), pa.array(addrs, pa.uint64())))
+    return cast("pa.Table", rows)
+
+
+def _with_newer_version(view: TableView, want: pa.Table) -> pa.Table:
+    """The keys some newer level may hold; the others go straight to the base.
+
+    For one integer key column the merge's sorted key array answers without routing
+    (one binary search); other keys are all routed (a region's index answers per region).
+    """
+    pk = view.snapshot.primary_key
+    if len(pk) != 1 or not pa.types.is_integer(want.schema.field(pk[0]).type):
+        return want
+    return want.filter(pa.array(view.merge.newer.contains(want.select(list(pk)))))
 
 
 def lookup(view: TableView, keys: Any, columns: Sequence[str] | None = None) -> LookupResult:
@@ -289,17 +343,22 @@ def lookup(view: TableView, keys: Any, columns: Sequence[str] | None = None) -> 
         msg = f"unknown column(s) {unknown} in {snap.uri}"
         raise InvalidArgumentError(msg)
     want = normalize_keys(keys, schema, pk)
+    want = want.append_column("_row", pa.array(np.arange(want.num_rows, dtype=np.int64)))
     search = _Search(view, want, list(dict.fromkeys(pk + out_cols)), out_cols)
-    routed = route_keys(snap, view.region_values(), view.field_names(), want)  # None: every region
+    probe = _with_newer_version(view, want)
+    routed = (  # None: every region
+        route_keys(snap, view.region_values(), view.field_names(), probe) if probe.num_rows else {}
+    )
     for region in snap.regions:
-        rkeys = routed.get(region.region_id) if routed is not None else search.remaining
+        rkeys = routed.get(region.region_id) if routed is not None else probe
         if rkeys is None or rkeys.num_rows == 0:
             search.stats.regions_pruned += 1
             continue
         search.region(region, rkeys)
     search.base()
+    search.run()
     out_schema = pa.schema([schema.field(c) for c in out_cols])
-    parts = search.parts
-    result = pa.concat_tables([p.cast(out_schema) for p in parts]) if parts else out_schema.empty_table()
+    parts = [p if p.schema.equals(out_schema) else p.cast(out_schema) for p in search.parts]
+    result = (parts[0] if len(parts) == 1 else pa.concat_tables(parts)) if parts else out_schema.empty_table()
     search.stats.seconds = time.perf_counter() - t0
     return LookupResult(result, search.stats)

@@ -37,6 +37,7 @@ from memwal_query.snapshot.model import GenerationSource, MemTableSource, Snapsh
 
 __all__ = [
     "NewerKeys",
+    "ascending_hits",
     "RegionMergeStats",
     "MergeState",
     "RankedLevels",
@@ -74,6 +75,7 @@ class NewerKeys:
         self.pk = list(pk)
         self._sorted: np.ndarray | None = None
         self._unique: pa.Table | None = None
+        self._region_keys: dict[str, np.ndarray] = {}
         self._lock = threading.Lock()
         self.shared_keys = 0  # keys in more than one region (known once sorted_numeric() ran)
 
@@ -96,6 +98,52 @@ class NewerKeys:
                 self._sorted, self.shared_keys = _sorted_unique([t.column(self.pk[0]) for t in self.newest.values()])
         return self._sorted
 
+    @property
+    def nbytes(self) -> int:
+        """Memory held by the in-memory key index (the tables and the arrays derived from them)."""
+        derived = [a.nbytes for a in self._region_keys.values()]
+        if self._sorted is not None:
+            derived.append(self._sorted.nbytes)
+        return int(sum(t.nbytes for t in self.newest.values()) + sum(derived))
+
+    def find(self, region_id: str, keys: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+        """Which rows of ``keys`` have a newer version in the region, and where.
+
+        Returns:
+            ``(key_rows, newest_rows)``: positions in ``keys`` and the matching positions in
+            ``newest[region_id]`` (the newest version of that key). A null key matches nothing.
+
+        Example:
+            >>> import pyarrow as pa
+            >>> newer = NewerKeys({"r": pa.table({"id": [2, 5]})}, ["id"])
+            >>> [a.tolist() for a in newer.find("r", pa.table({"id": [5, 1, 2]}))]
+            [[0, 2], [1, 0]]
+        """
+        table = self.newest.get(region_id)
+        empty = np.empty(0, dtype=np.int64)
+        if table is None or table.num_rows == 0 or keys.num_rows == 0:
+            return empty, empty
+        col = keys.column(self.pk[0])
+        if len(self.pk) == 1 and pa.types.is_integer(col.type):
+            arr = self._region_keys.get(region_id)
+            if arr is None:
+                arr = self._region_keys[region_id] = np.asarray(table.column(self.pk[0]).to_numpy())
+            k = np.asarray(pc.fill_null(col, 0).to_numpy(), dtype=arr.dtype)
+            pos = np.minimum(np.searchsorted(arr, k), arr.size - 1)
+            hit = arr[pos] == k
+            if col.null_count:
+                hit &= np.asarray(pc.is_valid(col))
+            rows = np.flatnonzero(hit)
+            return rows, pos[rows].astype(np.int64)
+        # Other keys: a hash join, the (few) lookup keys as the build side.
+        probe = keys.select(self.pk).append_column("_krow", pa.array(np.arange(keys.num_rows, dtype=np.int64)))
+        target = table.select(self.pk).append_column("_nrow", pa.array(np.arange(table.num_rows, dtype=np.int64)))
+        joined = target.join(probe, keys=self.pk, join_type="inner", use_threads=False)
+        return (
+            np.asarray(joined.column("_krow").to_numpy(), dtype=np.int64),
+            np.asarray(joined.column("_nrow").to_numpy(), dtype=np.int64),
+        )
+
     def contains(self, keys: pa.Table) -> np.ndarray:
         """Boolean mask: which rows of ``keys`` (the key columns) have a newer version.
 
@@ -112,7 +160,9 @@ class NewerKeys:
         if arr is not None:
             col = keys.column(self.pk[0])
             valid = np.asarray(pc.is_valid(col)) if col.null_count else None  # a null key shadows nothing
-            k = np.asarray(pc.fill_null(col, 0).to_numpy(), dtype=arr.dtype)
+            k = np.asarray((pc.fill_null(col, 0) if col.null_count else col).to_numpy(), dtype=arr.dtype)
+            if valid is None and k.size > 1 and bool(np.all(k[1:] >= k[:-1])):
+                return ascending_hits(k, arr)  # a bulk-loaded base batch: only newer keys in its range
             pos = np.minimum(np.searchsorted(arr, k), arr.size - 1)
             hit = arr[pos] == k if arr.size else np.zeros(n, dtype=bool)
             return hit & valid if valid is not None else hit
@@ -123,6 +173,29 @@ class NewerKeys:
         hit = np.zeros(n, dtype=bool)
         hit[np.asarray(rows.to_numpy())] = True
         return hit
+
+
+def ascending_hits(keys: np.ndarray, newer: np.ndarray) -> np.ndarray:
+    """Which of the ascending ``keys`` are in the sorted, unique ``newer``.
+
+    Only the newer keys inside ``keys``' range are looked up (few per batch), not every
+    key: a full pass over a bulk-loaded base costs a few searches per batch.
+
+    Example:
+        >>> import numpy as np
+        >>> ascending_hits(np.array([1, 2, 2, 3, 9]), np.array([2, 9, 20])).tolist()
+        [False, True, True, False, True]
+    """
+    hit = np.zeros(keys.size, dtype=bool)
+    if not keys.size or not newer.size:
+        return hit
+    w = newer[np.searchsorted(newer, keys[0]) : np.searchsorted(newer, keys[-1], "right")]
+    if w.size:
+        edges = np.zeros(keys.size + 1, dtype=np.int64)  # each run of equal keys [lo, hi): +1 ... -1
+        np.add.at(edges, np.searchsorted(keys, w, "left"), 1)
+        np.add.at(edges, np.searchsorted(keys, w, "right"), -1)
+        hit = np.cumsum(edges[:-1]) > 0
+    return hit
 
 
 def _sorted_unique(columns: list[pa.ChunkedArray]) -> tuple[np.ndarray, int]:

@@ -21,7 +21,7 @@ from memwal_query.table import open_table
 __all__ = ["read_spark"]
 
 
-def _read_units(frags: Sequence[SourceFragment], pruned: set[str]) -> list[list[SourceFragment]]:
+def read_units(frags: Sequence[SourceFragment], pruned: set[str]) -> list[list[SourceFragment]]:
     """One unit per region (its generations and MemTable) plus a row-balanced share of the base."""
     regions = sorted({f.region for f in frags if f.region is not None and f.region not in pruned})
     units: list[list[SourceFragment]] = [[f for f in frags if f.region == r] for r in regions]
@@ -103,7 +103,7 @@ def read_spark(
     pruned: set[str] = set()
     if isinstance(predicate, str):
         pruned = set(table.plan(predicate).pruned_regions)
-    units = _read_units(ds.source_fragments(filter=filt), pruned)
+    units = read_units(ds.source_fragments(filter=filt), pruned)
     spark_schema = from_arrow_schema(out_schema)
     if not units:
         return spark.createDataFrame([], spark_schema)

@@ -42,6 +42,7 @@ from memwal_query.lookup import LookupStats, lookup
 from memwal_query.planner.catchup import BaseIndex, CatchupPlan
 from memwal_query.planner.plan import Plan
 from memwal_query.planner.pruning import RegionValues
+from memwal_query.reader import MergedStream, stream_of, to_reader
 from memwal_query.scan.dataset import MergedDataset
 from memwal_query.snapshot.cache import SnapshotCache
 from memwal_query.snapshot.model import (
@@ -134,10 +135,33 @@ class Table(ViewFacts):
         """The whole merged table (or some columns) as an Arrow table."""
         return self.dataset().to_table(columns=columns)
 
-    def to_reader(self, columns: Sequence[str] | None = None) -> pa.RecordBatchReader:
-        """The merged table streamed as a ``RecordBatchReader`` (DuckDB, Polars ...)."""
-        scan = self.dataset().scanner(columns=columns)
-        return pa.RecordBatchReader.from_batches(scan.projected_schema, scan.to_batches())
+    def to_reader(
+        self, columns: Sequence[str] | None = None, filter: str | pc.Expression | None = None
+    ) -> pa.RecordBatchReader:
+        """The merged rows streamed as a ``pyarrow.RecordBatchReader`` (DuckDB, Polars, pandas).
+
+        One pass in bounded memory (the column cache is neither filled nor needed). A
+        pyarrow reader is one-shot: once read it yields nothing more; call ``to_reader()``
+        again, or use :meth:`to_stream` for something DuckDB can query twice.
+
+        Args:
+            columns: Columns to return (``None``: all).
+            filter: A SQL boolean expression (``"amount > 10"``) or a
+                ``pyarrow.compute.Expression``; regions it cannot match are pruned.
+
+        Raises:
+            InvalidArgumentError: Unknown columns or an invalid filter.
+        """
+        return to_reader(self._view, columns, filter)
+
+    def to_stream(
+        self, columns: Sequence[str] | None = None, filter: str | pc.Expression | None = None
+    ) -> MergedStream:
+        """The merged rows as a re-readable Arrow stream (``__arrow_c_stream__``): a new pass per read.
+
+        Arguments as :meth:`to_reader`; see :class:`memwal_query.reader.MergedStream`.
+        """
+        return stream_of(self._view, columns, filter)
 
     def count_rows(self) -> int:
         """Live rows in the merged table: fragment metadata and base key columns (once per fragment)."""
@@ -173,7 +197,7 @@ class Table(ViewFacts):
 
     @property
     def last_lookup_stats(self) -> LookupStats | None:
-        """What this table's last :meth:`lookup` touched (regions, generations, bloom skips)."""
+        """What this table's last :meth:`lookup` touched (regions, generations, base keys)."""
         return self._last_lookup
 
     def nearest(

@@ -1,38 +1,59 @@
-"""Vector search (KNN) over the merged table, one Lance search per source.
+"""Vector search (KNN) over the merged table.
 
-Every source runs Lance's own ``nearest`` search with the snapshot's dedup mask
-passed as ``row_addr_blocklist``, which Lance applies *before* ranking: the masked
-base (its index where one exists, a flat scan of fragments the index does not
-cover yet), each unmerged generation, and the surviving MemTable rows (held in a
-``memory://`` Lance dataset so filters mean the same everywhere). Each source
-therefore returns its true top-k among live, filter-passing rows, and the merged
-top-k is the best k of their union: no over-fetch is needed. A filter is applied
-to the live version of each row only (superseded versions are masked out first).
+Sources (see :mod:`memwal_query.vector_search` and :mod:`memwal_query.vector_pool`):
+
+* the base through its index (a flat scan of fragments the index does not cover
+  yet, or the catch-up generations' indexes when the Indexed Read Plan is chosen),
+  without the base mask: it over-fetches, drops hits whose key has a newer version
+  and widens the search while fewer than ``k`` survive;
+* without a filter, small unmerged generations and the MemTables together, in memory,
+  probing the base index's nearest IVF partitions (every row without ``nprobes``);
+  large generations (or those over the memory budget) through Lance with their dedup
+  mask as a block list and the base's ``nprobes`` / ``refine_factor``;
+* with a filter, every generation and MemTable through Lance (flat, exact; large
+  generations through their index), the filter applied to each source's own rows.
+
+Every ``_distance`` is recomputed from the row's stored vector (Lance's definitions),
+so the merged top-k compares exact distances whatever index found a row. With an
+IVF index the search is as approximate as the base's (same ``nprobes``); the
+newer levels searched in memory are exact inside the partitions they probe.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, NamedTuple
 
-import lance
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from lance.dataset import serialize_row_addrs
 
-from memwal_query.errors import InvalidArgumentError, MemWalError
-from memwal_query.format.lance_open import lance_message
-from memwal_query.merge import MergeState
+from memwal_query.errors import InvalidArgumentError
 from memwal_query.planner.catchup import CatchupPlan
+from memwal_query.vector_pool import (
+    Partitioning,
+    PoolPart,
+    PoolPlan,
+    VectorPool,
+    build_pool,
+    generation_part,
+    index_centroids,
+    part_of,
+    plan_pool,
+)
+from memwal_query.vector_search import Candidates, SearchSpec, lance_search
 from memwal_query.view.table_view import HasView, TableView, view_of
 
-__all__ = ["NearestStats", "NearestResult", "IndexCoverage", "nearest", "index_coverage"]
+__all__ = ["NearestStats", "NearestResult", "IndexCoverage", "nearest", "index_coverage", "knn_memory"]
 
 METRICS = {"l2": "l2", "cosine": "cosine", "dot": "dot"}
+#: Lance searches of one vector search run side by side (they release the GIL).
+_EXECUTOR = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memwal-knn")
 
 
 @dataclass(frozen=True)
@@ -80,6 +101,8 @@ class NearestStats:
 
     sources: list[str] = field(default_factory=list)
     coverage: IndexCoverage | None = None
+    #: Which newer levels were searched in memory and which through Lance (no filter).
+    memory: PoolPlan | None = None
     pruned_regions: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -133,57 +156,11 @@ def _query_vector(view: TableView, column: str, query: Any) -> np.ndarray:
     return q
 
 
-def _search(
-    ds: lance.LanceDataset,
-    what: str,
-    cols: list[str],
-    nearest_args: dict[str, Any],
-    filt: str | pc.Expression | None,
-    block: np.ndarray | None,
-    *,
-    indexed_only: bool = False,
-) -> pa.Table:
-    kwargs: dict[str, Any] = {
-        "columns": [*cols, "_distance"],
-        "nearest": nearest_args,
-        "prefilter": True,
-        "disable_scoring_autoprojection": True,
-    }
-    if filt is not None:
-        kwargs["filter"] = filt
-    if indexed_only:
-        kwargs["fast_search"] = True  # rows outside the index are served by catch-up generations
-    if block is not None and block.size:
-        kwargs["row_addr_blocklist"] = serialize_row_addrs(block.tolist())
-    try:
-        return ds.scanner(**kwargs).to_table()
-    except (ValueError, OSError, RuntimeError) as err:
-        text = lance_message(err)
-        if filt is not None and "Invalid user input" in text:  # e.g. the filter names no column of the table
-            msg = f"vector search filter {str(filt)!r} does not apply to {what}: {text}"
-            raise InvalidArgumentError(msg) from err
-        msg = f"vector search in {what} failed: {text}"
-        raise MemWalError(msg) from err
-
-
 class NearestResult(NamedTuple):
     """A vector search's rows (with ``_distance``) and what it searched."""
 
     rows: pa.Table
     stats: NearestStats
-
-
-def _search_args(
-    column: str, q: np.ndarray, k: int, distance: str, nprobes: int | None, refine: int | None
-) -> dict[str, Any]:
-    """Lance ``nearest`` arguments (``k`` and ``distance`` already checked)."""
-    metric = METRICS[str(distance).lower()]
-    args: dict[str, Any] = {"column": column, "q": q, "k": k, "metric": metric}
-    if nprobes is not None:
-        args["nprobes"] = int(nprobes)
-    if refine is not None:
-        args["refine_factor"] = int(refine)
-    return args
 
 
 def _pruned(view: TableView, filter: str | pc.Expression | None, in_query: bool) -> set[str]:
@@ -195,69 +172,127 @@ def _pruned(view: TableView, filter: str | pc.Expression | None, in_query: bool)
     return set()
 
 
-class _Sources:
-    """The per-source searches of one vector search, and their labels."""
+def _base_label(coverage: IndexCoverage | None, catchup: bool) -> str:
+    if coverage is None:
+        return "base (no index: flat)"
+    if catchup:
+        return f"base (index {coverage.index_name}, indexed fragments only)"
+    return f"base ({coverage.describe()})"
 
-    def __init__(self, view: TableView, out_cols: list[str], filt: str | pc.Expression | None) -> None:
-        self.view = view
-        self.out_cols = out_cols
-        self.filt = filt
-        self.parts: list[pa.Table] = []
-        self.labels: list[str] = []
 
-    def search(
-        self,
-        ds: lance.LanceDataset,
-        what: str,
-        args: dict[str, Any],
-        block: np.ndarray | None,
-        label: str,
-        *,
-        indexed_only: bool = False,
-    ) -> None:
-        self.parts.append(_search(ds, what, self.out_cols, args, self.filt, block, indexed_only=indexed_only))
-        self.labels.append(label)
+def _partitioning(view: TableView, spec: SearchSpec, coverage: IndexCoverage | None) -> Partitioning:
+    """The base index's IVF centroids, for l2 and cosine searches (dot: the pool is read whole)."""
+    if coverage is None or spec.metric == "dot":
+        return Partitioning(None, False, "flat")
+    base = view.snapshot.base
+    cents = index_centroids(base, coverage.index_name, view.cache)
+    if cents is None:
+        return Partitioning(None, False, "flat")
+    key = f"{base.uri}@{base.version}/{coverage.index_name}/{spec.metric}"
+    return Partitioning(cents, spec.metric == "cosine", key)
 
-    def base(self, args: dict[str, Any], merge: MergeState, coverage: IndexCoverage | None, catchup: bool) -> None:
-        if coverage is None:
-            label = "base (no index: flat)"
-        elif catchup:
-            label = f"base (index {coverage.index_name}, indexed fragments only)"
-        else:
-            label = f"base ({coverage.describe()})"
-        view = self.view
-        self.search(view.snapshot.base, f"base of {view.uri}", args, merge.base_drop, label, indexed_only=catchup)
 
-    def catchup(self, args: dict[str, Any], plan: CatchupPlan, pruned: set[str]) -> None:
-        for src in plan.sources:
-            g = src.generation
-            if g.region_id not in pruned:
-                # the rows stand in for base rows: searched with the base's search parameters
-                label = f"{g.region_id} catch-up generation {g.generation} (unindexed base rows)"
-                self.search(g.dataset, g.uri, args, src.drop, label)
+def _pool(view: TableView, spec: SearchSpec, plan: PoolPlan, parts: Partitioning) -> VectorPool:
+    """The snapshot's pooled rows (small generations, MemTables) for ``spec``'s column."""
+    snapshot, merge = view.snapshot, view.merge
+    sources: list[tuple[str, str, PoolPart, np.ndarray]] = []
+    for g in plan.pooled:
+        part = generation_part(g, spec.column, snapshot, view.cache, parts)
+        live = part.valid.copy()
+        drop = merge.generation_drop.get(g.uri)
+        if drop is not None and drop.size and part.row_addrs is not None:
+            live &= ~np.isin(part.row_addrs, drop)
+        sources.append((f"{g.region_id} generation {g.generation}", g.region_id, part, live))
+    for region_id, rows in merge.memtables.items():
+        if rows.num_rows:
+            part = part_of(rows, spec.column, snapshot, parts)
+            sources.append((f"{region_id} memtable", region_id, part, part.valid))
+    return build_pool(sources, parts.centroids, parts.cosine)
 
-    def regions(self, flat: dict[str, Any], merge: MergeState, pruned: set[str]) -> None:
-        for region in self.view.snapshot.regions:
-            if region.region_id in pruned:
-                continue
-            for g in region.generations:
-                label = f"{region.region_id} generation {g.generation}"
-                self.search(g.dataset, g.uri, flat, merge.generation_drop.get(g.uri), label)
-            mem = merge.memtables.get(region.region_id)
-            if mem is not None and mem.num_rows:
-                ds = self.view.memtable_dataset(region.region_id, mem)
-                self.search(ds, f"memtable of region {region.region_id}", flat, None, f"{region.region_id} memtable")
 
-    def top(self, k: int, schema: pa.Schema) -> pa.Table:
-        parts = [p for p in self.parts if p.num_rows]
-        if not parts:
-            return pa.schema(
-                [schema.field(c) for c in self.out_cols] + [pa.field("_distance", pa.float32())]
-            ).empty_table()
-        target = pa.schema([schema.field(c) for c in self.out_cols] + [parts[0].schema.field("_distance")])
-        allrows = pa.concat_tables([p.select(target.names).cast(target) for p in parts])
-        order = pc.sort_indices(allrows, sort_keys=[("_distance", "ascending")])
-        return allrows.take(order[:k])
+def _pool_label(pool: VectorPool) -> str:
+    labels = [s.label for s in pool.sources]
+    if len(labels) > 8:
+        mem = sum(1 for s in labels if s.endswith("memtable"))
+        labels = [f"{len(labels) - mem} generations"] + ([f"{mem} memtables"] if mem else [])
+    return f"in memory, exact ({pool.num_rows:,} live rows): {', '.join(labels)}"
+
+
+def knn_memory(table: HasView, column: str) -> PoolPlan:
+    """Which newer levels a vector search on ``column`` keeps in memory, and the budget."""
+    view = view_of(table)
+    return view.derived(("knn-plan", column), lambda: plan_pool(view.snapshot, column))
+
+
+Job = tuple[str, Callable[[], pa.Table]]
+
+
+def _search_pool(view: TableView, spec: SearchSpec, coverage: IndexCoverage | None) -> Job | None:
+    """Search the pooled newer levels (small generations, MemTables) in memory: the hits, labelled."""
+    plan = knn_memory(view, spec.column)
+    parts = _partitioning(view, spec, coverage)
+    pool = view.derived(("knn-pool", spec.column, parts.key), lambda: _pool(view, spec, plan, parts))
+    if pool.num_rows:
+        idx, _ = pool.candidates(spec.q, spec.metric, spec.nprobes, spec.k)
+        pieces = []
+        for s in np.unique(pool.source_of[idx]):
+            rows = pool.row_of[idx[pool.source_of[idx] == s]]
+            pieces.append(pool.sources[int(s)].part.table.take(pa.array(rows)).select(spec.fetch_cols))
+        hits = pa.concat_tables(pieces)
+        return _pool_label(pool), lambda: hits
+    return None
+
+
+def _generation_jobs(view: TableView, spec: SearchSpec, pruned: set[str], cands: Candidates) -> list[Job]:
+    """Lance searches of the newer levels: without a filter the large and over-budget generations;
+    with one every generation (large ones by their index, others flat) and MemTable."""
+    plan = knn_memory(view, spec.column)
+    merge = view.merge
+    if spec.filter is None:
+        gens = [*plan.indexed, *plan.over_budget]
+    else:
+        gens = [g for r in view.snapshot.regions if r.region_id not in pruned for g in r.generations]
+    jobs: list[Job] = []
+    for g in gens:
+        indexed = g in plan.indexed
+        drop = merge.generation_drop.get(g.uri)
+        label = f"{g.region_id} generation {g.generation} ({'its index' if indexed else 'flat'})"
+        jobs.append((label, partial(cands.generation, g.dataset, g.uri, drop, g.num_rows, index=indexed)))
+    if spec.filter is not None:
+        for region_id, mem in merge.memtables.items():
+            if region_id not in pruned and mem.num_rows:
+                ds = view.memtable_dataset(region_id, mem)
+                what = f"memtable of region {region_id}"
+                args = spec.args(spec.k, index=False)
+                jobs.append((f"{region_id} memtable", partial(lance_search, ds, what, spec, args, None, vectors=False)))
+    return jobs
+
+
+def _base_jobs(
+    view: TableView,
+    spec: SearchSpec,
+    cov: IndexCoverage | None,
+    catchup: CatchupPlan | None,
+    cands: Candidates,
+    pruned: set[str],
+) -> list[Job]:
+    """The base search (over-fetch) and, with the Indexed Read Plan, its catch-up generations."""
+    exact = cov is None or spec.refine_factor is not None or cov.index_type.upper() == "IVF_FLAT"
+    base = view.snapshot.base
+    what = f"base of {view.uri}"
+    newer, rows = view.merge.newer, _base_rows(view)
+    run = partial(cands.base, base, what, newer, rows, indexed_only=catchup is not None, exact=exact)
+    jobs: list[Job] = [(_base_label(cov, catchup is not None), run)]
+    for src in catchup.sources if catchup is not None else ():
+        g = src.generation  # the rows stand in for base rows: the base's search parameters
+        if g.region_id not in pruned:
+            label = f"{g.region_id} catch-up generation {g.generation} (unindexed base rows)"
+            jobs.append((label, partial(lance_search, g.dataset, g.uri, spec, spec.args(spec.k), src.drop)))
+    return jobs
+
+
+def _base_rows(view: TableView) -> int:
+    return view.derived(("base-rows",), lambda: int(view.snapshot.base.count_rows()))
 
 
 def nearest(
@@ -294,7 +329,17 @@ def nearest(
     if missing:
         msg = f"unknown column(s) {missing} in {view.uri}"
         raise InvalidArgumentError(msg)
-    args = _search_args(column, q, k, distance, nprobes, refine_factor)
+    spec = SearchSpec(
+        column,
+        q,
+        k,
+        METRICS[str(distance).lower()],
+        None if nprobes is None else int(nprobes),
+        None if refine_factor is None else int(refine_factor),
+        filter,
+        tuple(out_cols),
+        tuple(view.snapshot.primary_key),
+    )
     stats = NearestStats(coverage=index_coverage(view, column))
     pruned = _pruned(view, filter, in_query)
     stats.pruned_regions = sorted(pruned)
@@ -305,14 +350,20 @@ def nearest(
         plan = view.recheck_catchup(plan)  # a merger may have deleted a generation
         catchup = plan.usable
         stats.coverage = dataclasses.replace(stats.coverage, plan=plan, plan_used=catchup)
-    merge = view.merge
-    sources = _Sources(view, out_cols, filter)
-    sources.base(args, merge, stats.coverage, catchup)
-    if catchup:
-        assert plan is not None
-        sources.catchup(args, plan, pruned)
-    sources.regions({k_: v for k_, v in args.items() if k_ not in ("nprobes", "refine_factor")}, merge, pruned)
-    stats.sources = sources.labels
-    out = sources.top(k, schema)
+    cands = Candidates(spec, schema)
+    base_jobs = _base_jobs(view, spec, stats.coverage, plan if catchup else None, cands, pruned)
+    jobs = base_jobs + _generation_jobs(view, spec, pruned, cands)
+    futures = [_EXECUTOR.submit(fn) for _, fn in jobs]  # Lance searches run while numpy searches the pool
+    pooled = _search_pool(view, spec, stats.coverage) if filter is None else None
+    for (label, _), fut in zip(base_jobs, futures, strict=False):
+        cands.add(fut.result(), label)
+    if filter is None:
+        stats.memory = knn_memory(view, column)
+    if pooled is not None:
+        cands.add(pooled[1](), pooled[0])
+    for (label, _), fut in zip(jobs[len(base_jobs) :], futures[len(base_jobs) :], strict=True):
+        cands.add(fut.result(), label)
+    stats.sources = cands.labels
+    out = cands.top()
     stats.seconds = time.perf_counter() - t0
     return NearestResult(out, stats)

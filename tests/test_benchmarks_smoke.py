@@ -21,6 +21,24 @@ CASES = {
     "bench_lookup_knn.py": [
         *("--base-rows", "5000", "--dim", "16", "--partitions", "4", "--newer-rows", "500"),
         *("--lookups", "20", "--queries", "3", "--catchup-rows", "2000"),
+        *("--tail-rows", "200", "--batch-repeat", "2", "--lag-base-rows", "3000", "--lag-regions", "2"),
+        *("--lag-rounds", "3", "--lag-rows", "3000"),
+    ],
+    "bench_stream.py": [
+        "--base-rows",
+        "20000",
+        "--newer-rows",
+        "2000",
+        "--tail-rows",
+        "200",
+        "--repeat",
+        "1",
+        "--skip-spark",
+    ],
+    "bench_knn.py": [
+        *("--base-rows", "4000", "--dim", "16", "--clusters", "8", "--partitions", "4", "--regions", "2"),
+        *("--rounds", "2", "--round-rows", "300", "--tail-rows", "50", "--lag-regions", "2", "--lag-small", "6"),
+        *("--lag-rows", "1200", "--queries", "4", "--fresh", "1", "--refine", "5", "--nprobes", "2"),
     ],
     "bench_fts.py": [
         "--base-rows",
@@ -39,7 +57,13 @@ CASES = {
 }
 
 
-SPARK_CASES = {"bench_spark.py": ["--rows", "20000", "--regions", "4", "--repeat", "1"]}
+SPARK_CASES = {
+    "bench_spark.py": [
+        *("--rows", "20000", "--regions", "4", "--repeat", "1"),
+        *("--stream-files", "3", "--stream-rows", "500"),
+    ],
+    "bench_stream.py": ["--base-rows", "20000", "--newer-rows", "2000", "--tail-rows", "200", "--repeat", "1"],
+}
 
 
 @pytest.mark.slow

@@ -108,3 +108,14 @@ def test_generation_collected_after_the_plan_falls_back(indexed: ModelTable, tmp
     assert table.dataset().last_catchup is None
     plan = table.catchup_plan("cat_idx")
     assert not plan.usable and "garbage-collected after the plan" in plan.reason
+
+
+def test_reader_filter_reads_catchup_generations(indexed: ModelTable) -> None:
+    """to_reader's filter is planned like SQL's: the Indexed Read Plan serves the uncovered base."""
+    table = mq.open_table(indexed.uri).with_index_catchup("always")
+    exp = indexed.expected()
+    for filt, cat in ((pa.compute.field("cat") == "c3", "c3"), ("cat = 'c10'", "c10")):
+        got = table.to_reader(columns=["id", "amount"], filter=filt).read_all()
+        want = exp.filter(pa.compute.equal(exp.column("cat"), cat)).select(["id", "amount"])
+        assert sort_table(got, ["id"]).equals(sort_table(want, ["id"]))
+        assert table.dataset(cache=False).last_catchup is not None

@@ -18,6 +18,7 @@ import memwal_write as mw
 from memwal_query.change_token import ChangeToken
 from memwal_query.cli import main
 from memwal_query.demo import DIM, write_demo_table
+from memwal_query.engine_errors import engine_error
 from memwal_query.errors import InvalidArgumentError, MemWalError, TableNotFoundError
 from memwal_query.lance_log import NOISE
 from memwal_query.sql_functions import FUNCTION_NAMES
@@ -130,6 +131,20 @@ def test_sql_error_without_a_function_is_one_line(demo: str, capsys: pytest.Capt
     assert stderr.count("\n") == 1 and stderr.startswith("memwal: error: query failed: ") and "nope" in stderr
     with pytest.raises(MemWalError, match="nope"):
         mq.open_table(demo).sql("SELECT nope FROM t")
+
+
+def test_predicate_datafusion_cannot_push_down_is_one_line(demo: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """datafusion-python 55 cannot hand ``a < 0 AND (a = 0 AND a = 1)`` to any pyarrow-dataset scan."""
+    query = "SELECT id FROM t WHERE id < 0 AND (id = 0 AND id = 1)"
+    with pytest.raises(Exception) as raw:  # DataFusion's own, raised when the DataFrame runs
+        mq.open_table(demo).sql(query).collect()
+    ours = engine_error(raw.value)
+    assert "datafusion-python limitation" in str(ours) and "PyErr" not in str(ours) and "\n" not in str(ours)
+    assert main(["sql", demo, query]) == 1
+    _, stderr = capsys.readouterr()
+    assert stderr.count("\n") == 1 and "datafusion-python limitation" in stderr
+    # the contradiction alone is ours to answer (no rows), not an error
+    assert mq.open_table(demo).sql("SELECT id FROM t WHERE id = 0 AND id = 1").to_arrow_table().num_rows == 0
 
 
 WRITES: dict[str, Callable[[str], Any]] = {

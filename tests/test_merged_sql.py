@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pickle
 from pathlib import Path
+from typing import Any
 
 import datafusion
 import lance
@@ -208,15 +209,21 @@ def test_drop_mask_on_ordered_and_unordered_batches() -> None:
     assert np.array_equal(_drop_mask(pa.array(shuffled), drop).to_numpy(zero_copy_only=False), ~np.isin(shuffled, drop))
 
 
-def _count_decodes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[str, ...]]]:
+def _count_decodes(
+    monkeypatch: pytest.MonkeyPatch, methods: tuple[str, ...] = ("to_table",)
+) -> list[tuple[str, tuple[str, ...]]]:
+    """Calls of ``methods`` of Lance fragments (whole-fragment decodes; ``scanner``: streams)."""
     reads: list[tuple[str, tuple[str, ...]]] = []
-    real = lance.fragment.LanceFragment.to_table
 
-    def counting(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-        reads.append((str(self._ds.uri), tuple(kwargs.get("columns") or ())))
-        return real(self, *args, **kwargs)
+    def counter(real: Any) -> Any:
+        def counting(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            reads.append((str(self._ds.uri), tuple(kwargs.get("columns") or ())))
+            return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(lance.fragment.LanceFragment, "to_table", counting)
+        return counting
+
+    for name in methods:
+        monkeypatch.setattr(lance.fragment.LanceFragment, name, counter(getattr(lance.fragment.LanceFragment, name)))
     return reads
 
 
@@ -235,7 +242,7 @@ def test_fragment_columns_are_decoded_once_and_forgotten_when_unused(
     t.put([{"id": i, "v": i * 10} for i in range(50, 180)])
     t.flush()
     table = mq.open_table(t.uri)
-    reads = _count_decodes(monkeypatch)
+    reads = _count_decodes(monkeypatch, ("to_table", "scanner"))  # every Lance read of a fragment
     want = sort_table(t.expected(), ["id"])
     for query in ("SELECT * FROM t", "SELECT * FROM t WHERE v >= 600", "SELECT id FROM t", "SELECT * FROM t"):
         got = sort_table(table.sql(query).to_arrow_table(), ["id"])
@@ -283,7 +290,14 @@ def test_fragment_columns_decoded_as_queries_need_them(tmp_path: Path, monkeypat
     assert sorted(again.column("id").to_pylist()) == sorted(got.column("id").to_pylist())
     assert len(reads) == n and all(set(cols) == {"id", "v"} for _, cols in reads)
     assert sort_table(table.sql("SELECT * FROM t").to_arrow_table(), ["id"]).equals(want)
-    assert len(reads) == 2 * n and all(cols == ("w",) for _, cols in reads[n:])
+    # an unfiltered scan streams from Lance batch by batch (no whole-fragment decode) and
+    # keeps what it decoded (up to the budget): later scans read memory
+    assert len(reads) == n
+    assert sort_table(table.sql("SELECT id, w FROM t").to_arrow_table(), ["id"]).equals(want.select(["id", "w"]))
+    assert len(reads) == n and len(table._cache.fragment_columns) == n
+    assert all(set(c) == {"id", "v", "w", "_rowaddr"} for c in table._cache.fragment_columns.values())
+    assert sort_table(table.sql("SELECT * FROM t WHERE w <> 'x'").to_arrow_table(), ["id"]).equals(want)
+    assert len(reads) == n  # from memory
     monkeypatch.setattr(sources_mod, "RESIDENT_MAX_BYTES", 0)
     small = mq.open_table(t.uri)
     for _ in range(2):

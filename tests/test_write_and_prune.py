@@ -10,12 +10,14 @@ import datafusion
 import lance
 import numpy as np
 import pyarrow as pa
+import pyarrow.dataset as pds
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lance.mem_wal import evaluate_sharding_spec
 
 import memwal_query as mq
+from memwal_query.engine_errors import engine_error
 from memwal_write import RoutedWriter, write_arrow
 
 from lsm_model import NS, PK, sort_table
@@ -168,6 +170,19 @@ def predicates(draw: st.DrawFn) -> str:
     return draw(tree)
 
 
+def _upstream_refuses(q: str, model: Model) -> bool:
+    """Whether DataFusion fails ``q`` over a plain ``pyarrow.dataset`` of the same rows."""
+    ctx = datafusion.SessionContext()
+    ctx.register_dataset("plain", pds.dataset(model.table()))
+    try:
+        ctx.sql(q.format("plain")).to_pylist()
+    except Exception as err:
+        if "BooleanScalar" in str(err):
+            return True
+        raise
+    return False
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(pred=predicates())
 def test_pruned_sql_equals_unpruned_and_model(
@@ -181,6 +196,15 @@ def test_pruned_sql_equals_unpruned_and_model(
         ctx.register_record_batches("oracle", [model.table().to_batches()])
         q = "SELECT id, city, amount FROM {} WHERE " + pred + " ORDER BY id"
         want = ctx.sql(q.format("oracle")).to_pylist()
+        try:
+            got = table.sql(q.format("t")).to_pylist()
+        except Exception as err:
+            # only where datafusion-python's own pyarrow-dataset scan fails on the same
+            # predicate, and explained in one line instead of pyarrow's TypeError
+            assert _upstream_refuses(q, model), err
+            assert "datafusion-python limitation" in str(engine_error(err))
+            continue
+        assert got == want
         assert ctx.sql(q.format("pruned")).to_pylist() == want
         assert ctx.sql(q.format("full")).to_pylist() == want
 

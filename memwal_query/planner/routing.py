@@ -39,13 +39,20 @@ def route_keys(
             except MemWalError:
                 return None
         ev = evaluated[spec.spec_id]
-        mask = pa.array(np.ones(keys.num_rows, dtype=bool))
+        mask = np.ones(keys.num_rows, dtype=bool)
         for f in spec.fields:
             if f.field_id not in rv.values or f.field_id not in ev.column_names:
                 continue
-            v = rv.values[f.field_id]
-            col = ev.column(f.field_id)
-            eq = pc.is_null(col) if v is None else pc.fill_null(pc.equal(col, pa.scalar(v, col.type)), False)
-            mask = pc.and_(mask, eq)
-        out[r.region_id] = keys.filter(mask)
+            mask &= _equals(ev.column(f.field_id), rv.values[f.field_id])
+        out[r.region_id] = keys.filter(pa.array(mask)) if not mask.all() else keys
     return out
+
+
+def _equals(col: pa.ChunkedArray, v: object) -> np.ndarray:
+    """Which values of ``col`` equal ``v`` (``None``: which are null); a null equals no value."""
+    if v is None:
+        return np.asarray(pc.is_null(col).to_numpy(zero_copy_only=False), dtype=bool)
+    if pa.types.is_integer(col.type) and not col.null_count:
+        return np.asarray(np.asarray(col.to_numpy()) == v, dtype=bool)
+    eq = pc.fill_null(pc.equal(col, pa.scalar(v, col.type)), False)
+    return np.asarray(eq.to_numpy(zero_copy_only=False), dtype=bool)

@@ -4,6 +4,8 @@
   and the frozen :class:`ScanPlan` of a pushed filter;
 * :mod:`~memwal_query.scan.fragment`, :mod:`~memwal_query.scan.lance_fragment`,
   :mod:`~memwal_query.scan.group`: the partitions;
+* :mod:`~memwal_query.scan.stream`: a one-shot pass (one Lance scanner over the base,
+  masked by key; nothing cached), for :mod:`memwal_query.reader`;
 * :mod:`~memwal_query.scan.filters`: the columns a filter reads (predicate IR);
 * :mod:`~memwal_query.scan.arrays`: whole-array helpers (drop masks, cache keys).
 """

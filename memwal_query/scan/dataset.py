@@ -35,7 +35,15 @@ from memwal_query.planner.catchup import CatchupPlan
 from memwal_query.planner.plan import Plan
 from memwal_query.planner.predicates import Predicate
 from memwal_query.scan.arrays import in_fragment
-from memwal_query.scan.fragment import MemoryFragment, Scan, ScanContext, SourceFragment, hidden_fields, rebuilt_rows
+from memwal_query.scan.fragment import (
+    MemoryFragment,
+    Scan,
+    ScanContext,
+    SourceFragment,
+    decoded_row_bytes,
+    hidden_fields,
+    rebuilt_rows,
+)
 from memwal_query.scan.group import pack_small
 from memwal_query.scan.lance_fragment import LanceFragment
 from memwal_query.snapshot.cache import SnapshotCache
@@ -103,7 +111,9 @@ class MergedDataset(pds.Dataset):  # type: ignore[misc]
         if with_hidden:
             fields += hidden_fields()
         self._schema = pa.schema(fields, metadata=snapshot.schema.metadata)
-        self.context = ScanContext(snapshot.uri, snapshot.schema, self._schema, with_hidden, indexed)
+        rows = sum(f.metadata.physical_rows or 0 for f in snapshot.base.get_fragments())
+        full = rows * decoded_row_bytes(snapshot.schema)
+        self.context = ScanContext(snapshot.uri, snapshot.schema, self._schema, with_hidden, indexed, full)
         self._fragments: list[SourceFragment] = self._build_fragments()
 
     @property

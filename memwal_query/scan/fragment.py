@@ -26,6 +26,7 @@ from memwal_query.scan_gate import guarded
 from memwal_query.snapshot.model import GenerationSource
 
 __all__ = [
+    "decoded_row_bytes",
     "HIDDEN_COLUMNS",
     "SCAN_BATCH_ROWS",
     "hidden_fields",
@@ -83,6 +84,9 @@ class ScanContext:
     #: Base columns with a scalar index: a filter on one is left to Lance (the index
     #: finds the rows) rather than served by decoding whole columns into the cache.
     indexed: frozenset[str] = frozenset()
+    #: Estimated decoded size of every column of the base's rows: a scan of every column
+    #: keeps what it decodes only when the whole table fits the column cache's budget.
+    full_bytes: int = 0
 
     def projected(self, columns: Sequence[str] | None) -> pa.Schema:
         """The schema of a projection; raises on unknown columns."""
@@ -217,3 +221,23 @@ def rebuilt_rows(g: GenerationSource, drop: np.ndarray) -> pa.Table:
     t = t.drop_columns(["_rowaddr"])
     t = t.append_column("_gen", pa.array(np.full(t.num_rows, g.generation, dtype=np.int64)))
     return t.append_column("_seq", seq)
+
+
+def decoded_row_bytes(schema: pa.Schema) -> int:
+    """Estimated decoded bytes of one row of ``schema`` (variable-width values: 16 bytes).
+
+    Example:
+        >>> import pyarrow as pa
+        >>> decoded_row_bytes(pa.schema([("id", pa.int64()), ("v", pa.list_(pa.float32(), 4)), ("s", pa.string())]))
+        40
+    """
+
+    def width(t: pa.DataType) -> int:
+        if pa.types.is_fixed_size_list(t):
+            return int(t.list_size) * width(t.value_type)
+        try:
+            return max(1, int(t.bit_width) // 8)
+        except ValueError:
+            return 16
+
+    return sum(width(f.type) for f in schema)

@@ -45,9 +45,11 @@ class GroupFragment(SourceFragment):
     def live_rows(self) -> int:
         return sum(p.live_rows() for p in self.parts)
 
-    def _combined(self, names: list[str]) -> pa.Table | None:
+    def _combined(self, names: list[str], decode: bool = True) -> pa.Table | None:
         """Surviving rows of every part (columns ``names``) as one table, built once per
-        snapshot from cached columns: one filter per query instead of one per source."""
+        snapshot from cached columns: one filter per query instead of one per source.
+
+        ``decode=False`` (an unfiltered scan): only from columns cached already."""
         if self._memo is None or self.context.with_hidden or not names:
             return None  # (no columns: a zero-column table would lose its row count)
         key = (tuple(id(p) for p in self.parts), tuple(names))
@@ -60,7 +62,7 @@ class GroupFragment(SourceFragment):
             if isinstance(p, MemoryFragment):
                 t: pa.Table | None = p.table.select(names)
             elif isinstance(p, LanceFragment):
-                t = p.survivors(names)
+                t = p.survivors(names, decode)
                 t = None if t is None else t.select(names)
             else:
                 t = None
@@ -80,7 +82,7 @@ class GroupFragment(SourceFragment):
     def batches(
         self, cols: list[str], filt: pc.Expression | None, out: pa.Schema, batch_size: int | None
     ) -> Iterator[pa.RecordBatch]:
-        rows = self._combined(scan_columns(cols, filt, self.context.data_schema.names))
+        rows = self._combined(scan_columns(cols, filt, self.context.data_schema.names), decode=filt is not None)
         if rows is not None and filt is not None:
             try:
                 rows = rows.filter(as_expression(filt))

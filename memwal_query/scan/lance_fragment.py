@@ -9,7 +9,7 @@ filter memory instead of decoding Lance pages again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import lance
 import numpy as np
@@ -24,7 +24,14 @@ from memwal_query.scan.filters import filter_columns, mentions_any, scan_columns
 from memwal_query.scan.fragment import HIDDEN_COLUMNS, SCAN_BATCH_ROWS, ScanContext, SourceFragment
 from memwal_query.snapshot.cache import SnapshotCache
 
-__all__ = ["RESIDENT_MAX_BYTES", "LanceFragment"]
+__all__ = [
+    "RESIDENT_MAX_BYTES",
+    "LanceFragment",
+    "cached_columns",
+    "keep_while_streaming",
+    "keeps_decoded",
+    "store_columns",
+]
 
 log = logging.getLogger("memwal_query")
 
@@ -32,6 +39,103 @@ log = logging.getLogger("memwal_query")
 #: immutable, so a column of a fragment is decoded from Lance once and later scans of
 #: any snapshot of the lineage filter it in memory. Beyond the budget, scans read Lance.
 RESIDENT_MAX_BYTES = 512 << 20
+
+
+def store_columns(cache: SnapshotCache, key: tuple[object, ...], add: dict[str, pa.ChunkedArray]) -> None:
+    """Keep decoded columns of a fragment if they fit the budget (else: later scans read Lance)."""
+    size = sum(a.nbytes for a in add.values())
+    with cache.lock:
+        if cache.resident_bytes + size > RESIDENT_MAX_BYTES:
+            cache.over_budget.add(key)  # this scan uses what it decoded; later ones read Lance
+            return
+        stored = cache.fragment_columns.setdefault(key, {})
+        known = stored.get("_rowaddr")
+        if known is not None and "_rowaddr" in add and not known.equals(add["_rowaddr"]):
+            return  # not the rows cached for this key (never seen): keep what is there
+        cache.resident_bytes += sum(a.nbytes for c, a in add.items() if c not in stored)
+        for c, a in add.items():
+            stored.setdefault(c, a)
+
+
+def cached_columns(
+    cache: SnapshotCache,
+    key: tuple[object, ...],
+    fragment: lance.fragment.LanceFragment,
+    names: list[str],
+    decode: bool,
+    gone: Callable[[BaseException], MemWalError],
+) -> pa.Table | None:
+    """Rows of ``fragment``'s columns ``names`` (and ``_rowaddr``) from the cache, the missing
+    ones decoded and kept (``decode=False``: ``None`` unless all are cached already).
+
+    Fragments never change (a new deletion file makes a new cache key), so their
+    columns are kept in the table's :class:`SnapshotCache` (shared with refreshed
+    snapshots, bounded by ``RESIDENT_MAX_BYTES``); ``LanceFragment.survivors`` applies the
+    snapshot's drop list. A query then filters memory instead of decoding Lance pages.
+    """
+    with cache.lock:
+        if key in cache.over_budget:
+            return None
+        entry = dict(cache.fragment_columns.get(key, {}))
+    missing = [c for c in names if c not in entry]
+    if (missing or "_rowaddr" not in entry) and not decode:
+        return None
+    if missing or "_rowaddr" not in entry:
+        try:
+            t = fragment.to_table(columns=missing, with_row_address=True)
+        except (ValueError, OSError, RuntimeError, pa.ArrowException) as err:
+            if is_gone(err):
+                raise gone(err) from err
+            raise
+        known = entry.get("_rowaddr")
+        if known is not None and not known.equals(t.column("_rowaddr")):
+            return None  # not the rows cached for this key: read Lance (never seen)
+        add = {c: one_chunk(t.column(c)) for c in [*missing, "_rowaddr"] if c not in entry}
+        entry.update(add)
+        store_columns(cache, key, add)
+    return pa.table({**{c: entry[c] for c in names}, "_rowaddr": entry["_rowaddr"]})
+
+
+def keep_while_streaming(
+    batches: Iterator[pa.RecordBatch],
+    add: list[str],
+    cache: SnapshotCache,
+    key: tuple[object, ...],
+    kept: list[pa.RecordBatch],
+) -> Iterator[pa.RecordBatch]:
+    """``batches`` passed on; each also appended to ``kept`` until columns ``add`` of them
+    exceed the budget (then ``kept`` is emptied and the fragment marked over budget)."""
+    nbytes = 0
+    keeping = bool(add)
+    for b in batches:
+        if keeping:
+            kept.append(b)
+            nbytes += sum(b.column(c).nbytes for c in add)
+            if cache.resident_bytes + nbytes > RESIDENT_MAX_BYTES:  # stop keeping: bounded memory
+                keeping = False
+                kept.clear()
+                with cache.lock:
+                    cache.over_budget.add(key)
+        yield b
+
+
+def keeps_decoded(
+    cache: SnapshotCache | None, key: Callable[[], tuple[object, ...]], read: list[str], owner: ScanContext
+) -> bool:
+    """Whether an unfiltered scan of columns ``read`` (of ``width``) keeps what it decodes.
+
+    Scans of some columns (aggregates, joins: read again and again) keep the batches
+    they pass on (no copy) up to the cache's budget (:func:`keep_while_streaming`). A
+    scan of every column (``SELECT *``, an export) keeps them only when the whole table
+    fits the budget (``owner.full_bytes``): keeping the first fragments of a larger one
+    would cost the pass memory and time for little. ``to_reader`` keeps nothing.
+    """
+    if cache is None or not read:
+        return False
+    if len(read) >= len(owner.data_schema) and cache.resident_bytes + owner.full_bytes > RESIDENT_MAX_BYTES:
+        return False
+    with cache.lock:
+        return key() not in cache.over_budget
 
 
 class LanceFragment(SourceFragment):
@@ -97,47 +201,47 @@ class LanceFragment(SourceFragment):
         keys = pa.Table.from_batches([batch]).select(self.mask.primary_key)
         return batch.filter(pa.array(self.mask.live(keys)))
 
-    def _resident(self, names: list[str]) -> pa.Table | None:
-        """Rows of columns ``names`` (and ``_rowaddr``), decoded once per table lineage.
-
-        Fragments never change (a new deletion file makes a new cache key), so their
-        columns are kept in the table's :class:`SnapshotCache` (shared with refreshed
-        snapshots, bounded by ``RESIDENT_MAX_BYTES``); :meth:`survivors` applies the
-        snapshot's drop list. A query then filters memory instead of decoding Lance pages.
-        """
-        cache = self.resident
-        if cache is None:
+    def _resident(self, names: list[str], decode: bool = True) -> pa.Table | None:
+        """Rows of columns ``names`` (and ``_rowaddr``), decoded once per table lineage (:func:`cached_columns`)."""
+        if self.resident is None:
             return None
+        return cached_columns(self.resident, self._cache_key(), self.fragment, names, decode, self._gone)
+
+    def _cache_key(self) -> tuple[object, ...]:
         if self._key is None:
             self._key = fragment_cache_key(self.source_uri, self.fragment)
-        key = self._key
+        return self._key
+
+    def _kept_stream(self, read: list[str], cols: list[str], out: pa.Schema, size: int) -> Iterator[pa.RecordBatch]:
+        """An unfiltered scan streamed from Lance batch by batch; once the whole fragment was
+        read, what it decoded is kept as it came (no copy), if it fits the budget."""
+        cache = self.resident
+        assert cache is not None
+        key = self._cache_key()
+        by_key = self._undecided()  # an undecided base fragment: keys checked as read, then decided
+        if by_key:
+            read = [*read, *[k for k in self._key_columns() if k not in read]]
         with cache.lock:
-            if key in cache.over_budget:
-                return None
-            entry = dict(cache.fragment_columns.get(key, {}))
-        missing = [c for c in names if c not in entry]
-        if missing or "_rowaddr" not in entry:
-            try:
-                t = self.fragment.to_table(columns=missing, with_row_address=True)
-            except (ValueError, OSError, RuntimeError, pa.ArrowException) as err:
-                if is_gone(err):
-                    raise self._gone(err) from err
-                raise
-            known = entry.get("_rowaddr")
-            if known is not None and not known.equals(t.column("_rowaddr")):
-                return None  # not the rows cached for this key: read Lance (never seen)
-            add = {c: one_chunk(t.column(c)) for c in [*missing, "_rowaddr"] if c not in entry}
-            size = sum(a.nbytes for a in add.values())
-            entry.update(add)
-            with cache.lock:
-                if cache.resident_bytes + size > RESIDENT_MAX_BYTES:
-                    cache.over_budget.add(key)  # this scan uses what it decoded; later ones read Lance
-                else:
-                    stored = cache.fragment_columns.setdefault(key, {})
-                    cache.resident_bytes += sum(a.nbytes for c, a in add.items() if c not in stored)
-                    for c, a in add.items():
-                        stored.setdefault(c, a)
-        return pa.table({**{c: entry[c] for c in names}, "_rowaddr": entry["_rowaddr"]})
+            have = set(cache.fragment_columns.get(key, {}))
+        add = [c for c in [*read, "_rowaddr"] if c not in have]
+        kept: list[pa.RecordBatch] = []
+        scanner = self.fragment.scanner(columns=read, with_row_address=True, batch_size=size)
+        for b in keep_while_streaming(self._guard(scanner.to_batches()), add, cache, key, kept):
+            if by_key:
+                live = self._live_by_key(b)
+            else:
+                live = b.filter(drop_mask(b.column("_rowaddr"), self.drop)) if self.drop.size else b
+            res = self._finish(live, cols, self.gen, self.region, None, out)
+            if res is not None:
+                yield res
+        if kept:  # the whole fragment was read, within the budget
+            if by_key:  # every row was read: decide the fragment's mask from the keys kept
+                assert self.mask is not None
+                names = [*self.mask.primary_key, "_rowaddr"]
+                self._drop = self.mask.decide(
+                    self.fragment, pa.table({c: pa.chunked_array([b.column(c) for b in kept]) for c in names})
+                )
+            store_columns(cache, key, {c: pa.chunked_array([b.column(c) for b in kept]) for c in add})
 
     def _keep_mask(self, rows: pa.Table) -> pa.Array | None:
         """The drop list as a mask over cached rows (computed once per snapshot); None: keep all."""
@@ -147,7 +251,7 @@ class LanceFragment(SourceFragment):
             self._keep = drop_mask(rows.column("_rowaddr"), self.drop)
         return self._keep
 
-    def survivors(self, names: list[str]) -> pa.Table | None:
+    def survivors(self, names: list[str], decode: bool = True) -> pa.Table | None:
         """Cached rows of ``names`` (and ``_rowaddr``) that survive the merge (None when not cached).
 
         The drop list is applied once per snapshot and column (a column copy lives as long
@@ -156,7 +260,7 @@ class LanceFragment(SourceFragment):
         """
         undecided = self._undecided()
         keys = [k for k in self._key_columns() if k not in names] if undecided else []
-        rows = self._resident([*names, *keys])  # an undecided fragment: its keys decoded alongside
+        rows = self._resident([*names, *keys], decode)  # an undecided fragment: its keys decoded alongside
         if rows is None:
             return None
         if undecided:
@@ -264,14 +368,19 @@ class LanceFragment(SourceFragment):
         size = max(batch_size or 0, SCAN_BATCH_ROWS)
         lance_first = False
         if post is None:
+            # An unfiltered scan returns every surviving row: unless its columns are cached
+            # already, it streams from Lance batch by batch (and may keep what it decodes).
             names = scan_columns(read, filt, owner.data_schema.names)
             lance_first = self._index_serves(filt, names) or self._first_touch(names)
-            rows = None if lance_first else self.survivors(names)
+            rows = None if lance_first else self.survivors(names, decode=filt is not None)
             if rows is not None:
                 resident = self._resident_batches(rows, cols, lance_filter, out, size)
                 if resident is not None:
                     yield from resident
                     return
+            if filt is None and not owner.with_hidden and keeps_decoded(self.resident, self._cache_key, read, owner):
+                yield from self._kept_stream(read, cols, out, size)
+                return
         # An undecided fragment read through Lance on purpose (first touch, a scalar index
         # serving the filter) checks the keys of the rows it reads; any other scan (no
         # cache, over its budget) decides the fragment's mask once (one key read).

@@ -31,7 +31,6 @@ class SnapshotCache:
     wal_entries: dict[tuple[str, int], WalEntry] = field(default_factory=dict)
     manifests: dict[str, RegionManifest] = field(default_factory=dict)
     generation_keys: dict[str, pa.Table] = field(default_factory=dict)
-    blooms: dict[str, object] = field(default_factory=dict)
     #: Key columns and ``_rowaddr`` of base fragments the lazy base mask read, by
     #: fragment identity (``base_mask.fragment_identity``): a refresh reuses them.
     base_runs: dict[tuple[object, ...], pa.Table] = field(default_factory=dict)
@@ -46,16 +45,30 @@ class SnapshotCache:
     touched: set[tuple[object, ...]] = field(default_factory=set)
     #: Lost generations rebuilt from the WAL, by (directory URI, WAL positions).
     rebuilt: dict[tuple[str, tuple[int, ...]], GenerationSource] = field(default_factory=dict)
+    #: Whole rows (with ``_rowaddr``) of small unmerged generations, for point lookups
+    #: (``memwal_query.lookup``), bounded by ``LOOKUP_ROWS_BUDGET`` bytes in all.
+    generation_rows: dict[str, pa.Table] = field(default_factory=dict)
+    #: Vector search's in-memory rows of small generations (``("part", uri, column, partitioning)``)
+    #: and base index centroids (``("centroids", ...)``): see :mod:`memwal_query.vector_pool`.
+    vector_parts: dict[tuple[object, ...], object] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def generation_rows_bytes(self) -> int:
+        """Memory held by :attr:`generation_rows`."""
+        with self.lock:
+            return sum(t.nbytes for t in self.generation_rows.values())
 
     def keep_generations(self, uris: set[str]) -> None:
         """Forget what was cached for generations a snapshot no longer reads (merged ones)."""
         with self.lock:
-            for d in (self.generations, self.generation_keys):
+            for d in (self.generations, self.generation_keys, self.generation_rows):
                 for uri in [u for u in d if u not in uris]:
                     del d[uri]
             for key in [k for k, g in self.rebuilt.items() if g.uri not in uris]:
                 del self.rebuilt[key]
+            for part in [k for k in self.vector_parts if k[0] == "part" and k[1] not in uris]:
+                del self.vector_parts[part]
 
     def keep_base_runs(self, identities: set[tuple[object, ...]]) -> None:
         """Forget the key runs of base fragments the newest snapshot does not have."""

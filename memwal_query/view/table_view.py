@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Literal, Protocol
+from typing import Literal, Protocol, TypeVar
 
 import lance
 import pyarrow as pa
@@ -46,6 +47,7 @@ from memwal_query.snapshot.model import LiveMemTable, Snapshot
 
 __all__ = ["IndexCatchupMode", "ReadSettings", "OpenTimings", "TableView", "HasView", "view_of"]
 
+T = TypeVar("T")
 IndexCatchupMode = Literal["auto", "always", "never"]
 _MODES = ("auto", "always", "never")
 
@@ -96,6 +98,7 @@ class _Memo:
     catchup: dict[str, CatchupPlan] = field(default_factory=dict)
     memtable_datasets: dict[str, lance.LanceDataset] = field(default_factory=dict)
     datasets: dict[tuple[bool, bool, bool], MergedDataset] = field(default_factory=dict)
+    derived: dict[tuple[object, ...], object] = field(default_factory=dict)
 
 
 def _transform(f: ShardingFieldSpec, arr: pa.Array) -> pa.Array:
@@ -237,6 +240,13 @@ class TableView:
                     if plan.usable:
                         return plan
         return None
+
+    def derived(self, key: tuple[object, ...], build: Callable[[], T]) -> T:
+        """A value an access path derives from this view, built once (e.g. vector search's pool)."""
+        memo = self._memo.derived
+        if key not in memo:
+            memo[key] = build()
+        return memo[key]  # type: ignore[return-value]
 
     # -- datasets ------------------------------------------------------------------
     def dataset(self, *, hidden_columns: bool = False, prune: bool = True, cache: bool = True) -> MergedDataset:

@@ -1,0 +1,331 @@
+"""The newer levels' vectors kept in memory for vector search: one matrix per snapshot.
+
+Small unmerged generations and the MemTables are searched together, exactly, with
+numpy, instead of one Lance search each. Per generation, its rows (every column) and
+their assignment to the base index's IVF partitions are read once and kept in the
+:class:`~memwal_query.snapshot.cache.SnapshotCache` by generation URI, so a refresh
+reads only new generations. Per snapshot, the live rows (the dedup mask applied) of
+every pooled source are laid out as one matrix sorted by partition
+(:class:`VectorPool`). A search with ``nprobes`` reads the ``nprobes`` partitions whose
+centroids are nearest (the base index's own centroids: the same probing as the base
+search, but exact inside the partitions); without ``nprobes`` (or without a base IVF
+index) it reads every row: an exact search.
+
+A generation is *large* when it holds at least :data:`LARGE_GENERATION_ROWS` rows and
+carries its own index on the column: it is searched through that index, like the base.
+Generations that do not fit the memory budget (:func:`budget_bytes`, largest first)
+are searched through Lance too.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass, field
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from memwal_query.errors import MemWalError
+from memwal_query.format.lance_open import lance_message
+from memwal_query.snapshot.cache import SnapshotCache
+from memwal_query.snapshot.model import GenerationSource, Snapshot
+
+__all__ = [
+    "LARGE_GENERATION_ROWS",
+    "Partitioning",
+    "PoolPart",
+    "PoolSource",
+    "VectorPool",
+    "PoolPlan",
+    "budget_bytes",
+    "plan_pool",
+    "build_pool",
+    "generation_part",
+    "part_of",
+    "vector_matrix",
+    "index_centroids",
+]
+
+#: A generation with at least this many rows and its own vector index is searched through it.
+LARGE_GENERATION_ROWS = 100_000
+_DEFAULT_BUDGET_MB = 1024
+
+
+def budget_bytes() -> int:
+    """Memory for pooled vectors: ``MEMWAL_KNN_MEMORY_MB`` (default 1024 MB)."""
+    raw = os.environ.get("MEMWAL_KNN_MEMORY_MB", "")
+    try:
+        mb = float(raw) if raw else _DEFAULT_BUDGET_MB
+    except ValueError:
+        mb = _DEFAULT_BUDGET_MB
+    return int(max(mb, 0) * 2**20)
+
+
+def index_centroids(ds: lance.LanceDataset, index_name: str, cache: SnapshotCache) -> np.ndarray | None:
+    """The IVF centroids of a base vector index (None: not an IVF index), read once per index."""
+    key = ("centroids", ds.uri, index_name, ds.version)
+    with cache.lock:
+        if key in cache.vector_parts:
+            hit = cache.vector_parts[key]
+            return hit if isinstance(hit, np.ndarray) else None
+    found: np.ndarray | None = None
+    old = os.environ.get("LANCE_INCLUDE_VECTOR_CENTROIDS")
+    os.environ["LANCE_INCLUDE_VECTOR_CENTROIDS"] = "true"  # pylance 14 prints a warning otherwise
+    try:
+        stats = ds.stats.index_stats(index_name)
+        segments = stats.get("indices") or []
+        cents = [np.asarray(s["centroids"], dtype=np.float32) for s in segments if s.get("centroids") is not None]
+        if len(cents) == 1 and cents[0].ndim == 2 and cents[0].shape[0] > 1:
+            found = cents[0]
+    except (ValueError, OSError, RuntimeError, KeyError, TypeError):
+        found = None  # an index without IVF centroids: the pool is searched flat
+    finally:
+        if old is None:
+            os.environ.pop("LANCE_INCLUDE_VECTOR_CENTROIDS", None)
+        else:
+            os.environ["LANCE_INCLUDE_VECTOR_CENTROIDS"] = old
+    with cache.lock:
+        cache.vector_parts[key] = found
+    return found
+
+
+def vector_matrix(col: pa.ChunkedArray | pa.Array, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """A vector column as a float32 matrix (null vectors as zeros) and its validity mask."""
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    n = len(arr)
+    values = arr.values.slice(arr.offset * dim, n * dim)
+    mat = np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(n, dim)
+    valid = np.ones(n, dtype=bool)
+    if arr.null_count:
+        valid = np.asarray(pc.is_valid(arr).to_numpy(zero_copy_only=False))
+    if arr.null_count or values.null_count:
+        mat = np.nan_to_num(mat)
+        mat[~valid] = 0
+    return np.ascontiguousarray(mat), valid
+
+
+def _assign(mat: np.ndarray, centroids: np.ndarray | None, cosine: bool) -> np.ndarray | None:
+    """Nearest centroid of each row (l2; rows normalised first for cosine), in blocks."""
+    if centroids is None:
+        return None
+    x = _normalised(mat) if cosine else mat
+    cn = (centroids * centroids).sum(axis=1)
+    out = np.empty(len(x), dtype=np.int32)
+    for lo in range(0, len(x), 65536):
+        blk = x[lo : lo + 65536]
+        out[lo : lo + len(blk)] = np.argmin(cn[None, :] - 2 * (blk @ centroids.T), axis=1)
+    return out
+
+
+def _normalised(mat: np.ndarray) -> np.ndarray:
+    n = np.linalg.norm(mat, axis=1, keepdims=True)
+    return mat / np.where(n == 0, 1, n)
+
+
+@dataclass(frozen=True)
+class PoolPart:
+    """One source's rows in memory: every column, the vectors, their norms and partitions."""
+
+    table: pa.Table = field(repr=False)
+    vectors: np.ndarray = field(repr=False)
+    valid: np.ndarray = field(repr=False)
+    row_addrs: np.ndarray | None = field(repr=False)
+    assign: np.ndarray | None = field(repr=False)
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held (the table and the vector copy)."""
+        return int(self.table.nbytes + self.vectors.nbytes)
+
+
+def _read_generation(g: GenerationSource, names: list[str]) -> pa.Table:
+    try:
+        return g.dataset.to_table(columns=names, with_row_address=True)
+    except (ValueError, OSError, RuntimeError) as err:
+        what = f"generation {g.generation} of region {g.region_id} ({g.uri})"
+        msg = f"cannot read {what} for vector search: {lance_message(err)}"
+        raise MemWalError(msg) from err
+
+
+@dataclass(frozen=True)
+class Partitioning:
+    """IVF centroids the pool is laid out by (``key`` names them in the cache)."""
+
+    centroids: np.ndarray | None
+    cosine: bool
+    key: str
+
+
+def part_of(table: pa.Table, column: str, snapshot: Snapshot, parts: Partitioning) -> PoolPart:
+    """Rows in memory (the snapshot's columns), with their vectors and partitions."""
+    names = list(snapshot.schema.names)
+    t = table.select(names).cast(snapshot.schema).combine_chunks()
+    mat, valid = vector_matrix(t.column(column), snapshot.schema.field(column).type.list_size)
+    addrs = None
+    if "_rowaddr" in table.schema.names:
+        addrs = np.asarray(table.column("_rowaddr").to_numpy(), dtype=np.uint64)
+    return PoolPart(t, mat, valid, addrs, _assign(mat, parts.centroids, parts.cosine))
+
+
+def generation_part(
+    g: GenerationSource, column: str, snapshot: Snapshot, cache: SnapshotCache, parts: Partitioning
+) -> PoolPart:
+    """A generation's rows in memory (read once per generation URI, column and partitioning)."""
+    key = ("part", g.uri, column, parts.key)
+    with cache.lock:
+        hit = cache.vector_parts.get(key)
+    if isinstance(hit, PoolPart):
+        return hit
+    part = part_of(_read_generation(g, list(snapshot.schema.names)), column, snapshot, parts)
+    with cache.lock:
+        cache.vector_parts[key] = part
+    return part
+
+
+@dataclass(frozen=True)
+class PoolSource:
+    """One pooled source: its label, its in-memory rows and which of them are live."""
+
+    label: str
+    region_id: str
+    part: PoolPart
+    live: np.ndarray = field(repr=False)
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    """Which newer levels a vector search keeps in memory and which it searches through Lance."""
+
+    column: str
+    pooled: tuple[GenerationSource, ...]
+    indexed: tuple[GenerationSource, ...]
+    over_budget: tuple[GenerationSource, ...]
+    pooled_bytes: int
+    budget: int
+
+    def describe(self) -> str:
+        """One line for ``explain``."""
+        rows = sum(g.num_rows for g in self.pooled)
+        text = (
+            f"KNN on {self.column}: {len(self.pooled)} generations ({rows:,} rows) and the MemTables in memory, "
+            f"~{self.pooled_bytes / 2**20:,.1f} MB of a {self.budget / 2**20:,.0f} MB budget (MEMWAL_KNN_MEMORY_MB)"
+        )
+        if self.indexed:
+            text += f"; {len(self.indexed)} large generations searched through their own index"
+        if self.over_budget:
+            text += f"; {len(self.over_budget)} over the budget searched through Lance"
+        return text
+
+
+def _has_vector_index(g: GenerationSource, column: str) -> bool:
+    try:
+        with warnings.catch_warnings():  # describe_indices() (the successor) names no fields yet
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return any(column in (i.get("fields") or []) for i in g.dataset.list_indices())
+    except (ValueError, OSError, RuntimeError):
+        return False
+
+
+def plan_pool(snapshot: Snapshot, column: str) -> PoolPlan:
+    """Decide per unmerged generation: in memory, its own index, or Lance (over the budget)."""
+    dim = snapshot.schema.field(column).type.list_size
+    row_bytes = dim * 4 * 2 + 64  # the vector twice (Arrow and matrix) and the other columns, roughly
+    budget = budget_bytes()
+    pooled: list[GenerationSource] = []
+    indexed: list[GenerationSource] = []
+    over: list[GenerationSource] = []
+    used = 0
+    gens = [g for r in snapshot.regions for g in r.generations]
+    for g in sorted(gens, key=lambda g: g.num_rows):
+        if g.num_rows >= LARGE_GENERATION_ROWS and _has_vector_index(g, column):
+            indexed.append(g)
+        elif used + g.num_rows * row_bytes <= budget:
+            pooled.append(g)
+            used += g.num_rows * row_bytes
+        else:
+            over.append(g)
+    return PoolPlan(column, tuple(pooled), tuple(indexed), tuple(over), used, budget)
+
+
+@dataclass(frozen=True)
+class VectorPool:
+    """The live pooled rows of one snapshot as one matrix sorted by IVF partition."""
+
+    sources: tuple[PoolSource, ...]
+    vectors: np.ndarray = field(repr=False)
+    norms: np.ndarray = field(repr=False)
+    source_of: np.ndarray = field(repr=False)
+    row_of: np.ndarray = field(repr=False)
+    offsets: np.ndarray | None = field(repr=False)
+    centroids: np.ndarray | None = field(repr=False)
+    cosine: bool = False
+
+    @property
+    def num_rows(self) -> int:
+        """Live rows in the pool."""
+        return len(self.row_of)
+
+    def candidates(self, q: np.ndarray, metric: str, nprobes: int | None, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Pool rows (indexes into the pool) of the ``k`` nearest, and their exact distances."""
+        rows = self._probed(q, nprobes)
+        if rows is None:
+            d = _distances(self.vectors, self.norms, q, metric)
+            idx = np.arange(self.num_rows)
+        else:
+            d = np.concatenate([_distances(self.vectors[lo:hi], self.norms[lo:hi], q, metric) for lo, hi in rows])
+            idx = np.concatenate([np.arange(lo, hi) for lo, hi in rows])
+        if d.size > k:
+            top = np.argpartition(d, k - 1)[:k]
+            d, idx = d[top], idx[top]
+        return idx, d
+
+    def _probed(self, q: np.ndarray, nprobes: int | None) -> list[tuple[int, int]] | None:
+        if nprobes is None or self.offsets is None or self.centroids is None or nprobes >= len(self.centroids):
+            return None
+        x = _normalised(q[None, :])[0] if self.cosine else q
+        cd = ((self.centroids - x) ** 2).sum(axis=1)
+        probe = np.argpartition(cd, nprobes - 1)[:nprobes] if nprobes > 0 else np.empty(0, dtype=np.int64)
+        return [(int(self.offsets[p]), int(self.offsets[p + 1])) for p in np.sort(probe)]
+
+
+def _distances(mat: np.ndarray, norms: np.ndarray, q: np.ndarray, metric: str) -> np.ndarray:
+    """Lance's distance of each row to ``q``: squared l2, 1 - cosine similarity, 1 - dot."""
+    dot = mat @ q
+    if metric == "l2":
+        out = np.maximum(norms - 2 * dot + float(q @ q), 0)
+    elif metric == "cosine":
+        qn = float(np.linalg.norm(q))
+        out = 1 - dot / np.where(norms == 0, 1, np.sqrt(norms)) / (qn or 1)
+    else:
+        out = 1 - dot
+    return np.asarray(out, dtype=np.float32)
+
+
+def build_pool(
+    sources: list[tuple[str, str, PoolPart, np.ndarray]], centroids: np.ndarray | None, cosine: bool
+) -> VectorPool:
+    """Lay out the live rows of ``sources`` (label, region, part, live mask) by partition."""
+    kept = [PoolSource(label, region, part, live) for label, region, part, live in sources]
+    mats, src, rows, assign = [], [], [], []
+    for i, s in enumerate(kept):
+        live_rows = np.flatnonzero(s.live)
+        mats.append(s.part.vectors[live_rows])
+        src.append(np.full(live_rows.size, i, dtype=np.int32))
+        rows.append(live_rows)
+        if s.part.assign is not None:
+            assign.append(s.part.assign[live_rows])
+    dim = kept[0].part.vectors.shape[1] if kept else 0
+    mat = np.concatenate(mats) if mats else np.empty((0, dim), dtype=np.float32)
+    source_of = np.concatenate(src) if src else np.empty(0, dtype=np.int32)
+    row_of = np.concatenate(rows) if rows else np.empty(0, dtype=np.int64)
+    offsets = None
+    if centroids is not None and len(assign) == len(kept):
+        a = np.concatenate(assign) if assign else np.empty(0, dtype=np.int32)
+        order = np.argsort(a, kind="stable")
+        mat, source_of, row_of = mat[order], source_of[order], row_of[order]
+        offsets = np.searchsorted(a[order], np.arange(len(centroids) + 1))
+    mat = np.ascontiguousarray(mat)
+    return VectorPool(tuple(kept), mat, (mat * mat).sum(axis=1), source_of, row_of, offsets, centroids, cosine)

@@ -1,0 +1,236 @@
+"""The per-source searches of one vector search, each returning exact distances.
+
+* The **base** is searched through its index (or flat) without the base mask: it asks
+  for a few more rows than ``k``, drops the hits whose key has a newer version
+  (:class:`memwal_query.merge.NewerKeys`) and asks again for four times as many while
+  fewer than ``k`` survive and the index could return more. A filter applies to the
+  base rows' own values: a row it keeps whose key is newer is dropped anyway.
+* **Large generations** (and those over the memory budget) are searched through
+  Lance with their dedup mask as a block list, with the same ``nprobes`` /
+  ``refine_factor`` as the base.
+* **Small generations and MemTables** are searched together in memory
+  (:mod:`memwal_query.vector_pool`); with a filter, through Lance, flat.
+
+Every candidate's ``_distance`` is recomputed from its stored vector (Lance's
+definitions: squared l2, 1 - cosine similarity, 1 - dot product), so distances from
+every source are exact and comparable, whatever index found the row.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from lance.dataset import serialize_row_addrs
+
+from memwal_query.errors import InvalidArgumentError, MemWalError
+from memwal_query.format.lance_open import lance_message
+from memwal_query.vector_pool import vector_matrix
+
+__all__ = ["SearchSpec", "exact_distances", "lance_search", "overfetch", "Candidates"]
+
+_EXACT_CHUNK = 8192
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    """What one vector search asks: the column, query, k, metric and index parameters."""
+
+    column: str
+    q: np.ndarray
+    k: int
+    metric: str
+    nprobes: int | None
+    refine_factor: int | None
+    filter: str | pc.Expression | None
+    out_cols: tuple[str, ...]
+    key_cols: tuple[str, ...]
+
+    def args(self, k: int, *, index: bool = True) -> dict[str, Any]:
+        """Lance ``nearest`` arguments for ``k`` rows (``index=False``: an exact flat search)."""
+        a: dict[str, Any] = {"column": self.column, "q": self.q, "k": k, "metric": self.metric}
+        if not index:
+            a["use_index"] = False
+            return a
+        if self.nprobes is not None:
+            a["nprobes"] = int(self.nprobes)
+        if self.refine_factor is not None:
+            a["refine_factor"] = int(self.refine_factor)
+        return a
+
+    @property
+    def fetch_cols(self) -> list[str]:
+        """Columns read from each hit: the output, the key and the vector."""
+        return list(dict.fromkeys([*self.out_cols, *self.key_cols, self.column]))
+
+
+def exact_distances(mat: np.ndarray, q: np.ndarray, metric: str) -> np.ndarray:
+    """Lance's distance of each row of ``mat`` to ``q``, computed exactly (float32).
+
+    Example:
+        >>> import numpy as np
+        >>> m = np.array([[1.0, 2.0], [0.0, 0.0]], dtype=np.float32)
+        >>> exact_distances(m, np.zeros(2, np.float32), "l2").tolist()
+        [5.0, 0.0]
+    """
+    if metric == "l2":
+        diff = mat - q
+        return np.asarray((diff * diff).sum(axis=1), dtype=np.float32)
+    dot = mat @ q
+    if metric == "cosine":
+        n = np.linalg.norm(mat, axis=1) * float(np.linalg.norm(q))
+        return np.asarray(1 - dot / np.where(n == 0, 1, n), dtype=np.float32)
+    return np.asarray(1 - dot, dtype=np.float32)
+
+
+def lance_search(
+    ds: lance.LanceDataset,
+    what: str,
+    spec: SearchSpec,
+    args: dict[str, Any],
+    block: np.ndarray | None,
+    *,
+    indexed_only: bool = False,
+    vectors: bool = True,
+    row_addrs: bool = False,
+) -> pa.Table:
+    """One Lance search of ``ds`` (the spec's columns, filter and ``args``) minus ``block``.
+
+    ``vectors``: also read the vector column (to recompute exact distances);
+    ``row_addrs``: add ``_rowaddr``.
+    """
+    cols = spec.fetch_cols
+    if not vectors and spec.column not in spec.out_cols:
+        cols = [c for c in cols if c != spec.column]
+    kwargs: dict[str, Any] = {
+        "columns": [*cols, "_distance"],
+        "nearest": args,
+        "disable_scoring_autoprojection": True,
+    }
+    if row_addrs:
+        kwargs["with_row_address"] = True
+    filt = spec.filter
+    if filt is not None:
+        kwargs["filter"] = filt
+        kwargs["prefilter"] = True
+    if indexed_only:
+        kwargs["fast_search"] = True  # rows outside the index are served by catch-up generations
+    if block is not None and block.size:
+        kwargs["row_addr_blocklist"] = serialize_row_addrs(block.tolist())
+        kwargs["prefilter"] = True
+    try:
+        return ds.scanner(**kwargs).to_table()
+    except (ValueError, OSError, RuntimeError) as err:
+        text = lance_message(err)
+        if filt is not None and "Invalid user input" in text:  # e.g. the filter names no column of the table
+            msg = f"vector search filter {str(filt)!r} does not apply to {what}: {text}"
+            raise InvalidArgumentError(msg) from err
+        msg = f"vector search in {what} failed: {text}"
+        raise MemWalError(msg) from err
+
+
+def overfetch(
+    search: Callable[[int], pa.Table], dead: Callable[[pa.Table], np.ndarray], k: int, dead_share: float
+) -> pa.Table:
+    """The top ``k`` hits of ``search(n)`` that are not ``dead``, asking for more while short.
+
+    ``search(n)`` returns up to ``n`` hits, best first; ``dead_share`` guesses the share
+    of hits that are dead. Asks for four times as many while fewer than ``k`` survive and
+    the source returned all it was asked for.
+    """
+    want = k if dead_share <= 0 else k + 4 + math.ceil(3 * k * min(1.0, dead_share))
+    while True:
+        hits = search(want)
+        live = hits.filter(pa.array(~dead(hits))) if dead_share > 0 and hits.num_rows else hits
+        if live.num_rows >= k or hits.num_rows < want:
+            return live
+        want *= 4
+
+
+class Candidates:
+    """Rows found by the sources of one search, with exact distances, and their labels."""
+
+    def __init__(self, spec: SearchSpec, schema: pa.Schema) -> None:
+        self.spec = spec
+        self.schema = schema
+        self.parts: list[pa.Table] = []
+        self.labels: list[str] = []
+
+    def exact(self, hits: pa.Table) -> pa.Table:
+        """``hits`` (the fetched columns) as output rows with exact ``_distance``, best first, at most k.
+
+        Hits without the vector column carry Lance's own exact distance (a flat or refined search).
+        """
+        spec = self.spec
+        if hits.num_rows == 0 or spec.column not in hits.schema.names:
+            order = pc.sort_indices(hits, sort_keys=[("_distance", "ascending")])[: spec.k]
+            return hits.take(order).select([*spec.out_cols, "_distance"])
+        col = self.schema.field(spec.column)
+        mat, valid = vector_matrix(hits.column(spec.column).cast(col.type), col.type.list_size)
+        d = exact_distances(mat, spec.q, spec.metric)
+        d[~valid] = np.inf
+        order = np.argsort(d, kind="stable")[: spec.k]
+        order = order[np.isfinite(d[order])]
+        out = hits.take(pa.array(order)).select(list(spec.out_cols))
+        return out.append_column("_distance", pa.array(d[order], pa.float32()))
+
+    def add(self, hits: pa.Table, label: str) -> None:
+        """Keep ``hits`` (fetched columns) of a source."""
+        self.parts.append(self.exact(hits))
+        self.labels.append(label)
+
+    def add_rows(self, rows: pa.Table, label: str) -> None:
+        """Keep output rows that already carry exact distances."""
+        self.parts.append(rows)
+        self.labels.append(label)
+
+    def base(
+        self, ds: lance.LanceDataset, what: str, newer: Any, base_rows: int, *, indexed_only: bool, exact: bool
+    ) -> pa.Table:
+        """The base's top k live hits: over-fetch, drop rows whose key is newer, widen if short.
+
+        ``exact``: Lance's distances are exact already (flat or refined search).
+        """
+        spec = self.spec
+
+        def search(n: int) -> pa.Table:
+            return lance_search(ds, what, spec, spec.args(n), None, indexed_only=indexed_only, vectors=not exact)
+
+        def dead(hits: pa.Table) -> np.ndarray:
+            return np.asarray(newer.contains(hits.select(list(spec.key_cols))))
+
+        return overfetch(search, dead, spec.k, len(newer) / max(base_rows, 1))
+
+    def generation(
+        self, ds: lance.LanceDataset, what: str, drop: np.ndarray | None, rows: int, *, index: bool
+    ) -> pa.Table:
+        """A generation's top k live hits: searched without its mask, dead rows dropped after."""
+        spec = self.spec
+        exact = not index or spec.refine_factor is not None
+
+        def search(n: int) -> pa.Table:
+            return lance_search(ds, what, spec, spec.args(n, index=index), None, vectors=not exact, row_addrs=True)
+
+        def dead(hits: pa.Table) -> np.ndarray:
+            assert drop is not None
+            return np.isin(np.asarray(hits.column("_rowaddr").to_numpy(), dtype=np.uint64), drop)
+
+        share = 0.0 if drop is None else drop.size / max(rows, 1)
+        return overfetch(search, dead, spec.k, share)
+
+    def top(self) -> pa.Table:
+        """The best k of every source's rows (ties: the source searched first)."""
+        fields = [self.schema.field(c) for c in self.spec.out_cols] + [pa.field("_distance", pa.float32())]
+        target = pa.schema(fields)
+        parts = [p.select(target.names).cast(target) for p in self.parts if p.num_rows]
+        if not parts:
+            return target.empty_table()
+        allrows = pa.concat_tables(parts)
+        order = pc.sort_indices(allrows, sort_keys=[("_distance", "ascending")])
+        return allrows.take(order[: self.spec.k])

@@ -1,0 +1,295 @@
+"""The ``memwal`` Spark data source: batch read / write and Structured Streaming, against a dict model."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+import memwal_query as mq
+import memwal_write
+from memwal_query.errors import InvalidArgumentError
+from memwal_write import write_arrow
+
+from lsm_model import PK, sort_table
+
+pytestmark = pytest.mark.spark
+
+SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False, metadata=PK),
+        pa.field("cat", pa.string()),
+        pa.field("amount", pa.float64()),
+    ]
+)
+
+
+class Model:
+    def __init__(self) -> None:
+        self.rows: dict[int, dict[str, Any]] = {}
+
+    def put(self, t: pa.Table) -> None:
+        for r in t.select(SCHEMA.names).to_pylist():
+            self.rows[r["id"]] = r
+
+    def delete(self, ids: list[int]) -> None:
+        for i in ids:
+            self.rows.pop(i, None)
+
+    def table(self) -> pa.Table:
+        return sort_table(pa.Table.from_pylist(list(self.rows.values()), schema=SCHEMA), ["id"])
+
+
+def _rows(ids: Any, tag: float) -> pa.Table:
+    ids = np.asarray(ids, dtype=np.int64)
+    cats = [None if i % 11 == 0 else f"c{i % 5}" for i in ids]
+    return pa.table({"id": ids, "cat": cats, "amount": ids.astype(np.float64) + tag}, schema=SCHEMA)
+
+
+def _table(path: Path, base_rows: int = 900) -> tuple[str, Model]:
+    uri = str(path / "t")
+    base = _rows(range(base_rows), 0.0)
+    lance.write_dataset(base, uri, max_rows_per_file=300).initialize_mem_wal(
+        bucket_column="id", num_buckets=4, max_memtable_rows=300
+    )
+    m = Model()
+    m.put(base)
+    return uri, m
+
+
+def _sorted(t: pa.Table) -> pa.Table:
+    return sort_table(t.select(SCHEMA.names).cast(SCHEMA), ["id"])
+
+
+@pytest.fixture(scope="module")
+def registered(spark: Any) -> Any:
+    memwal_write.register_data_source(spark)
+    return spark
+
+
+def _layered(tmp_path: Path) -> tuple[str, Model]:
+    """A table with a base, flushed generations and an unflushed WAL tail (updates and deletes)."""
+    uri, model = _table(tmp_path)
+    rng = np.random.default_rng(5)
+    for step in range(3):
+        ups = _rows(rng.choice(1400, 250, replace=False), float(step + 1))
+        dels = [int(i) for i in rng.choice(1400, 40, replace=False)]
+        write_arrow(uri, ups, deletes=pa.table({"id": pa.array(dels, pa.int64())}))
+        model.put(ups)
+        model.delete(dels)
+    return uri, model
+
+
+def test_batch_read_equals_model_with_filters(registered: Any, tmp_path: Path) -> None:
+    spark = registered
+    uri, model = _layered(tmp_path)
+    df = spark.read.format("memwal").load(uri)
+    assert df.rdd.getNumPartitions() >= 4  # one per region (the base shared out among them)
+    assert _sorted(df.toArrow()).equals(model.table())
+    assert _sorted(mq.open_table(uri).to_arrow()).equals(model.table())
+    want = model.table()
+    cases = {
+        "id < 300 AND amount >= 100": pc.and_(pc.less(want["id"], 300), pc.greater_equal(want["amount"], 100)),
+        "id = 17 OR id = 1203": pc.is_in(want["id"], pa.array([17, 1203], pa.int64())),
+        "id IN (3, 5, 700, 1399)": pc.is_in(want["id"], pa.array([3, 5, 700, 1399], pa.int64())),
+        "cat IS NULL": pc.is_null(want["cat"]),
+        "NOT (cat = 'c1') AND cat IS NOT NULL": pc.and_(pc.is_valid(want["cat"]), pc.not_equal(want["cat"], "c1")),
+        "cat LIKE 'c2%' AND id > 1000": pc.and_(pc.equal(want["cat"], "c2"), pc.greater(want["id"], 1000)),
+    }
+    for where, mask in cases.items():
+        got = _sorted(spark.read.format("memwal").option("consistency", "strong").load(uri).where(where).toArrow())
+        assert got.equals(want.filter(mask)), where
+    # eventual: flushed generations only, the same rows pylance's flushed data gives
+    eventual = spark.read.format("memwal").option("consistency", "eventual").load(uri).toArrow()
+    assert _sorted(eventual).equals(_sorted(mq.open_table(uri, consistency="eventual").to_arrow()))
+
+
+def test_pushed_filters_prune_regions(registered: Any, tmp_path: Path) -> None:
+    from memwal_write.spark_source import MemwalReader
+
+    uri, _ = _layered(tmp_path)
+    from pyspark.sql.datasource import EqualTo, StringStartsWith
+
+    schema = registered.read.format("memwal").load(uri).schema
+    reader = MemwalReader({"path": uri}, schema)
+    left = list(reader.pushFilters([EqualTo(("id",), 17), StringStartsWith(("cat",), "c")]))
+    assert [type(f).__name__ for f in left] == ["StringStartsWith"]  # Spark keeps the one not pushed
+    one = reader.partitions()
+    everything = MemwalReader({"path": uri}, schema).partitions()
+    assert len(one) < len(everything)
+    rows = [r for p in one for b in reader.read(p) for r in b.to_pylist()]
+    assert [r["id"] for r in rows] == [17]
+
+
+def test_batch_write_upsert_dedupe_delete(registered: Any, tmp_path: Path) -> None:
+    spark = registered
+    uri, model = _table(tmp_path)
+    rng = np.random.default_rng(9)
+    ids = rng.choice(1500, 400, replace=False)
+    first = _rows(ids, 1.0).append_column("ts", pa.array(np.full(400, 1), pa.int64()))
+    newer = _rows(ids[:150], 2.0).append_column("ts", pa.array(np.full(150, 2), pa.int64()))
+    both = pa.concat_tables([newer, first])  # the older version comes later: order_by decides
+    spark.createDataFrame(both).repartition(3).write.format("memwal").mode("append").option("order_by", "ts").save(uri)
+    model.put(first)
+    model.put(newer)
+    assert _sorted(mq.open_table(uri).to_arrow()).equals(model.table())
+    dels = [int(i) for i in rng.choice(1500, 120, replace=False)]
+    keys = spark.createDataFrame(pa.table({"id": pa.array(dels + dels[:10], pa.int64())})).repartition(2)
+    keys.write.format("memwal").mode("append").option("operation", "delete").save(uri)
+    model.delete(dels)
+    assert _sorted(mq.open_table(uri).to_arrow()).equals(model.table())
+    with pytest.raises(Exception, match="overwrite"):
+        spark.createDataFrame(first.drop(["ts"])).write.format("memwal").mode("overwrite").save(uri)
+    ambiguous = pa.concat_tables([_rows([5], 1.0), _rows([5], 2.0)])
+    with pytest.raises(Exception, match="(?i)ambiguous|duplicate"):
+        spark.createDataFrame(ambiguous).write.format("memwal").mode("append").save(uri)
+    assert _sorted(mq.open_table(uri).to_arrow()).equals(model.table())  # nothing of it written
+
+
+def _changes_file(path: Path, i: int, ups: pa.Table, dels: list[int]) -> None:
+    change = pa.array(["upsert"] * ups.num_rows + ["delete"] * len(dels))
+    keys = pa.table({"id": pa.array(dels, pa.int64()), "cat": pa.nulls(len(dels), pa.string())})
+    keys = keys.append_column("amount", pa.nulls(len(dels), pa.float64()))
+    t = pa.concat_tables([ups, keys.cast(SCHEMA)]).append_column("_change", change)
+    import pyarrow.parquet as pq
+
+    pq.write_table(t, str(path / f"part-{i:03d}.parquet"))
+
+
+def _run_sink(spark: Any, src: Path, uri: str, ckpt: Path, **opts: str) -> None:
+    from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
+
+    schema = StructType(
+        [
+            StructField("id", LongType(), False),
+            StructField("cat", StringType()),
+            StructField("amount", DoubleType()),
+            StructField("_change", StringType()),
+        ]
+    )
+    stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(str(src))
+    w = stream.writeStream.format("memwal").option("checkpointLocation", str(ckpt)).option("sink_id", "s1")
+    for k, v in opts.items():
+        w = w.option(k, v)
+    q = w.start(uri)
+    try:
+        q.processAllAvailable()
+    finally:
+        q.stop()
+
+
+@pytest.mark.slow
+def test_stream_sink_restart_after_failure_equals_model(registered: Any, tmp_path: Path) -> None:
+    spark = registered
+    uri, model = _table(tmp_path)
+    src = tmp_path / "src"
+    src.mkdir()
+    ckpt = tmp_path / "ckpt"
+    rng = np.random.default_rng(13)
+    for i in range(3):
+        ups = _rows(rng.choice(1500, 200, replace=False), float(i + 1))
+        dels = [int(k) for k in rng.choice(1500, 30, replace=False) if int(k) not in set(ups["id"].to_pylist())]
+        _changes_file(src, i, ups, dels)
+        model.put(ups)
+        model.delete(dels)
+    marker = tmp_path / "failed-once"
+    with pytest.raises(Exception, match="injected failure"):
+        _run_sink(spark, src, uri, ckpt, _fail_batch="1", _fail_marker=str(marker))
+    assert marker.exists()
+    assert memwal_write.committed_batches(uri, "s1") == [0]
+    _run_sink(spark, src, uri, ckpt)  # restart from the checkpoint: batch 1 replayed whole
+    assert memwal_write.committed_batches(uri, "s1") == [0, 1, 2]
+    assert _sorted(mq.open_table(uri).to_arrow()).equals(model.table())
+    ups = _rows(rng.choice(1500, 100, replace=False), 9.0)
+    _changes_file(src, 3, ups, [1, 2, 3])
+    model.put(ups)
+    model.delete([1, 2, 3])
+    _run_sink(spark, src, uri, ckpt)
+    assert memwal_write.committed_batches(uri, "s1") == [0, 1, 2, 3]
+    assert _sorted(mq.open_table(uri).to_arrow()).equals(model.table())
+
+
+def _run_source(spark: Any, uri: str, ckpt: Path, seen: list[pa.Table], start: str | None = None) -> None:
+    def collect(df: Any, batch_id: int) -> None:
+        seen.append(df.toArrow())
+
+    r = spark.readStream.format("memwal").option("readChangeFeed", "true")
+    if start is not None:
+        r = r.option("startingToken", start)
+    q = r.load(uri).writeStream.option("checkpointLocation", str(ckpt)).foreachBatch(collect).start()
+    try:
+        q.processAllAvailable()
+    finally:
+        q.stop()
+
+
+def _apply(state: dict[int, dict[str, Any]], changes: pa.Table) -> None:
+    for r in changes.to_pylist():
+        if r.pop("_change") == "delete":
+            state.pop(r["id"], None)
+        else:
+            state[r["id"]] = r
+
+
+@pytest.mark.slow
+def test_stream_source_delivers_each_change_once(registered: Any, tmp_path: Path) -> None:
+    spark = registered
+    uri, model = _table(tmp_path)
+    start = mq.open_table(uri)
+    ckpt = tmp_path / "ckpt"
+    seen: list[pa.Table] = []
+    rng = np.random.default_rng(21)
+    written: list[set[int]] = []
+    for run in range(2):
+        keys: set[int] = set()
+        for step in range(2):
+            ups = _rows(rng.choice(1500, 120, replace=False), float(10 * run + step))
+            dels = [int(i) for i in rng.choice(1500, 25, replace=False)]
+            write_arrow(uri, ups, deletes=pa.table({"id": pa.array(dels, pa.int64())}))
+            model.put(ups)
+            model.delete(dels)
+            keys |= set(ups["id"].to_pylist()) | set(dels)
+        written.append(keys)
+        before = len(seen)
+        _run_source(spark, uri, ckpt, seen, start=start.change_token)  # the option only counts the first time
+        got = [k for t in seen[before:] for k in t["id"].to_pylist()]
+        assert len(got) == len(set(got))  # each key once in this run
+        assert set(got) == keys  # exactly the keys written since the last run (none again)
+    state = {r["id"]: r for r in start.to_arrow().select(SCHEMA.names).to_pylist()}
+    for t in seen:
+        _apply(state, t)
+    assert _sorted(pa.Table.from_pylist(list(state.values()), schema=SCHEMA)).equals(model.table())
+    time.sleep(0)
+
+
+def test_options_refused(registered: Any, tmp_path: Path) -> None:
+    uri, _ = _table(tmp_path, base_rows=50)
+    with pytest.raises(Exception, match="consistency"):
+        registered.read.format("memwal").option("consistency", "sometimes").load(uri).collect()
+    with pytest.raises(InvalidArgumentError, match="operation"):
+        from memwal_write.spark_sink import SinkOptions
+
+        SinkOptions.from_options({"path": uri, "operation": "merge"})
+
+
+def test_stream_writer_skips_a_recorded_batch(tmp_path: Path) -> None:
+    from memwal_write.spark_sink import to_ipc
+    from memwal_write.spark_stream import MemwalStreamWriter, StagedRows
+
+    uri, model = _table(tmp_path, base_rows=100)
+    w = MemwalStreamWriter({"path": uri, "sink_id": "q"})
+    first = _rows([1, 2, 500], 1.0)
+    w.commit([StagedRows(to_ipc(first.to_batches())), StagedRows(None)], 0)
+    model.put(first)
+    # Spark replays batch 0 (it failed before its own commit log): already applied, skipped,
+    # even if the replay's rows differed
+    w.commit([StagedRows(to_ipc(_rows([1, 3], 7.0).to_batches()))], 0)
+    assert memwal_write.committed_batches(uri, "q") == [0]
+    assert memwal_write.committed_batches(uri, "other") == []
+    assert _sorted(mq.open_table(uri).to_arrow()).equals(model.table())

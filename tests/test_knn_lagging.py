@@ -1,0 +1,220 @@
+"""Vector search with a lagging merger, on clustered vectors, against numpy over the model.
+
+One table written with pylance's writer: a base of clustered vectors (a Gaussian
+mixture) with an IVF_PQ index; per region one large generation (pylance's writer
+builds its own vector index) and many small ones (updates of hot keys that move
+vectors to another cluster, new keys, deletes); a WAL tail. Oracle: exact search with
+numpy over the model's live rows. Every returned row must be the live version, its
+``_distance`` exact; with ``refine_factor`` recall@10 >= 0.95; rows of the newer
+levels (searched exactly in memory when every partition is probed) are never missed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import memwal_query as mq
+import memwal_query.vector_pool as vector_pool
+
+from lsm_model import PK, ModelTable
+
+DIM = 16
+CLUSTERS = 8
+PARTITIONS = 8
+SMALL_ROUNDS = 18
+CENTERS = np.random.default_rng(42).standard_normal((CLUSTERS, DIM)).astype(np.float32) * 2
+
+
+def _schema() -> pa.Schema:
+    return pa.schema(
+        [
+            pa.field("id", pa.int64(), nullable=False, metadata=PK),
+            pa.field("cat", pa.string()),
+            pa.field("vec", pa.list_(pa.float32(), DIM)),
+        ]
+    )
+
+
+def _mixture(rng: np.random.Generator, n: int) -> np.ndarray:
+    c = rng.choice(CLUSTERS, n, p=np.array([8, 6, 4, 3, 2, 2, 1, 1]) / 27)
+    return CENTERS[c] + rng.standard_normal((n, DIM)).astype(np.float32) * 0.4
+
+
+def _rows(ids: Any, rng: np.random.Generator) -> pa.Table:
+    ids = np.asarray(ids, dtype=np.int64)
+    v = _mixture(rng, len(ids))
+    return pa.table(
+        {
+            "id": ids,
+            "cat": np.array(["x", "y", "z"])[ids % 3],
+            "vec": pa.FixedSizeListArray.from_arrays(pa.array(v.reshape(-1)), DIM),
+        },
+        schema=_schema(),
+    )
+
+
+class Lagging:
+    """The model table and the keys written after the base (the newer levels' rows)."""
+
+    def __init__(self, t: ModelTable) -> None:
+        self.t = t
+        self.newer: set[int] = set()
+
+    def put(self, rows: pa.Table) -> None:
+        self.t.put(rows)
+        self.newer |= set(rows.column("id").to_pylist())
+
+
+@pytest.fixture(scope="module")
+def lagging(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lagging]:
+    rng = np.random.default_rng(7)
+    uri = str(tmp_path_factory.mktemp("lagging") / "t")
+
+    def index(ds: lance.LanceDataset) -> None:
+        ds.create_index("vec", index_type="IVF_PQ", num_partitions=PARTITIONS, num_sub_vectors=4)
+
+    base = _rows(np.arange(3000), rng)
+    t = ModelTable(uri, _schema(), base, bucket=("id", 2), max_memtable_rows=5000, prepare=index)
+    lag = Lagging(t)
+    lag.put(_rows(rng.choice(3500, 1600, replace=False), rng))  # one large generation per region
+    t.flush()
+    hot = rng.choice(3500, 200, replace=False)
+    for _ in range(SMALL_ROUNDS):  # small generations: hot keys moved again, new keys, deletes
+        ids = np.unique(np.concatenate([rng.choice(hot, 20, replace=False), rng.choice(4000, 30, replace=False)]))
+        lag.put(_rows(ids, rng))
+        t.delete([(int(k),) for k in rng.choice(4000, 5, replace=False)])
+        t.flush()
+    lag.put(_rows(rng.choice(4000, 60, replace=False), rng))  # WAL tail
+    yield lag
+    t.flush()
+
+
+@pytest.fixture
+def large_is_small(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test table's large generations (~800 rows) count as large: searched by their own index."""
+    monkeypatch.setattr(vector_pool, "LARGE_GENERATION_ROWS", 500)
+
+
+def _live(model: dict[Any, dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+    rows = list(model.values())
+    return np.array([r["id"] for r in rows]), np.array([r["vec"] for r in rows], dtype=np.float32)
+
+
+def _check(table: mq.Table, lag: Lagging, q: np.ndarray, got: pa.Table, *, newer_exact: bool) -> float:
+    """Every row live, distances exact and ascending; returns recall@10 against numpy."""
+    model = lag.t.model
+    ids, mat = _live(model)
+    dist = ((mat - q) ** 2).sum(axis=1)
+    assert got.num_rows == 10
+    rows = got.to_pylist()
+    for r in rows:
+        assert model.get((r["id"],)) == {k: r[k] for k in ("id", "cat", "vec")}, f"stale or deleted row {r['id']}"
+        want = float(((np.asarray(r["vec"], dtype=np.float32) - q) ** 2).sum())
+        assert r["_distance"] == pytest.approx(want, rel=1e-4, abs=1e-4)
+    d = [r["_distance"] for r in rows]
+    assert d == sorted(d)
+    if newer_exact:  # the newer levels are searched exactly: none of their rows closer than the 10th is missed
+        returned = {r["id"] for r in rows}
+        closer = {int(i) for i, x in zip(ids, dist, strict=True) if x < d[-1] * (1 - 1e-4) and int(i) in lag.newer}
+        assert closer <= returned, f"newer rows missed: {sorted(closer - returned)}"
+    exact = set(ids[np.argsort(dist)[:10]].tolist())
+    return len(exact & {r["id"] for r in rows}) / 10
+
+
+def _queries(n: int, seed: int = 3) -> np.ndarray:
+    return _mixture(np.random.default_rng(seed), n)
+
+
+def test_lagging_merger_has_many_generations(lagging: Lagging) -> None:
+    view = mq.open_table(lagging.t.uri).view
+    gens = [g for r in view.snapshot.regions for g in r.generations]
+    assert len(gens) >= 2 * SMALL_ROUNDS
+    assert sum(g.num_rows >= 500 for g in gens) == 2
+    assert all(g.dataset.describe_indices() for g in gens), "pylance's writer indexes every generation"
+
+
+def test_refine_recall_and_exact_distances(lagging: Lagging, large_is_small: None) -> None:
+    table = mq.open_table(lagging.t.uri)
+    recalls = []
+    for q in _queries(20):
+        got = table.nearest("vec", q, k=10, nprobes=PARTITIONS, refine_factor=10)
+        recalls.append(_check(table, lagging, q, got, newer_exact=False))
+    assert np.mean(recalls) >= 0.95, recalls
+    stats = table.last_nearest_stats
+    assert stats is not None and stats.memory is not None
+    assert len(stats.memory.indexed) == 2 and len(stats.memory.pooled) >= 2 * SMALL_ROUNDS
+    assert any("its index" in s for s in stats.sources) and any("in memory" in s for s in stats.sources)
+    assert any("memtable" in s for s in stats.sources)
+
+
+def test_pool_is_exact_when_every_partition_is_probed(lagging: Lagging) -> None:
+    table = mq.open_table(lagging.t.uri)  # every generation in memory (none reaches 100,000 rows)
+    recalls = []
+    for q in _queries(15, seed=4):
+        got = table.nearest("vec", q, k=10, nprobes=PARTITIONS, refine_factor=20)
+        recalls.append(_check(table, lagging, q, got, newer_exact=True))
+    assert np.mean(recalls) >= 0.95, recalls
+    stats = table.last_nearest_stats
+    assert stats is not None and stats.memory is not None and not stats.memory.indexed
+
+
+def test_probing_fewer_partitions_keeps_recall_of_the_base(lagging: Lagging) -> None:
+    """nprobes < partitions: the pool probes the base index's nearest centroids like the base does."""
+    table = mq.open_table(lagging.t.uri)
+    base = lance.dataset(lagging.t.uri)
+    ids, mat = _live(lagging.t.model)
+    base_rows = base.to_table(columns=["id", "vec"])
+    bids = base_rows.column("id").to_numpy()
+    bmat = np.array(base_rows.column("vec").to_pylist(), dtype=np.float32)
+    ours, theirs = [], []
+    for q in _queries(30, seed=5):
+        got = table.nearest("vec", q, k=10, nprobes=2)
+        ours.append(_check(table, lagging, q, got, newer_exact=False))
+        b = base.to_table(nearest={"column": "vec", "q": q, "k": 10, "nprobes": 2}, columns=["id"])
+        exact = set(bids[np.argsort(((bmat - q) ** 2).sum(axis=1))[:10]].tolist())
+        theirs.append(len(exact & set(b.column("id").to_pylist())) / 10)
+    assert np.mean(ours) >= np.mean(theirs) - 0.02, (np.mean(ours), np.mean(theirs))
+
+
+def test_over_budget_generations_searched_through_lance(lagging: Lagging, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEMWAL_KNN_MEMORY_MB", "0")
+    table = mq.open_table(lagging.t.uri)
+    for q in _queries(8, seed=6):
+        got = table.nearest("vec", q, k=10, nprobes=PARTITIONS, refine_factor=20)
+        _check(table, lagging, q, got, newer_exact=True)
+    stats = table.last_nearest_stats
+    assert stats is not None and stats.memory is not None
+    assert not stats.memory.pooled and len(stats.memory.over_budget) >= 2 * SMALL_ROUNDS
+    assert "0 MB budget" in table.explain()
+
+
+def test_explain_reports_the_memory_budget(lagging: Lagging) -> None:
+    text = mq.open_table(lagging.t.uri).explain()
+    line = next(ln for ln in text.splitlines() if "KNN on vec" in ln)
+    assert "MB of a 1,024 MB budget" in line and f"{2 * SMALL_ROUNDS + 2} generations" in line
+
+
+def test_refresh_reuses_generation_parts(lagging: Lagging) -> None:
+    """A refresh reads only the new generation into memory; answers follow the new writes."""
+    table = mq.open_table(lagging.t.uri)
+    q = _queries(1, seed=8)[0]
+    table.nearest("vec", q, k=10, nprobes=PARTITIONS)
+    before = {k: v for k, v in table.view.cache.vector_parts.items() if k[0] == "part"}
+    rng = np.random.default_rng(11)
+    near = _rows(np.arange(9000, 9005), rng)
+    vec = pa.FixedSizeListArray.from_arrays(pa.array(np.tile(q + 0.01, 5)), DIM)
+    lagging.put(near.set_column(2, "vec", vec))
+    lagging.t.flush()
+    fresh = table.refresh()
+    got = fresh.nearest("vec", q, k=10, nprobes=PARTITIONS, refine_factor=20)
+    _check(fresh, lagging, q, got, newer_exact=True)
+    assert set(range(9000, 9005)) <= set(got.column("id").to_pylist())
+    after = {k: v for k, v in fresh.view.cache.vector_parts.items() if k[0] == "part"}
+    assert all(after[k] is v for k, v in before.items())  # the same objects: not read again
+    assert len(after) > len(before)  # plus the new generations
