@@ -17,15 +17,17 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import lance
+import numpy as np
 
 from memwal_query.errors import InvalidArgumentError
 
-__all__ = ["Analyzer", "Doc"]
+__all__ = ["Analyzer", "Doc", "Tokens"]
 
 # index parameters that are tokenizer options of lance.tokenize
 _OPTIONS = (
@@ -59,6 +61,11 @@ class Doc:
 
 
 _EMPTY = Doc((), ())
+#: Word tokenizers: a token never spans whitespace, so texts joined by a separator word
+#: tokenize like each text alone (n-gram, raw and language tokenizers do not).
+_WORD_TOKENIZERS = (None, "simple", "whitespace")
+_SEPARATOR = "memwalsepzqxj"
+_BATCH = 512  # texts per Lance call
 
 
 @dataclass(frozen=True)
@@ -113,6 +120,84 @@ class Analyzer:
             seen.setdefault(tok, pos)
         return Doc(tuple(seen), tuple(seen.values()))
 
+    @cached_property
+    def _separator(self) -> str | None:
+        """The separator word as this analyzer emits it (None: texts are tokenized one by one)."""
+        opts = dict(self.options)
+        if opts.get("base_tokenizer") not in _WORD_TOKENIZERS:
+            return None
+        toks = self.tokens(_SEPARATOR)
+        return toks[0] if len(toks) == 1 else None
+
     def tokenize_all(self, texts: Iterable[str | None]) -> list[Doc]:
-        """Each text tokenized."""
-        return [self.tokenize(t) for t in texts]
+        """Each text tokenized, like :meth:`tokenize` (word tokenizers: many texts per Lance call).
+
+        Example:
+            >>> a = Analyzer.from_params({"base_tokenizer": "simple", "remove_stop_words": True})
+            >>> [d.tokens for d in a.tokenize_all(["the cats", None, "a dog and a cat"])]
+            [('cat',), (), ('dog', 'cat')]
+        """
+        return self.tokenize_flat(texts).docs()
+
+    def tokenize_flat(self, texts: Iterable[str | None]) -> Tokens:
+        """Every text's tokens in one flat list (see :class:`Tokens`)."""
+        texts = list(texts)
+        sep = self._separator
+        words: list[str] = []
+        positions: list[int] = []
+        lengths = np.zeros(len(texts), dtype=np.int64)
+        for start in range(0, len(texts), _BATCH):
+            chunk = texts[start : start + _BATCH]
+            for i, (w, p) in enumerate(self._joined(chunk, sep) if sep is not None else self._each(chunk)):
+                words += w
+                positions += p
+                lengths[start + i] = len(w)
+        offsets = np.zeros(len(texts) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        return Tokens(words, np.asarray(positions, dtype=np.int64), offsets)
+
+    def _each(self, texts: Sequence[str | None]) -> list[tuple[list[str], list[int]]]:
+        docs = [self.tokenize(t) for t in texts]
+        return [(list(d.tokens), list(d.positions)) for d in docs]
+
+    def _joined(self, texts: Sequence[str | None], sep: str) -> list[tuple[list[str], list[int]]]:
+        """``texts`` tokenized in one Lance call, joined by the separator word.
+
+        A text holding the separator word itself is caught by the count of separators
+        (then each text is tokenized alone). Positions are made relative to each text's
+        first token, as Lance does for one text.
+        """
+        toks = lance.tokenize(f" {_SEPARATOR} ".join(t or "" for t in texts), **dict(self.options))
+        words = [t.text for t in toks]
+        if words.count(sep) != len(texts) - 1:
+            return self._each(texts)
+        positions = [int(t.position) for t in toks]
+        out: list[tuple[list[str], list[int]]] = []
+        start = 0
+        for i in range(len(texts)):
+            end = words.index(sep, start) if i < len(texts) - 1 else len(words)
+            first = positions[start] if end > start else 0
+            out.append((words[start:end], [p - first for p in positions[start:end]]))
+            start = end + 1
+        return out
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """The tokens of many texts in one flat list: text ``i`` holds ``words[offsets[i]:offsets[i + 1]]``."""
+
+    words: list[str]
+    positions: np.ndarray  # relative to each text's first token
+    offsets: np.ndarray  # len(texts) + 1
+
+    def __len__(self) -> int:
+        return int(self.offsets.size - 1)
+
+    def doc(self, i: int) -> Doc:
+        """Text ``i`` as a :class:`Doc`."""
+        a, b = int(self.offsets[i]), int(self.offsets[i + 1])
+        return Doc(tuple(self.words[a:b]), tuple(self.positions[a:b].tolist())) if b > a else _EMPTY
+
+    def docs(self) -> list[Doc]:
+        """Every text as a :class:`Doc`."""
+        return [self.doc(i) for i in range(len(self))]

@@ -37,6 +37,7 @@ from memwal_query.errors import InvalidArgumentError, MemWalError
 from memwal_query.fts.analyzer import Analyzer, Doc
 from memwal_query.fts.bm25 import CorpusStats
 from memwal_query.fts.index_files import InvertedIndexFiles, read_index_files
+from memwal_query.fts.pool import PostingsPool
 from memwal_query.fts.postings import Postings
 from memwal_query.fts.rows import take_rows
 from memwal_query.regionspec.spec import lance_field_ids
@@ -114,6 +115,20 @@ class Corpus:
     index_name: str
     indexed: tuple[IndexedSource, ...]
     flat: tuple[FlatSource, ...]
+    pool: PostingsPool = field(repr=False)  # the flat sources' postings end to end
+
+    @classmethod
+    def of(
+        cls,
+        column: str,
+        analyzer: Analyzer,
+        index_name: str,
+        indexed: Sequence[IndexedSource],
+        flat: Sequence[FlatSource],
+    ) -> Corpus:
+        """The corpus of these sources (pools the flat ones)."""
+        pool = PostingsPool.of([f.postings for f in flat], [f.live for f in flat])
+        return cls(column, analyzer, index_name, tuple(indexed), tuple(flat), pool)
 
     def stats(self, tokens: Sequence[str]) -> CorpusStats:
         """``N``, total tokens and ``df`` of ``tokens`` over the snapshot's live rows."""
@@ -121,7 +136,7 @@ class Corpus:
         return CorpusStats(
             num_docs=sum(s.num_docs for s in sources),
             total_tokens=sum(s.total_tokens for s in sources),
-            doc_freq={t: sum(s.doc_freq(t) for s in sources) for t in set(tokens)},
+            doc_freq={t: sum(s.doc_freq(t) for s in self.indexed) + self.pool.doc_freq(t) for t in set(tokens)},
         )
 
 
@@ -278,7 +293,7 @@ def _flat_source(
         rows = ds.scanner(with_row_address=True, fragments=frags).to_table()
         rows = rows.take(pc.sort_indices(rows.column("_rowaddr")))
         addrs = rows.column("_rowaddr").to_numpy().astype(np.uint64)
-        postings = Postings.build(addrs, ctx.analyzer.tokenize_all(rows.column(ctx.column).to_pylist()))
+        postings = Postings.build(addrs, ctx.analyzer.tokenize_flat(rows.column(ctx.column).to_pylist()))
         rows = rows.drop_columns(["_rowaddr"])
         live = np.ones(len(postings), dtype=bool)
         if key is not None:
@@ -358,7 +373,7 @@ def _build(view: TableView, column: str) -> Corpus:
         if mem is not None and mem.num_rows:
             ds = view.memtable_dataset(rid, mem)
             flat.append(_flat_source(f"{rid} memtable", rid, ds, None, ctx, None, None))
-    return Corpus(column, ctx.analyzer, str(desc.name), tuple(indexed), tuple(flat))
+    return Corpus.of(column, ctx.analyzer, str(desc.name), indexed, flat)
 
 
 _corpora: dict[tuple[int, str], Corpus] = {}

@@ -9,7 +9,7 @@ pass a filter is a boolean mask over the rows, so the postings of an immutable
 generation serve every snapshot.
 
 Example:
-    >>> from memwal_query.fts.analyzer import Doc
+    >>> from memwal_query.fts.analyzer import Doc, Tokens
     >>> docs = [Doc(("a", "b"), (0, 1)), Doc((), ()), Doc(("a", "a"), (0, 1))]
     >>> p = Postings.build(np.array([10, 11, 12], np.uint64), docs)
     >>> live = np.array([True, True, True])
@@ -19,16 +19,16 @@ Example:
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import pyarrow as pa
 
-from memwal_query.fts.analyzer import Doc
+from memwal_query.fts.analyzer import Doc, Tokens
 from memwal_query.fts.bm25 import K1, B, CorpusStats, query_weights
 
-__all__ = ["Postings"]
+__all__ = ["Postings", "bm25_rows"]
 
 _NONE = (np.empty(0, np.int64), np.empty(0, np.float64))
 
@@ -39,24 +39,38 @@ class Postings:
 
     rowaddrs: np.ndarray = field(repr=False)
     lengths: np.ndarray = field(repr=False)
-    docs: tuple[Doc, ...] = field(repr=False)
+    tokens: Tokens = field(repr=False)  # in the order given to :meth:`build`
+    order: np.ndarray = field(repr=False)  # row position -> index into ``tokens``
     terms: dict[str, tuple[np.ndarray, np.ndarray]] = field(repr=False)
 
     @classmethod
-    def build(cls, rowaddrs: np.ndarray, docs: Sequence[Doc]) -> Postings:
-        """Postings of ``docs`` (the rows at ``rowaddrs``, in that order)."""
+    def build(cls, rowaddrs: np.ndarray, tokens: Tokens | Sequence[Doc]) -> Postings:
+        """Postings of the texts ``tokens`` (the rows at ``rowaddrs``, in that order)."""
+        if not isinstance(tokens, Tokens):
+            tokens = _flatten(tokens)
+        n = len(tokens)
         order = np.argsort(rowaddrs, kind="stable")
         addrs = np.asarray(rowaddrs, dtype=np.uint64)[order]
-        ordered = tuple(docs[i] for i in order.tolist())
-        lists: dict[str, tuple[list[int], list[int]]] = {}
-        for i, d in enumerate(ordered):
-            for tok, n in Counter(d.tokens).items():
-                entry = lists.setdefault(tok, ([], []))
-                entry[0].append(i)
-                entry[1].append(n)
-        terms = {t: (np.array(ix, np.int64), np.array(fr, np.float64)) for t, (ix, fr) in lists.items()}
-        lengths = np.array([len(d) for d in ordered], dtype=np.int64)
-        return cls(addrs, lengths, ordered, terms)
+        rank = np.empty(n, dtype=np.int64)
+        rank[order] = np.arange(n)
+        per_text = np.diff(tokens.offsets)
+        terms: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        if tokens.words:
+            encoded = pa.array(tokens.words, pa.string()).dictionary_encode()
+            vocab = encoded.dictionary.to_pylist()
+            ids = encoded.indices.to_numpy().astype(np.int64)
+            pairs, counts = np.unique(ids * n + np.repeat(rank, per_text), return_counts=True)
+            tok, row = pairs // n, pairs % n
+            cuts = np.flatnonzero(np.diff(tok)) + 1
+            starts = np.concatenate([[0], cuts]).tolist()
+            ends = np.concatenate([cuts, [tok.size]]).tolist()
+            freqs = counts.astype(np.float64)
+            terms = {vocab[int(tok[a])]: (row[a:b], freqs[a:b]) for a, b in zip(starts, ends, strict=True)}
+        return cls(addrs, per_text[order], tokens, order, terms)
+
+    def doc(self, row: int) -> Doc:
+        """The tokens of row position ``row``."""
+        return self.tokens.doc(int(self.order[row]))
 
     def __len__(self) -> int:
         return int(self.rowaddrs.size)
@@ -78,16 +92,43 @@ class Postings:
         idx, _ = self.terms.get(token, _NONE)
         return int(np.count_nonzero(live[idx]))
 
+    def term(self, token: str) -> tuple[np.ndarray, np.ndarray]:
+        """(row positions, frequencies) of ``token``."""
+        return self.terms.get(token, _NONE)
+
     def score(self, query: Sequence[str], stats: CorpusStats, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(row positions, BM25) of the rows in ``mask`` holding a query token."""
-        acc = np.zeros(len(self), dtype=np.float64)
-        hit = np.zeros(len(self), dtype=bool)
-        norm = K1 * (1.0 - B + B * self.lengths / stats.avgdl) if stats.avgdl else np.ones(len(self))
-        for tok, times in query_weights(query).items():
-            idx, freq = self.terms.get(tok, _NONE)
-            if not idx.size:
-                continue
-            acc[idx] += times * stats.idf(tok) * (K1 + 1.0) * freq / (freq + norm[idx])
-            hit[idx] = True
-        rows = np.flatnonzero(hit & mask)
-        return rows, acc[rows]
+        return bm25_rows(self.lengths, self.term, query, stats, mask)
+
+
+def bm25_rows(
+    lengths: np.ndarray,
+    term: Callable[[str], tuple[np.ndarray, np.ndarray]],
+    query: Sequence[str],
+    stats: CorpusStats,
+    mask: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(row positions, BM25) of the rows in ``mask`` holding a query token.
+
+    ``lengths`` are the rows' token counts, ``term(token)`` a token's (row positions,
+    frequencies); only the rows of the query's posting lists are touched.
+    """
+    acc = np.zeros(lengths.size, dtype=np.float64)
+    hit = np.zeros(lengths.size, dtype=bool)
+    for tok, times in query_weights(query).items():
+        idx, freq = term(tok)
+        if not idx.size:
+            continue
+        norm = K1 * (1.0 - B + B * lengths[idx] / stats.avgdl) if stats.avgdl else 1.0
+        acc[idx] += times * stats.idf(tok) * (K1 + 1.0) * freq / (freq + norm)
+        hit[idx] = True
+    rows = np.flatnonzero(hit & mask)
+    return rows, acc[rows]
+
+
+def _flatten(docs: Sequence[Doc]) -> Tokens:
+    words = [t for d in docs for t in d.tokens]
+    positions = np.array([p for d in docs for p in d.positions], dtype=np.int64)
+    offsets = np.zeros(len(docs) + 1, dtype=np.int64)
+    np.cumsum([len(d) for d in docs], out=offsets[1:])
+    return Tokens(words, positions, offsets)

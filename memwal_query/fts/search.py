@@ -161,25 +161,37 @@ class _Hits:
         return self.rows.take(pa.array(positions))
 
 
-def _flat_hits(src: FlatSource, q: _Query) -> _Hits | None:
-    """The best ``k`` rows of a source scored from its postings."""
-    mask = src.live
+def _pool_hits(corpus: Corpus, q: _Query, pruned: set[str]) -> list[_Hits]:
+    """The best ``k`` in-memory rows (every flat source scored at once), one hit list per source."""
+    pool = corpus.pool
+    keep = [f.region_id not in pruned for f in corpus.flat]
+    mask = pool.live & pool.part_mask(keep) if not all(keep) else pool.live
     if q.filter is not None:
-        try:
-            frags = fragments_of(src.dataset, src.fragments)
-            scan = src.dataset.scanner(columns=[], with_row_address=True, filter=q.filter, fragments=frags)
-            passing = scan.to_table().column(_ADDR).to_numpy().astype(np.uint64)
-        except (ValueError, OSError, RuntimeError) as err:
-            raise _search_error(err, q, src.name) from err
-        mask = mask & src.postings.mask_of(passing)
-    rows, scores = src.postings.score(q.tokens.tokens, q.stats, mask)
+        flat = zip(corpus.flat, keep, strict=True)
+        passing = [_passing(f, q) if k else np.zeros(len(f.postings), bool) for f, k in flat]
+        mask = mask & (np.concatenate(passing) if passing else np.zeros(0, bool))
+    rows, scores = pool.score(q.tokens.tokens, q.stats, mask)
     if q.phrase and rows.size:
-        keep = np.array([phrase_match(src.postings.docs[r], q.tokens) for r in rows.tolist()], dtype=bool)
-        rows, scores = rows[keep], scores[keep]
-    if not rows.size:
-        return None
+        hold = np.array([phrase_match(pool.doc(r), q.tokens) for r in rows.tolist()], dtype=bool)
+        rows, scores = rows[hold], scores[hold]
     best = _top(scores, q.k)
-    return _Hits(scores[best], rows=src.rows.take(pa.array(rows[best])))
+    part, local = pool.locate(rows[best])
+    out = []
+    for i in np.unique(part).tolist():
+        mine = part == i
+        out.append(_Hits(scores[best][mine], rows=corpus.flat[i].rows.take(pa.array(local[mine]))))
+    return out
+
+
+def _passing(src: FlatSource, q: _Query) -> np.ndarray:
+    """Which rows of ``src``'s postings pass the query's filter."""
+    try:
+        frags = fragments_of(src.dataset, src.fragments)
+        scan = src.dataset.scanner(columns=[], with_row_address=True, filter=q.filter, fragments=frags)
+        addrs = scan.to_table().column(_ADDR).to_numpy().astype(np.uint64)
+    except (ValueError, OSError, RuntimeError) as err:
+        raise _search_error(err, q, src.name) from err
+    return src.postings.mask_of(addrs)
 
 
 def _top(scores: np.ndarray, k: int) -> np.ndarray:
@@ -294,13 +306,8 @@ def search_text(
             fetches.append(_Fetch(src, None if small else max(2 * k, 32)))
             fetches[-1].run(q, stats)
             stats.sources.append(src.name)
-        for flat in corpus.flat:
-            if flat.region_id in pruned:
-                continue
-            found = _flat_hits(flat, q)
-            stats.sources.append(flat.name)
-            if found is not None:
-                hits.append(found)
+        hits += _pool_hits(corpus, q, pruned)
+        stats.sources += [f.name for f in corpus.flat if f.region_id not in pruned]
         while True:
             theta = _kth([f.scores for f in fetches] + [h.scores for h in hits], k)
             more = [f for f in fetches if f.bound > 0 and f.bound >= theta * (1 + 1e-9)]
