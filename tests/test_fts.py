@@ -329,3 +329,23 @@ def test_generations_through_their_own_indexes(tables: Any, monkeypatch: pytest.
             oracle_search(ds, "apple banana", 20, filt),
             20,
         )
+
+
+@pytest.mark.parametrize("params", PARAMS, ids=[",".join(p) or "default" for p in PARAMS])
+def test_many_texts_per_lance_call_tokenize_like_one_at_a_time(params: dict[str, Any]) -> None:
+    """Batched tokenization (texts joined by a separator word) equals Lance on each text alone:
+    tokens and positions, texts holding the separator word, empty, NULL and stop-word-only texts."""
+    from memwal_query.fts import analyzer as az
+
+    rng = np.random.default_rng(11)
+    words = ["The", "a", "Cats", "running", "dogs", "and", "über", "naïve", "C++", "foo_bar", "x" * 45, ",", "!"]
+    docs: list[str | None] = [" ".join(rng.choice(words, int(rng.integers(0, 25)))) for _ in range(1500)]
+    docs[3::97] = [None] * len(docs[3::97])
+    docs[5::89] = ["the and a"] * len(docs[5::89])
+    docs[700] = f"cats {az._SEPARATOR} dogs"  # falls back for its batch only
+    a = Analyzer.from_params({**params, "with_position": True})
+    one = [a.tokenize(d) for d in docs]
+    assert a.tokenize_all(docs) == one
+    tokens = a.tokenize_flat(docs)
+    assert [tokens.doc(i) for i in range(len(docs))] == one
+    assert sum(len(d) for d in one) == len(tokens.words) > 0
