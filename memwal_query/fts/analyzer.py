@@ -20,10 +20,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from operator import attrgetter
 from typing import Any
 
 import lance
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from memwal_query.errors import InvalidArgumentError
 
@@ -66,6 +69,8 @@ _EMPTY = Doc((), ())
 _WORD_TOKENIZERS = (None, "simple", "whitespace")
 _SEPARATOR = "memwalsepzqxj"
 _BATCH = 512  # texts per Lance call
+_TEXT = attrgetter("text")
+_POSITION = attrgetter("position")
 
 
 @dataclass(frozen=True)
@@ -140,53 +145,51 @@ class Analyzer:
         return self.tokenize_flat(texts).docs()
 
     def tokenize_flat(self, texts: Iterable[str | None]) -> Tokens:
-        """Every text's tokens in one flat list (see :class:`Tokens`)."""
+        """Every text's tokens in one flat array (see :class:`Tokens`)."""
         texts = list(texts)
-        sep = self._separator
-        words: list[str] = []
-        positions: list[int] = []
-        lengths = np.zeros(len(texts), dtype=np.int64)
+        parts = []
         for start in range(0, len(texts), _BATCH):
             chunk = texts[start : start + _BATCH]
-            for i, (w, p) in enumerate(self._joined(chunk, sep) if sep is not None else self._each(chunk)):
-                words += w
-                positions += p
-                lengths[start + i] = len(w)
+            sep = self._separator
+            parts.append((self._joined(chunk, sep) if sep is not None else None) or self._each(chunk))
+        words = pa.concat_arrays([w for w, _, _ in parts]) if parts else pa.array([], pa.string())
+        pos = np.concatenate([p for _, p, _ in parts]) if parts else np.zeros(0, np.int64)
+        lengths = np.concatenate([n for _, _, n in parts]) if parts else np.zeros(0, np.int64)
         offsets = np.zeros(len(texts) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        return Tokens(words, np.asarray(positions, dtype=np.int64), offsets)
+        firsts = pos[np.minimum(offsets[:-1], pos.size - 1)] if pos.size else np.zeros(len(texts), np.int64)
+        return Tokens(words, pos - np.repeat(firsts, lengths), offsets)
 
-    def _each(self, texts: Sequence[str | None]) -> list[tuple[list[str], list[int]]]:
+    def _each(self, texts: Sequence[str | None]) -> tuple[pa.StringArray, np.ndarray, np.ndarray]:
+        """``texts`` tokenized one by one: (words, positions, tokens per text)."""
         docs = [self.tokenize(t) for t in texts]
-        return [(list(d.tokens), list(d.positions)) for d in docs]
+        words = pa.array([w for d in docs for w in d.tokens], pa.string())
+        pos = np.array([p for d in docs for p in d.positions], dtype=np.int64)
+        return words, pos, np.array([len(d) for d in docs], dtype=np.int64)
 
-    def _joined(self, texts: Sequence[str | None], sep: str) -> list[tuple[list[str], list[int]]]:
+    def _joined(self, texts: Sequence[str | None], sep: str) -> tuple[pa.StringArray, np.ndarray, np.ndarray] | None:
         """``texts`` tokenized in one Lance call, joined by the separator word.
 
-        A text holding the separator word itself is caught by the count of separators
-        (then each text is tokenized alone). Positions are made relative to each text's
-        first token, as Lance does for one text.
+        None when a text holds the separator word itself (the count of separators
+        says so): those texts are tokenized one by one instead.
         """
         toks = lance.tokenize(f" {_SEPARATOR} ".join(t or "" for t in texts), **dict(self.options))
-        words = [t.text for t in toks]
+        words = list(map(_TEXT, toks))
         if words.count(sep) != len(texts) - 1:
-            return self._each(texts)
-        positions = [int(t.position) for t in toks]
-        out: list[tuple[list[str], list[int]]] = []
-        start = 0
-        for i in range(len(texts)):
-            end = words.index(sep, start) if i < len(texts) - 1 else len(words)
-            first = positions[start] if end > start else 0
-            out.append((words[start:end], [p - first for p in positions[start:end]]))
-            start = end + 1
-        return out
+            return None
+        flat = pa.array(words, pa.string())
+        is_sep = np.asarray(pc.equal(flat, sep).to_numpy(zero_copy_only=False), dtype=bool)
+        keep = ~is_sep
+        lengths = np.bincount(np.cumsum(is_sep)[keep], minlength=len(texts)).astype(np.int64)
+        pos = np.fromiter(map(_POSITION, toks), dtype=np.int64, count=len(toks))[keep]
+        return flat.filter(pa.array(keep)), pos, lengths
 
 
 @dataclass(frozen=True)
 class Tokens:
-    """The tokens of many texts in one flat list: text ``i`` holds ``words[offsets[i]:offsets[i + 1]]``."""
+    """The tokens of many texts in one flat array: text ``i`` holds ``words[offsets[i]:offsets[i + 1]]``."""
 
-    words: list[str]
+    words: pa.StringArray
     positions: np.ndarray  # relative to each text's first token
     offsets: np.ndarray  # len(texts) + 1
 
@@ -196,8 +199,14 @@ class Tokens:
     def doc(self, i: int) -> Doc:
         """Text ``i`` as a :class:`Doc`."""
         a, b = int(self.offsets[i]), int(self.offsets[i + 1])
-        return Doc(tuple(self.words[a:b]), tuple(self.positions[a:b].tolist())) if b > a else _EMPTY
+        return Doc(tuple(self.words[a:b].to_pylist()), tuple(self.positions[a:b].tolist())) if b > a else _EMPTY
 
     def docs(self) -> list[Doc]:
         """Every text as a :class:`Doc`."""
-        return [self.doc(i) for i in range(len(self))]
+        words = self.words.to_pylist()
+        pos = self.positions.tolist()
+        bounds = self.offsets.tolist()
+        return [
+            Doc(tuple(words[a:b]), tuple(pos[a:b])) if b > a else _EMPTY
+            for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+        ]

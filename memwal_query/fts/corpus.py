@@ -25,6 +25,7 @@ import weakref
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 import lance
@@ -247,9 +248,7 @@ def _indexed_source(
         (ds.uri, ctx.column, ctx.analyzer), nonlive, lambda a: _read_texts(ds, ctx.column, a, ctx.options, older)
     )
     lengths = sum((f.doc_lengths(nonlive) for f in files), np.zeros(nonlive.size, np.int64))
-    df: Counter[str] = Counter()
-    for d in docs:
-        df.update(set(d.tokens))
+    df: Counter[str] = Counter(chain.from_iterable(set(d.tokens) for d in docs))
     unreadable = int(np.count_nonzero(lengths != np.array([len(d) for d in docs], dtype=np.int64)))
     blocklist = None
     if drop.size:

@@ -55,8 +55,8 @@ class Postings:
         rank[order] = np.arange(n)
         per_text = np.diff(tokens.offsets)
         terms: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        if tokens.words:
-            encoded = pa.array(tokens.words, pa.string()).dictionary_encode()
+        if len(tokens.words):
+            encoded = tokens.words.dictionary_encode()
             vocab = encoded.dictionary.to_pylist()
             ids = encoded.indices.to_numpy().astype(np.int64)
             pairs, counts = np.unique(ids * n + np.repeat(rank, per_text), return_counts=True)
@@ -127,7 +127,7 @@ def bm25_rows(
 
 
 def _flatten(docs: Sequence[Doc]) -> Tokens:
-    words = [t for d in docs for t in d.tokens]
+    words = pa.array([t for d in docs for t in d.tokens], pa.string())
     positions = np.array([p for d in docs for p in d.positions], dtype=np.int64)
     offsets = np.zeros(len(docs) + 1, dtype=np.int64)
     np.cumsum([len(d) for d in docs], out=offsets[1:])
