@@ -27,7 +27,7 @@ import numpy as np
 
 from memwal_query.fts.analyzer import Doc
 
-__all__ = ["K1", "B", "CorpusStats", "score_docs", "idf", "phrase_match", "query_weights"]
+__all__ = ["K1", "B", "CorpusStats", "score_docs", "score_docs_under", "idf", "phrase_match", "query_weights"]
 
 K1 = 1.2
 B = 0.75
@@ -67,6 +67,11 @@ def query_weights(query: Sequence[str]) -> dict[str, int]:
 
 def score_docs(docs: Sequence[Doc], query: Sequence[str], stats: CorpusStats) -> np.ndarray:
     """BM25 of each document for ``query`` under ``stats`` (float64)."""
+    return score_docs_under(docs, query, [stats])[0]
+
+
+def score_docs_under(docs: Sequence[Doc], query: Sequence[str], stats: Sequence[CorpusStats]) -> list[np.ndarray]:
+    """BM25 of each document for ``query`` under each of ``stats`` (documents counted once)."""
     weights = query_weights(query)
     terms = list(weights)
     freq = np.zeros((len(docs), len(terms)), dtype=np.float64)
@@ -76,13 +81,17 @@ def score_docs(docs: Sequence[Doc], query: Sequence[str], stats: CorpusStats) ->
             j = index.get(tok)
             if j is not None:
                 freq[i, j] += 1
-    if not len(docs) or stats.num_docs == 0:
-        return np.zeros(len(docs))
     dl = np.array([len(d) for d in docs], dtype=np.float64)
-    norm = K1 * (1.0 - B + B * dl / stats.avgdl)
-    w = np.array([weights[t] * stats.idf(t) for t in terms])
-    tf = (K1 + 1.0) * freq / (freq + norm[:, None])
-    return np.asarray(tf @ w, dtype=np.float64)
+    out = []
+    for st in stats:
+        if not len(docs) or st.num_docs == 0:
+            out.append(np.zeros(len(docs)))
+            continue
+        norm = K1 * (1.0 - B + B * dl / st.avgdl)
+        w = np.array([weights[t] * st.idf(t) for t in terms])
+        tf = (K1 + 1.0) * freq / (freq + norm[:, None])
+        out.append(np.asarray(tf @ w, dtype=np.float64))
+    return out
 
 
 def phrase_match(doc: Doc, phrase: Doc) -> bool:

@@ -34,6 +34,7 @@ from memwal_query.fts.fst import FstMap
 __all__ = ["InvertedIndexFiles", "read_index_files"]
 
 _CACHE_ENTRIES = 64
+_DF_ENTRIES = 100_000  # tokens whose doc_freq an index keeps
 _cache: OrderedDict[str, InvertedIndexFiles] = OrderedDict()
 _lock = threading.Lock()
 
@@ -60,6 +61,7 @@ class InvertedIndexFiles:
     rowids: np.ndarray = field(repr=False)  # sorted, unique
     num_tokens: np.ndarray = field(repr=False)  # aligned with rowids
     total_tokens: int
+    _df: dict[str, int] = field(default_factory=dict, repr=False, compare=False)  # doc_freq, memoized
 
     @property
     def num_docs(self) -> int:
@@ -67,8 +69,13 @@ class InvertedIndexFiles:
         return int(self.rowids.size)
 
     def doc_freq(self, token: str) -> int:
-        """Documents of the index holding ``token`` (its posting lengths summed)."""
-        return sum(p.doc_freq(token) for p in self.partitions)
+        """Documents of the index holding ``token`` (its posting lengths summed; remembered)."""
+        hit = self._df.get(token)
+        if hit is None:
+            hit = self._df[token] = sum(p.doc_freq(token) for p in self.partitions)
+            if len(self._df) > _DF_ENTRIES:
+                self._df.clear()
+        return hit
 
     def doc_lengths(self, rowids: np.ndarray) -> np.ndarray:
         """Token counts of ``rowids`` (0 for a row the index does not hold)."""

@@ -37,7 +37,7 @@ from lance.query import MatchQuery, PhraseQuery
 from memwal_query.errors import InvalidArgumentError, MemWalError
 from memwal_query.format.lance_open import lance_message
 from memwal_query.fts.analyzer import Doc
-from memwal_query.fts.bm25 import CorpusStats, phrase_match, score_docs
+from memwal_query.fts.bm25 import CorpusStats, phrase_match, score_docs_under
 from memwal_query.fts.corpus import (
     Corpus,
     FlatSource,
@@ -132,13 +132,13 @@ class _Fetch:
         addrs = rows.column(_ADDR).to_numpy().astype(np.uint64)
         docs = tokenize_rows(src.dataset, q.corpus, addrs)
         lance_scores = rows.column(_SCORE).to_numpy().astype(np.float64)
-        local = score_docs(docs, q.tokens.tokens, src.index_stats(q.tokens.tokens))
+        local, scores = score_docs_under(docs, q.tokens.tokens, [src.index_stats(q.tokens.tokens), q.stats])
         if self.limit is not None and not np.allclose(local, lance_scores, rtol=_REL, atol=1e-6):
             stats.exhaustive.append(src.name)  # Lance ranks by something else: take every match
             self.limit = None
             self.run(q, stats)
             return
-        self.rows, self.scores = rows, score_docs(docs, q.tokens.tokens, q.stats)
+        self.rows, self.scores = rows, scores
         exhausted = self.limit is None or rows.num_rows < self.limit
         self.bound = 0.0 if exhausted or not rows.num_rows else _bound_factor(src, q) * float(lance_scores.min())
 
@@ -152,13 +152,15 @@ def _search_error(err: Exception, q: _Query, what: str) -> MemWalError:
 
 @dataclass(frozen=True)
 class _Hits:
-    """Scored candidates of one source, with their columns."""
+    """Scored candidates of one source: row ``i`` is ``rows[positions[i]]`` (or ``rows[i]``)."""
 
     scores: np.ndarray
     rows: pa.Table
+    positions: np.ndarray | None = None
 
-    def load(self, positions: np.ndarray) -> pa.Table:
-        return self.rows.take(pa.array(positions))
+    def load(self, picked: np.ndarray) -> pa.Table:
+        at = picked if self.positions is None else self.positions[picked]
+        return self.rows.take(pa.array(at))
 
 
 def _pool_hits(corpus: Corpus, q: _Query, pruned: set[str]) -> list[_Hits]:
@@ -179,7 +181,7 @@ def _pool_hits(corpus: Corpus, q: _Query, pruned: set[str]) -> list[_Hits]:
     out = []
     for i in np.unique(part).tolist():
         mine = part == i
-        out.append(_Hits(scores[best][mine], rows=corpus.flat[i].rows.take(pa.array(local[mine]))))
+        out.append(_Hits(scores[best][mine], corpus.flat[i].rows, local[mine]))
     return out
 
 
@@ -241,7 +243,7 @@ def _pruned(view: TableView, filt: str | pc.Expression | None, in_query: bool) -
 
 
 def _output(hits: list[_Hits], q: _Query, out: list[str], schema: pa.Schema) -> pa.Table:
-    """The top ``k`` of all candidates, best first, with their columns."""
+    """The top ``k`` of all candidates, best first, with their columns (only those rows are read)."""
     target = pa.schema([schema.field(c) for c in out])
     hits = [h for h in hits if h.scores.size]
     if not hits:
@@ -250,16 +252,13 @@ def _output(hits: list[_Hits], q: _Query, out: list[str], schema: pa.Schema) -> 
     part = np.concatenate([np.full(h.scores.size, i) for i, h in enumerate(hits)])
     pos = np.concatenate([np.arange(h.scores.size) for h in hits])
     order = np.argsort(-scores, kind="stable")[: q.k]
-    pieces: dict[int, pa.Table] = {}
+    by_part = np.argsort(part[order], kind="stable")  # the winners grouped by source
+    pieces = []
     for i in np.unique(part[order]).tolist():
         mine = order[part[order] == i]
-        pieces[i] = hits[i].load(pos[mine]).select(out).cast(target)
-    taken = {i: 0 for i in pieces}
-    rows = []
-    for i in part[order].tolist():
-        rows.append(pieces[i].slice(taken[i], 1))
-        taken[i] += 1
-    return pa.concat_tables(rows).append_column(_SCORE, pa.array(scores[order].astype(np.float32)))
+        pieces.append(hits[i].load(pos[mine]).select(out).cast(target))
+    rows = pa.concat_tables(pieces).take(pa.array(np.argsort(by_part, kind="stable")))
+    return rows.append_column(_SCORE, pa.array(scores[order].astype(np.float32)))
 
 
 class TextSearchResult(NamedTuple):
