@@ -52,12 +52,11 @@ class PostingsPool:
         """The pool of ``parts`` (with which of their rows are live)."""
         starts = np.zeros(len(parts) + 1, dtype=np.int64)
         np.cumsum([len(p) for p in parts], out=starts[1:])
-        cat = lambda xs: np.concatenate(xs) if xs else np.empty(0)  # noqa: E731
         return cls(
             tuple(parts),
             starts,
-            cat([np.asarray(m, dtype=bool) for m in live]).astype(bool),
-            cat([p.lengths for p in parts]).astype(np.int64),
+            _cat([np.asarray(m, dtype=bool) for m in live]).astype(bool),
+            _cat([p.lengths for p in parts]).astype(np.int64),
         )
 
     def __len__(self) -> int:
@@ -98,3 +97,7 @@ class PostingsPool:
         """The tokens of pooled row ``row``."""
         part, local = self.locate(np.array([row]))
         return self.parts[int(part[0])].doc(int(local[0]))
+
+
+def _cat(arrays: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(arrays) if arrays else np.empty(0)

@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import lance
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -46,6 +48,7 @@ from memwal_query.fts.corpus import (
     fragments_of,
     tokenize_rows,
 )
+from memwal_query.fts.rows import take_rows
 from memwal_query.view.table_view import TableView
 
 __all__ = ["TextSearchResult", "TextSearchStats", "search_text"]
@@ -53,6 +56,8 @@ __all__ = ["TextSearchResult", "TextSearchStats", "search_text"]
 _ADDR = "_rowaddr"
 _SCORE = "_score"
 _SMALL_SOURCE = 4096  # documents: such an index is searched exhaustively at once
+_BACKGROUND = ThreadPoolExecutor(1, thread_name_prefix="memwal-fts")
+_FIRST_EXTRA = 6  # rows beyond k asked of an indexed source first (more when the bound says so)
 _REL = 1e-3  # our recomputation of Lance's local score must agree this closely
 
 
@@ -104,14 +109,14 @@ class _Fetch:
 
     src: IndexedSource
     limit: int | None
-    rows: pa.Table | None = None
+    addrs: np.ndarray | None = None  # row addresses of the candidates so far
     scores: np.ndarray = field(default_factory=lambda: np.empty(0))
     bound: float = 0.0  # no row not fetched yet scores above this (0: exhausted)
 
     def run(self, q: _Query, stats: TextSearchStats) -> None:
         src = self.src
         kwargs: dict[str, Any] = {
-            "columns": [*q.read, _SCORE],
+            "columns": [_SCORE],  # output columns are read for the final top k only
             "full_text_query": q.lance(),
             "with_row_address": True,
             "prefilter": True,
@@ -138,9 +143,14 @@ class _Fetch:
             self.limit = None
             self.run(q, stats)
             return
-        self.rows, self.scores = rows, scores
+        self.addrs, self.scores = addrs, scores
         exhausted = self.limit is None or rows.num_rows < self.limit
         self.bound = 0.0 if exhausted or not rows.num_rows else _bound_factor(src, q) * float(lance_scores.min())
+
+
+def _run_all(fetches: list[_Fetch], q: _Query, stats: TextSearchStats) -> None:
+    for f in fetches:
+        f.run(q, stats)
 
 
 def _search_error(err: Exception, q: _Query, what: str) -> MemWalError:
@@ -152,15 +162,21 @@ def _search_error(err: Exception, q: _Query, what: str) -> MemWalError:
 
 @dataclass(frozen=True)
 class _Hits:
-    """Scored candidates of one source: row ``i`` is ``rows[positions[i]]`` (or ``rows[i]``)."""
+    """Scored candidates of one source: row ``i`` is ``rows[positions[i]]`` (in-memory rows)
+    or the row at address ``addrs[i]`` of ``dataset`` (read when it makes the top k)."""
 
     scores: np.ndarray
-    rows: pa.Table
+    rows: pa.Table | None = None
     positions: np.ndarray | None = None
+    dataset: lance.LanceDataset | None = None
+    addrs: np.ndarray | None = None
 
-    def load(self, picked: np.ndarray) -> pa.Table:
+    def load(self, picked: np.ndarray, columns: list[str]) -> pa.Table:
+        if self.rows is None:
+            assert self.dataset is not None and self.addrs is not None
+            return take_rows(self.dataset, self.addrs[picked], columns)
         at = picked if self.positions is None else self.positions[picked]
-        return self.rows.take(pa.array(at))
+        return self.rows.select(columns).take(pa.array(at))
 
 
 def _pool_hits(corpus: Corpus, q: _Query, pruned: set[str]) -> list[_Hits]:
@@ -181,7 +197,7 @@ def _pool_hits(corpus: Corpus, q: _Query, pruned: set[str]) -> list[_Hits]:
     out = []
     for i in np.unique(part).tolist():
         mine = part == i
-        out.append(_Hits(scores[best][mine], corpus.flat[i].rows, local[mine]))
+        out.append(_Hits(scores[best][mine], corpus.flat[i].rows, positions=local[mine]))
     return out
 
 
@@ -256,7 +272,8 @@ def _output(hits: list[_Hits], q: _Query, out: list[str], schema: pa.Schema) -> 
     pieces = []
     for i in np.unique(part[order]).tolist():
         mine = order[part[order] == i]
-        pieces.append(hits[i].load(pos[mine]).select(out).cast(target))
+        piece = hits[i].load(pos[mine], out).select(out)
+        pieces.append(piece if piece.schema == target else piece.cast(target))
     rows = pa.concat_tables(pieces).take(pa.array(np.argsort(by_part, kind="stable")))
     return rows.append_column(_SCORE, pa.array(scores[order].astype(np.float32)))
 
@@ -302,10 +319,13 @@ def search_text(
             if src.region_id in pruned:
                 continue
             small = sum(f.num_docs for f in src.files) <= _SMALL_SOURCE
-            fetches.append(_Fetch(src, None if small else max(2 * k, 32)))
-            fetches[-1].run(q, stats)
+            fetches.append(_Fetch(src, None if small else k + max(k // 2, _FIRST_EXTRA)))
             stats.sources.append(src.name)
+        # Lance searches the indexed sources (it releases the GIL) while the in-memory rows are scored
+        first = _BACKGROUND.submit(_run_all, fetches, q, stats) if fetches else None
         hits += _pool_hits(corpus, q, pruned)
+        if first is not None:
+            first.result()
         stats.sources += [f.name for f in corpus.flat if f.region_id not in pruned]
         while True:
             theta = _kth([f.scores for f in fetches] + [h.scores for h in hits], k)
@@ -315,7 +335,7 @@ def search_text(
             for f in more:
                 f.limit = 4 * (f.limit or 0)
                 f.run(q, stats)
-    hits += [_Hits(f.scores, rows=f.rows) for f in fetches if f.rows is not None]
+    hits += [_Hits(f.scores, dataset=f.src.dataset, addrs=f.addrs) for f in fetches if f.addrs is not None]
     result = _output(hits, q, out, view.snapshot.schema)
     stats.seconds = time.perf_counter() - t0
     return TextSearchResult(result, stats)
