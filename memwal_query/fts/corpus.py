@@ -75,7 +75,6 @@ class IndexedSource:
     total_tokens: int
     nonlive_df: Counter[str] = field(repr=False)
     unreadable_rows: int = 0  # non-live rows whose text could not be read (stats approximate)
-    blocklist: bytes | None = field(default=None, repr=False)  # ``drop`` serialized for Lance
 
     def doc_freq(self, token: str) -> int:
         """Live documents of this source holding ``token``."""
@@ -250,11 +249,6 @@ def _indexed_source(
     lengths = sum((f.doc_lengths(nonlive) for f in files), np.zeros(nonlive.size, np.int64))
     df: Counter[str] = Counter(chain.from_iterable(set(d.tokens) for d in docs))
     unreadable = int(np.count_nonzero(lengths != np.array([len(d) for d in docs], dtype=np.int64)))
-    blocklist = None
-    if drop.size:
-        from lance.dataset import serialize_row_addrs
-
-        blocklist = serialize_row_addrs(drop.tolist())
     return IndexedSource(
         name=name,
         region_id=region_id,
@@ -266,7 +260,6 @@ def _indexed_source(
         total_tokens=sum(f.total_tokens for f in files) - int(lengths.sum()),
         nonlive_df=df,
         unreadable_rows=unreadable,
-        blocklist=blocklist,
     )
 
 

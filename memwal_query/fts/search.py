@@ -7,7 +7,7 @@ indexed source is asked for more candidates until no row it has not returned yet
 could enter the top k:
 
 * Lance returns a source's rows best first by its local score ``L`` (live,
-  filter-passing rows only: the merge's drop list goes in as ``row_addr_blocklist``,
+  filter-passing rows; rows the merge drops are removed from what Lance returns,
   the filter as a prefilter). We recompute ``L`` for the rows returned; when it does
   not match Lance's ``_score`` the source is searched exhaustively instead.
 * For a row of that source, global score ``G <= C * L`` with
@@ -127,16 +127,16 @@ class _Fetch:
             kwargs["filter"] = q.filter
         if src.indexed_only:
             kwargs["fast_search"] = True
-        if src.blocklist is not None:
-            kwargs["row_addr_blocklist"] = src.blocklist
         try:
             rows = src.dataset.scanner(**kwargs).to_table()
         except (ValueError, OSError, RuntimeError) as err:
             raise _search_error(err, q, src.name) from err
         stats.rounds += 1
+        returned = rows.column(_SCORE).to_numpy().astype(np.float64)
         addrs = rows.column(_ADDR).to_numpy().astype(np.uint64)
+        live = ~_in_sorted(addrs, src.drop)  # rows a newer level shadows are dropped here, not by Lance
+        addrs, lance_scores = addrs[live], returned[live]
         docs = tokenize_rows(src.dataset, q.corpus, addrs)
-        lance_scores = rows.column(_SCORE).to_numpy().astype(np.float64)
         local, scores = score_docs_under(docs, q.tokens.tokens, [src.index_stats(q.tokens.tokens), q.stats])
         if self.limit is not None and not np.allclose(local, lance_scores, rtol=_REL, atol=1e-6):
             stats.exhaustive.append(src.name)  # Lance ranks by something else: take every match
@@ -145,7 +145,16 @@ class _Fetch:
             return
         self.addrs, self.scores = addrs, scores
         exhausted = self.limit is None or rows.num_rows < self.limit
-        self.bound = 0.0 if exhausted or not rows.num_rows else _bound_factor(src, q) * float(lance_scores.min())
+        # a row not returned yet scores at most the last score returned (dropped rows included)
+        self.bound = 0.0 if exhausted or not rows.num_rows else _bound_factor(src, q) * float(returned.min())
+
+
+def _in_sorted(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
+    """Which ``values`` are in ``sorted_set`` (sorted, unique)."""
+    if not sorted_set.size or not values.size:
+        return np.zeros(values.size, dtype=bool)
+    at = np.minimum(np.searchsorted(sorted_set, values), sorted_set.size - 1)
+    return np.asarray(sorted_set[at] == values)
 
 
 def _run_all(fetches: list[_Fetch], q: _Query, stats: TextSearchStats) -> None:
