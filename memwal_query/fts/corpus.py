@@ -237,7 +237,7 @@ def _indexed_source(
     covered = sorted(
         {int(f) for s in desc.segments for f in s.fragment_ids} & {f.fragment_id for f in ds.get_fragments()}
     )
-    drop = np.empty(0, np.uint64) if drop is None else np.asarray(drop, dtype=np.uint64)
+    drop = np.empty(0, np.uint64) if drop is None else np.unique(np.asarray(drop, dtype=np.uint64))
     live = _live_addrs(ds, covered if indexed_only else None)
     kept = np.setdiff1d(live, drop, assume_unique=True)
     rowids = np.unique(np.concatenate([f.rowids for f in files])) if files else np.empty(0, np.uint64)
