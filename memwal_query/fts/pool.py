@@ -29,7 +29,7 @@ import numpy as np
 
 from memwal_query.fts.analyzer import Doc
 from memwal_query.fts.bm25 import CorpusStats
-from memwal_query.fts.postings import Postings, bm25_rows
+from memwal_query.fts.postings import Postings, bm25_from, tf_weights
 
 __all__ = ["PostingsPool"]
 
@@ -45,6 +45,7 @@ class PostingsPool:
     live: np.ndarray = field(repr=False)
     lengths: np.ndarray = field(repr=False)
     _terms: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
+    _tf: dict[tuple[str, float], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
@@ -82,7 +83,18 @@ class PostingsPool:
 
     def score(self, query: Sequence[str], stats: CorpusStats, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(pooled row positions, BM25) of the rows in ``mask`` holding a query token."""
-        return bm25_rows(self.lengths, self.term, query, stats, mask)
+        return bm25_from(len(self), lambda tok: self._weights(tok, stats.avgdl), query, stats, mask)
+
+    def _weights(self, token: str, avgdl: float) -> tuple[np.ndarray, np.ndarray]:
+        """:func:`tf_weights` of ``token`` (kept per pool: ``avgdl`` is the snapshot's)."""
+        key = (token, avgdl)
+        with self._lock:
+            hit = self._tf.get(key)
+        if hit is None:
+            hit = tf_weights(self.lengths, *self.term(token), avgdl)
+            with self._lock:
+                self._tf[key] = hit
+        return hit
 
     def part_mask(self, keep: Sequence[bool]) -> np.ndarray:
         """A row mask that is ``keep[i]`` over the rows of part ``i``."""

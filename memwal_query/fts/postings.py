@@ -28,7 +28,7 @@ import pyarrow as pa
 from memwal_query.fts.analyzer import Doc, Tokens
 from memwal_query.fts.bm25 import K1, B, CorpusStats, query_weights
 
-__all__ = ["Postings", "bm25_rows"]
+__all__ = ["Postings", "bm25_from", "bm25_rows", "tf_weights"]
 
 _NONE = (np.empty(0, np.int64), np.empty(0, np.float64))
 
@@ -113,14 +113,30 @@ def bm25_rows(
     ``lengths`` are the rows' token counts, ``term(token)`` a token's (row positions,
     frequencies); only the rows of the query's posting lists are touched.
     """
-    acc = np.zeros(lengths.size, dtype=np.float64)
-    hit = np.zeros(lengths.size, dtype=bool)
+    return bm25_from(lengths.size, lambda tok: tf_weights(lengths, *term(tok), stats.avgdl), query, stats, mask)
+
+
+def tf_weights(lengths: np.ndarray, idx: np.ndarray, freq: np.ndarray, avgdl: float) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, BM25 term-frequency part ``(k1 + 1) f / (f + k1 (1 - b + b |d| / avgdl))``) of a posting list."""
+    norm = K1 * (1.0 - B + B * lengths[idx] / avgdl) if avgdl else 1.0
+    return idx, (K1 + 1.0) * freq / (freq + norm)
+
+
+def bm25_from(
+    n: int,
+    weights: Callable[[str], tuple[np.ndarray, np.ndarray]],
+    query: Sequence[str],
+    stats: CorpusStats,
+    mask: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(row positions, BM25) of the rows in ``mask``; ``weights(token)`` gives :func:`tf_weights`."""
+    acc = np.zeros(n, dtype=np.float64)
+    hit = np.zeros(n, dtype=bool)
     for tok, times in query_weights(query).items():
-        idx, freq = term(tok)
+        idx, tf = weights(tok)
         if not idx.size:
             continue
-        norm = K1 * (1.0 - B + B * lengths[idx] / stats.avgdl) if stats.avgdl else 1.0
-        acc[idx] += times * stats.idf(tok) * (K1 + 1.0) * freq / (freq + norm)
+        acc[idx] += (times * stats.idf(tok)) * tf
         hit[idx] = True
     rows = np.flatnonzero(hit & mask)
     return rows, acc[rows]
