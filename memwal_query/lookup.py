@@ -27,14 +27,13 @@ import pyarrow.compute as pc
 
 from memwal_query.errors import InvalidArgumentError
 from memwal_query.format.wal import TOMBSTONE
+from memwal_query.lookup_rows import MATRIX_MIN_GENERATIONS, RegionRows, held_rows, region_rows, take_held
 from memwal_query.planner.routing import route_keys
-from memwal_query.snapshot.model import GenerationSource, RegionSnapshot
+from memwal_query.snapshot.model import RegionSnapshot
 from memwal_query.view.table_view import TableView
 
 __all__ = ["LookupStats", "LookupResult", "normalize_keys", "lookup"]
 
-LOOKUP_ROWS_BUDGET = 256 * 2**20  # bytes of small generations held whole for lookups
-_HELD_MAX_ROWS = 200_000
 _READERS = 4  # generation takes and the base read running at once
 _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -204,9 +203,9 @@ class _Search:
     def generation(self, region: RegionSnapshot, level: int, keys: pa.Table, addrs: np.ndarray) -> None:
         """Queue the read of the rows at ``addrs`` (sorted) of one generation: one ``take``."""
         gen = region.generations[level]
-        held = _held_rows(self.view, gen)
+        held = held_rows(self.view, gen)
         if held is not None:
-            rows = _take_held(held, addrs)
+            rows = take_held(held, addrs)
             if rows is not None:
                 self.stats.generations_from_memory += 1
                 self.parts.append(rows.select(self.out_cols))
@@ -240,10 +239,25 @@ class _Search:
         if (live & in_mem).any():
             self.memtable(region, hit.filter(pa.array(live & in_mem)).select(pk))
         seq = np.asarray(hit.column("_seq").to_numpy())
-        for lvl in np.unique(level[live & ~in_mem]).tolist():
+        levels = np.unique(level[live & ~in_mem]).tolist()
+        matrix = None
+        if len(levels) >= MATRIX_MIN_GENERATIONS:  # many generations: one take from the region's rows
+            matrix = region_rows(self.view, region, [region.generations[lvl] for lvl in levels])
+        picked: list[np.ndarray] = []
+        for lvl in levels:
             at = np.flatnonzero(live & (level == lvl))
             at = at[np.argsort(seq[at], kind="stable")]
+            pos = None if matrix is None else matrix.positions(region.generations[lvl].uri, seq[at])
+            if pos is not None:
+                picked.append(pos)
+                continue
             self.generation(region, int(lvl), hit.select(pk).take(pa.array(at)), seq[at])
+        if picked:
+            self._from_matrix(cast(RegionRows, matrix), picked)
+
+    def _from_matrix(self, matrix: RegionRows, picked: list[np.ndarray]) -> None:
+        self.stats.generations_from_memory += len(picked)
+        self.parts.append(matrix.table.take(pa.array(np.concatenate(picked))).select(self.out_cols))
 
     def base(self) -> None:
         """Queue the keys no newer level holds: one filtered read of the base (its key index)."""
@@ -272,40 +286,6 @@ class _Search:
         if self.base_job is not None:
             self.stats.base_hits = results[self.base_job].num_rows
         self.parts.extend(r.select(self.out_cols) for r in results)
-
-
-def _held_rows(view: TableView, gen: GenerationSource) -> pa.Table | None:
-    """The whole rows of a small generation, read once and kept (``None``: over the budget).
-
-    Generations never change; a lookup touching one reads it whole the first time when
-    it fits the budget left (``LOOKUP_ROWS_BUDGET`` for all held generations), then
-    takes rows from memory. Larger ones are read by row address each time.
-    """
-    cache = view.cache
-    with cache.lock:
-        hit = cache.generation_rows.get(gen.uri)
-        used = sum(t.nbytes for t in cache.generation_rows.values()) if hit is None else 0
-    if hit is not None:
-        return hit
-    frags = gen.dataset.get_fragments()
-    rows = sum(f.count_rows() for f in frags)
-    if rows > _HELD_MAX_ROWS or used >= LOOKUP_ROWS_BUDGET:
-        return None
-    table = gen.dataset.to_table(with_row_address=True)
-    if used + table.nbytes > LOOKUP_ROWS_BUDGET:
-        return None
-    with cache.lock:
-        cache.generation_rows[gen.uri] = table
-    return cast("pa.Table", table)
-
-
-def _take_held(held: pa.Table, addrs: np.ndarray) -> pa.Table | None:
-    """The rows of ``held`` at row addresses ``addrs`` (``None``: an address is missing)."""
-    have = np.asarray(held.column("_rowaddr").to_numpy())
-    pos = np.minimum(np.searchsorted(have, addrs), max(have.size - 1, 0))
-    if not have.size or not np.array_equal(have[pos], addrs):
-        return None
-    return held.take(pa.array(pos))
 
 
 def _take(ds: Any, keys: pa.Table, addrs: np.ndarray, cols: list[str] | None, pk: list[str]) -> pa.Table:

@@ -111,7 +111,7 @@ def test_lance_calls_follow_the_keys_not_the_generations(
 def test_generations_over_the_budget_are_read_by_address(
     lagging: tuple[ModelTable, set[int]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import memwal_query.lookup as lookup_module
+    import memwal_query.lookup_rows as lookup_module
 
     t, written = lagging
     monkeypatch.setattr(lookup_module, "LOOKUP_ROWS_BUDGET", 0)
@@ -163,3 +163,47 @@ def test_key_index_memory_is_reported(lagging: tuple[ModelTable, set[int]]) -> N
     assert d["newer_keys"] == keys > 0
     assert d["newer_keys_bytes"] >= sum(tb.nbytes for tb in newest.values()) > 0
     assert f"key index of newer levels: {keys:,} keys" in table.explain()
+
+
+def test_region_matrix_across_refresh_and_merge(tmp_path: Path) -> None:
+    """A lookup touching many generations of a region takes its rows from one table holding
+    the region's held generations (rows in memory once); a refresh that adds generations
+    rebuilds it, a merge drops it; answers equal the model throughout."""
+    from memwal_query.lookup_rows import MATRIX_MIN_GENERATIONS, RegionRows
+
+    base = pa.Table.from_pylist([_row(k, 0) for k in range(100)], schema=SCHEMA)
+    t = ModelTable(str(tmp_path / "m"), SCHEMA, base, unsharded=True, max_memtable_rows=10_000)
+    rng = np.random.default_rng(12)
+    keys = list(range(130))
+
+    def write_rounds(first: int, n: int) -> None:
+        for r in range(first, first + n):
+            t.put([_row(int(k), r) for k in rng.choice(130, 12, replace=False)])
+            t.delete([(int(rng.integers(0, 130)),)])
+            t.flush()
+
+    def check(table: mq.Table) -> None:
+        got = {r["id"]: r for r in table.lookup(keys).to_pylist()}
+        assert got == {k: t.model[(k,)] for k in keys if (k,) in t.model}
+
+    write_rounds(1, MATRIX_MIN_GENERATIONS + 4)
+    table = mq.open_table(t.uri)
+    check(table)
+    stats = table.last_lookup_stats
+    assert stats is not None and stats.generations_from_memory >= MATRIX_MIN_GENERATIONS
+    assert stats.generations_scanned == 0
+    cache = table.view.cache
+    (matrix,) = cache.region_rows.values()
+    assert isinstance(matrix, RegionRows) and len(matrix.uris) >= MATRIX_MIN_GENERATIONS
+    assert cache.generation_rows_bytes <= matrix.table.nbytes * 1.01  # views of the matrix, not copies
+    write_rounds(100, 3)
+    table = table.refresh()
+    check(table)
+    (rebuilt,) = cache.region_rows.values()
+    assert isinstance(rebuilt, RegionRows) and len(rebuilt.uris) > len(matrix.uris)
+    (region,) = t.regions()
+    for gen, _ in t.flushed(region)[:3]:
+        t.merge(region, gen)
+    table = table.refresh()
+    assert all(set(getattr(m, "uris", ())) <= set(cache.generation_rows) for m in cache.region_rows.values())
+    check(table)

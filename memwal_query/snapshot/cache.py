@@ -48,6 +48,8 @@ class SnapshotCache:
     #: Whole rows (with ``_rowaddr``) of small unmerged generations, for point lookups
     #: (``memwal_query.lookup``), bounded by ``LOOKUP_ROWS_BUDGET`` bytes in all.
     generation_rows: dict[str, pa.Table] = field(default_factory=dict)
+    #: Those rows laid end to end per region (``memwal_query.lookup_rows.RegionRows``).
+    region_rows: dict[str, object] = field(default_factory=dict)
     #: Vector search's in-memory rows of small generations (``("part", uri, column, partitioning)``)
     #: and base index centroids (``("centroids", ...)``): see :mod:`memwal_query.vector_pool`.
     vector_parts: dict[tuple[object, ...], object] = field(default_factory=dict)
@@ -69,6 +71,8 @@ class SnapshotCache:
                 del self.rebuilt[key]
             for part in [k for k in self.vector_parts if k[0] == "part" and k[1] not in uris]:
                 del self.vector_parts[part]
+            for region in [r for r, m in self.region_rows.items() if not set(getattr(m, "uris", ())) <= uris]:
+                del self.region_rows[region]
 
     def keep_base_runs(self, identities: set[tuple[object, ...]]) -> None:
         """Forget the key runs of base fragments the newest snapshot does not have."""
