@@ -190,12 +190,14 @@ def spread(runs: list[float]) -> dict[str, float]:
     return {"median": statistics.median(runs), "min": min(runs), "max": max(runs)}
 
 
-def bench_size(uri: str, lookup_id: int, repeat: int, warm: int, seed: int) -> dict[str, Any]:
-    """Every query, ``repeat`` rounds of fresh processes, memwal and pylance interleaved."""
+def bench_size(
+    uri: str, lookup_id: int, repeat: int, warm: int, seed: int, queries: tuple[str, ...] = tuple(QUERIES)
+) -> dict[str, Any]:
+    """Each of ``queries``, ``repeat`` rounds of fresh processes, memwal and pylance interleaved."""
     want = oracle(uri, lookup_id)
     rng = random.Random(seed)
     out: dict[str, Any] = {}
-    for q in QUERIES:
+    for q in queries:
         runs: dict[str, list[dict[str, Any]]] = {"memwal": [], "lance": []}
         for _ in range(repeat):
             order = ["memwal", "lance"]
