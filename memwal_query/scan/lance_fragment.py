@@ -81,6 +81,11 @@ def cached_columns(
     if (missing or "_rowaddr" not in entry) and not decode:
         return None
     if missing or "_rowaddr" not in entry:
+        size = _decoded_bytes(fragment, missing) + (0 if "_rowaddr" in entry else 8 * fragment.physical_rows)
+        with cache.lock:
+            if cache.resident_bytes + size > RESIDENT_MAX_BYTES:
+                cache.over_budget.add(key)  # it would not be kept: read Lance (filters pushed down) instead
+                return None
         try:
             t = fragment.to_table(columns=missing, with_row_address=True)
         except (ValueError, OSError, RuntimeError, pa.ArrowException) as err:
@@ -94,6 +99,23 @@ def cached_columns(
         entry.update(add)
         store_columns(cache, key, add)
     return pa.table({**{c: entry[c] for c in names}, "_rowaddr": entry["_rowaddr"]})
+
+
+def _decoded_bytes(fragment: lance.fragment.LanceFragment, names: list[str]) -> int:
+    """At least what decoding columns ``names`` of ``fragment`` takes (fixed-width types exactly)."""
+    schema = fragment.schema
+    width = sum(_fixed_width(schema.field(n).type) for n in names if n in schema.names)
+    return width * int(fragment.physical_rows)
+
+
+def _fixed_width(typ: pa.DataType) -> int:
+    """Bytes per value of a fixed-width type (0: variable or unknown; counted after decoding)."""
+    if pa.types.is_fixed_size_list(typ):
+        return int(typ.list_size) * _fixed_width(typ.value_type)
+    try:
+        return max(int(typ.bit_width) // 8, 1)
+    except ValueError:
+        return 0
 
 
 def keep_while_streaming(
