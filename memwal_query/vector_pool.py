@@ -293,7 +293,7 @@ class VectorPool:
 
 def _distances(mat: np.ndarray, norms: np.ndarray, q: np.ndarray, metric: str) -> np.ndarray:
     """Lance's distance of each row to ``q``: squared l2, 1 - cosine similarity, 1 - dot."""
-    dot = mat @ q
+    dot = np.einsum("ij,j->i", mat, q)  # not BLAS: its spinning threads would slow the Lance searches running beside
     if metric == "l2":
         out = np.maximum(norms - 2 * dot + float(q @ q), 0)
     elif metric == "cosine":
