@@ -349,3 +349,44 @@ def test_many_texts_per_lance_call_tokenize_like_one_at_a_time(params: dict[str,
     tokens = a.tokenize_flat(docs)
     assert [tokens.doc(i) for i in range(len(docs))] == one
     assert sum(len(d) for d in one) == len(tokens.words) > 0
+
+
+def test_wide_columns_are_read_by_address_not_kept(tmp_path: Path) -> None:
+    """In-memory sources keep their narrow columns only (a vector column is not held for
+    every row); asked for, a vector comes from its source by row address and equals the model."""
+    from memwal_query.fts.corpus import corpus_of
+
+    vec_schema = schema().append(pa.field("vec", pa.list_(pa.float32(), 4)))
+    rng = np.random.default_rng(21)
+
+    def with_vectors(ids: Any) -> list[dict[str, Any]]:
+        return [{**r, "vec": [float(r["id"]), 1.0, 2.0, float(len(r["text"] or ""))]} for r in rows(ids, rng)]
+
+    base = pa.Table.from_pylist(with_vectors(range(400)), schema=vec_schema)
+    t = ModelTable(
+        str(tmp_path / "v"),
+        vec_schema,
+        base,
+        bucket=("id", 2),
+        max_memtable_rows=100,
+        prepare=lambda ds: ds.create_scalar_index("text", "INVERTED"),
+    )
+    newer = with_vectors(rng.choice(500, 120, replace=False))
+    t.put(newer)
+    t.flush()
+    tail = with_vectors(rng.choice(500, 40, replace=False))
+    t.put(tail)  # WAL tail
+    newer_ids = {r["id"] for r in newer + tail}
+    table = mq.open_table(t.uri)
+    flat = corpus_of(table.view, "text").flat
+    assert flat and all("vec" not in f.rows.column_names and "text" in f.rows.column_names for f in flat)
+    seen_flat = 0
+    for word in WORDS[:6]:
+        got = table.search_text("text", word, k=20, columns=["id", "vec", "text"])
+        narrow = table.search_text("text", word, k=20, columns=["id", "text"])  # from the kept rows
+        assert got.select(["id", "text", "_score"]).equals(narrow.select(["id", "text", "_score"]))
+        for r in got.to_pylist():
+            want = t.model[(r["id"],)]
+            assert r["vec"] == pytest.approx(want["vec"]) and r["text"] == want["text"]
+        seen_flat += sum(1 for r in got.to_pylist() if r["id"] in newer_ids)
+    assert seen_flat  # rows of the in-memory sources were among the answers

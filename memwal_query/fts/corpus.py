@@ -50,6 +50,7 @@ __all__ = [
     "Corpus",
     "corpus_of",
     "fragments_of",
+    "kept_columns",
     "inverted_index",
     "tokenize_rows",
 ]
@@ -97,7 +98,7 @@ class FlatSource:
     fragments: tuple[int, ...] | None  # the fragments of ``dataset`` it holds (None: all)
     postings: Postings = field(repr=False)
     live: np.ndarray = field(repr=False)  # which rows of the postings are live
-    rows: pa.Table = field(repr=False)  # every column, aligned with the postings' rows
+    rows: pa.Table = field(repr=False)  # :func:`kept_columns`, aligned with the postings' rows
     num_docs: int
     total_tokens: int
 
@@ -202,6 +203,15 @@ def _read_texts(
     return [out.get(a) for a in addrs.tolist()]
 
 
+def kept_columns(schema: pa.Schema, text_column: str) -> list[str]:
+    """The columns of in-memory text-search rows kept for output: all but wide ones
+    (vectors, binary, nested lists; read by row address when asked for), the text always."""
+    t = pa.types
+    wide = (t.is_fixed_size_list, t.is_list, t.is_large_list, t.is_binary, t.is_large_binary)
+    keep = [f.name for f in schema if not any(w(f.type) for w in wide)]
+    return keep if text_column in keep else [*keep, text_column]
+
+
 def fragments_of(ds: lance.LanceDataset, ids: Sequence[int] | None) -> list[lance.LanceFragment] | None:
     """The fragments ``ids`` of ``ds`` (None: all of them)."""
     if ids is None:
@@ -282,7 +292,9 @@ def _flat_source(
         hit = _postings.get(key) if key is not None else None
     if hit is None:
         frags = fragments_of(ds, fragments)
-        rows = ds.scanner(with_row_address=True, fragments=frags).to_table()
+        rows = ds.scanner(
+            columns=kept_columns(ds.schema, ctx.column), with_row_address=True, fragments=frags
+        ).to_table()
         rows = rows.take(pc.sort_indices(rows.column("_rowaddr")))
         addrs = rows.column("_rowaddr").to_numpy().astype(np.uint64)
         postings = Postings.build(addrs, ctx.analyzer.tokenize_flat(rows.column(ctx.column).to_pylist()))

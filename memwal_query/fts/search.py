@@ -180,10 +180,12 @@ class _Hits:
     dataset: lance.LanceDataset | None = None
     addrs: np.ndarray | None = None
 
+    fragments: tuple[int, ...] | None = None  # the fragments of ``dataset`` holding ``addrs``
+
     def load(self, picked: np.ndarray, columns: list[str]) -> pa.Table:
-        if self.rows is None:
+        if self.rows is None or not set(columns) <= set(self.rows.column_names):
             assert self.dataset is not None and self.addrs is not None
-            return take_rows(self.dataset, self.addrs[picked], columns)
+            return take_rows(self.dataset, self.addrs[picked], columns, self.fragments)
         at = picked if self.positions is None else self.positions[picked]
         return self.rows.select(columns).take(pa.array(at))
 
@@ -206,7 +208,9 @@ def _pool_hits(corpus: Corpus, q: _Query, pruned: set[str]) -> list[_Hits]:
     out = []
     for i in np.unique(part).tolist():
         mine = part == i
-        out.append(_Hits(scores[best][mine], corpus.flat[i].rows, positions=local[mine]))
+        src = corpus.flat[i]
+        addrs = src.postings.rowaddrs[local[mine]]
+        out.append(_Hits(scores[best][mine], src.rows, local[mine], src.dataset, addrs, src.fragments))
     return out
 
 
