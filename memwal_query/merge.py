@@ -47,6 +47,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("memwal_query")
+_MAP_PROBE_MAX = 4096  # lookups of up to this many non-integer keys use a per-region dict
+_MAP_ENTRY_BYTES = 120  # what one dict entry of a key tuple costs, roughly (for ``nbytes``)
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,7 @@ class NewerKeys:
         self._sorted: np.ndarray | None = None
         self._unique: pa.Table | None = None
         self._region_keys: dict[str, np.ndarray] = {}
+        self._region_maps: dict[str, dict[tuple[object, ...], int]] = {}
         self._lock = threading.Lock()
         self.shared_keys = 0  # keys in more than one region (known once sorted_numeric() ran)
 
@@ -102,6 +105,7 @@ class NewerKeys:
     def nbytes(self) -> int:
         """Memory held by the in-memory key index (the tables and the arrays derived from them)."""
         derived = [a.nbytes for a in self._region_keys.values()]
+        derived += [_MAP_ENTRY_BYTES * len(m) for m in self._region_maps.values()]  # an estimate
         if self._sorted is not None:
             derived.append(self._sorted.nbytes)
         return int(sum(t.nbytes for t in self.newest.values()) + sum(derived))
@@ -135,7 +139,9 @@ class NewerKeys:
                 hit &= np.asarray(pc.is_valid(col))
             rows = np.flatnonzero(hit)
             return rows, pos[rows].astype(np.int64)
-        # Other keys: a hash join, the (few) lookup keys as the build side.
+        if keys.num_rows <= _MAP_PROBE_MAX:  # a few keys: the region's key map (built once)
+            return self._mapped(region_id, table, keys)
+        # Many keys: a hash join, the lookup keys as the build side.
         probe = keys.select(self.pk).append_column("_krow", pa.array(np.arange(keys.num_rows, dtype=np.int64)))
         target = table.select(self.pk).append_column("_nrow", pa.array(np.arange(table.num_rows, dtype=np.int64)))
         joined = target.join(probe, keys=self.pk, join_type="inner", use_threads=False)
@@ -143,6 +149,20 @@ class NewerKeys:
             np.asarray(joined.column("_krow").to_numpy(), dtype=np.int64),
             np.asarray(joined.column("_nrow").to_numpy(), dtype=np.int64),
         )
+
+    def _mapped(self, region_id: str, table: pa.Table, keys: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`find` through a dict of the region's keys (non-integer keys; nulls match nothing)."""
+        with self._lock:
+            found = self._region_maps.get(region_id)
+            if found is None:
+                found = self._region_maps[region_id] = _key_map(table, self.pk)
+        rows, at = [], []
+        for i, key in enumerate(_key_tuples(keys, self.pk)):
+            hit = found.get(key)
+            if hit is not None and None not in key:
+                rows.append(i)
+                at.append(hit)
+        return np.asarray(rows, dtype=np.int64), np.asarray(at, dtype=np.int64)
 
     def contains(self, keys: pa.Table) -> np.ndarray:
         """Boolean mask: which rows of ``keys`` (the key columns) have a newer version.
@@ -173,6 +193,15 @@ class NewerKeys:
         hit = np.zeros(n, dtype=bool)
         hit[np.asarray(rows.to_numpy())] = True
         return hit
+
+
+def _key_tuples(table: pa.Table, pk: Sequence[str]) -> list[tuple[object, ...]]:
+    return list(zip(*(table.column(c).to_pylist() for c in pk), strict=True))
+
+
+def _key_map(table: pa.Table, pk: Sequence[str]) -> dict[tuple[object, ...], int]:
+    """Key tuple -> row of ``table`` (keys are unique per region's newest versions)."""
+    return {key: i for i, key in enumerate(_key_tuples(table, pk))}
 
 
 def ascending_hits(keys: np.ndarray, newer: np.ndarray) -> np.ndarray:

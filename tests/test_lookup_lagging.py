@@ -207,3 +207,34 @@ def test_region_matrix_across_refresh_and_merge(tmp_path: Path) -> None:
     table = table.refresh()
     assert all(set(getattr(m, "uris", ())) <= set(cache.generation_rows) for m in cache.region_rows.values())
     check(table)
+
+
+@pytest.mark.parametrize("probe_max", [0, 4096])
+def test_newer_keys_find_string_and_composite_keys(probe_max: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``NewerKeys.find`` for non-integer keys: a dict per region for a few keys, a hash join
+    for many; both give the positions of the newest version, nulls and unknown keys matching
+    nothing (the join is the oracle of the dict and the other way around)."""
+    import memwal_query.merge as merge_module
+
+    monkeypatch.setattr(merge_module, "_MAP_PROBE_MAX", probe_max)
+    rng = np.random.default_rng(5)
+    names = ["", "ä", "x y", "k", "ß" * 3]
+    newest = pa.table({"k": [names[i % 5] for i in range(40)], "n": [i // 5 for i in range(40)]})
+    newer = merge_module.NewerKeys({"r": newest}, ["k", "n"])
+    probe = pa.table(
+        {
+            "k": [names[int(i)] for i in rng.integers(0, 5, 60)] + [None, "zz"],
+            "n": [int(i) for i in rng.integers(0, 10, 60)] + [1, 1],
+        }
+    )
+    rows, at = newer.find("r", probe)
+    want = {
+        i: j
+        for i, (k, n) in enumerate(zip(probe.column("k").to_pylist(), probe.column("n").to_pylist(), strict=True))
+        for j, (k2, n2) in enumerate(zip(newest.column("k").to_pylist(), newest.column("n").to_pylist(), strict=True))
+        if k is not None and (k, n) == (k2, n2)
+    }
+    assert dict(zip(rows.tolist(), at.tolist(), strict=True)) == want and len(want) > 20
+    single = merge_module.NewerKeys({"r": newest.select(["k"]).slice(0, 5)}, ["k"])
+    r1, a1 = single.find("r", pa.table({"k": ["k", None, "nope", ""]}))
+    assert dict(zip(r1.tolist(), a1.tolist(), strict=True)) == {0: 3, 3: 0}
