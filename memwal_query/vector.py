@@ -54,6 +54,7 @@ __all__ = ["NearestStats", "NearestResult", "IndexCoverage", "nearest", "index_c
 METRICS = {"l2": "l2", "cosine": "cosine", "dot": "dot"}
 #: Lance searches of one vector search run side by side (they release the GIL).
 _EXECUTOR = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memwal-knn")
+_READERS = 4  # generations read at once when the pool is first built
 
 
 @dataclass(frozen=True)
@@ -196,8 +197,10 @@ def _pool(view: TableView, spec: SearchSpec, plan: PoolPlan, parts: Partitioning
     """The snapshot's pooled rows (small generations, MemTables) for ``spec``'s column."""
     snapshot, merge = view.snapshot, view.merge
     sources: list[tuple[str, str, PoolPart, np.ndarray]] = []
-    for g in plan.pooled:
-        part = generation_part(g, spec.column, snapshot, view.cache, parts)
+    read = partial(generation_part, column=spec.column, snapshot=snapshot, cache=view.cache, parts=parts)
+    with ThreadPoolExecutor(_READERS, thread_name_prefix="memwal-knn-read") as pool:  # first search: Lance reads
+        gen_parts = list(pool.map(read, plan.pooled))  # the generations side by side (it releases the GIL)
+    for g, part in zip(plan.pooled, gen_parts, strict=True):
         live = part.valid.copy()
         drop = merge.generation_drop.get(g.uri)
         if drop is not None and drop.size and part.row_addrs is not None:
