@@ -25,6 +25,10 @@ CASES = {
         *("--tail-rows", "200", "--batch-repeat", "2", "--lag-base-rows", "3000", "--lag-regions", "2"),
         *("--lag-rounds", "3", "--lag-rows", "3000"),
     ],
+    "bench_lookup_string.py": [
+        *("--base-rows", "3000", "--regions", "2", "--rounds", "2", "--round-rows", "300"),
+        *("--tail-rows", "50", "--lookups", "20", "--batch-repeat", "2"),
+    ],
     "bench_stream.py": [
         "--base-rows",
         "20000",

@@ -238,3 +238,58 @@ def test_newer_keys_find_string_and_composite_keys(probe_max: int, monkeypatch: 
     single = merge_module.NewerKeys({"r": newest.select(["k"]).slice(0, 5)}, ["k"])
     r1, a1 = single.find("r", pa.table({"k": ["k", None, "nope", ""]}))
     assert dict(zip(r1.tolist(), a1.tolist(), strict=True)) == {0: 3, 3: 0}
+
+
+@pytest.mark.parametrize("probe_max", [0, 4096])
+def test_string_keys_across_refresh_and_merge(probe_max: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """String keys over many generations (the region matrix path), found by the per-snapshot
+    key dict or the hash join: answers equal the model after writes, a refresh, a merge of
+    some generations and a WAL tail; the dict of one snapshot never answers for the next."""
+    import memwal_query.merge as merge_module
+    from memwal_query.lookup_rows import MATRIX_MIN_GENERATIONS
+
+    monkeypatch.setattr(merge_module, "_MAP_PROBE_MAX", probe_max)
+    schema = pa.schema(
+        [pa.field("k", pa.string(), nullable=False, metadata=PK), pa.field("v", pa.int64()), pa.field("s", pa.string())]
+    )
+
+    def name(i: int) -> str:
+        return f"user-{i:03d}" if i % 7 else f"ü{i}"  # non-ASCII keys too
+
+    base = pa.Table.from_pylist([{"k": name(i), "v": 0, "s": "base"} for i in range(100)], schema=schema)
+    t = ModelTable(str(tmp_path / "s"), schema, base, unsharded=True, max_memtable_rows=10_000)
+    rng = np.random.default_rng(21)
+    every = [name(i) for i in range(140)] + ["", "nope"]
+
+    def write_rounds(first: int, n: int) -> None:
+        for r in range(first, first + n):
+            t.put([{"k": name(int(i)), "v": r, "s": f"r{r}"} for i in rng.choice(140, 15, replace=False)])
+            t.delete([(name(int(rng.integers(0, 140))),)])
+            t.flush()
+
+    def check(table: mq.Table) -> None:
+        got = {r["k"]: r for r in table.lookup(every).to_pylist()}
+        assert got == {k: t.model[(k,)] for k in every if (k,) in t.model}
+        for k in every[::9]:
+            assert table.lookup(k).to_pylist() == ([t.model[(k,)]] if (k,) in t.model else []), k
+
+    write_rounds(1, MATRIX_MIN_GENERATIONS + 3)
+    try:
+        table = mq.open_table(t.uri)
+        check(table)
+        stats = table.last_lookup_stats
+        assert stats is not None and stats.generation_hits > 0 and stats.generations_scanned == 0
+        assert table.view.cache.region_rows  # many generations touched: one table of the region's rows
+        write_rounds(50, 3)
+        table = table.refresh()
+        check(table)
+        (region,) = t.regions()
+        for gen, _ in t.flushed(region)[:4]:
+            t.merge(region, gen)
+        t.put([{"k": name(3), "v": 999, "s": "tail"}])  # a WAL tail over the merged rows
+        t.delete([(name(5),)])
+        table = table.refresh()
+        check(table)
+        assert table.lookup(name(3)).to_pylist() == [t.model[(name(3),)]]
+    finally:
+        t.flush()
