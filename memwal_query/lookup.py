@@ -158,14 +158,20 @@ class LookupResult(NamedTuple):
 
 
 def _base_filter(keys: pa.Table, pk: Sequence[str]) -> str | pc.Expression:
-    """The base query's filter: SQL text for one integer key column (what Lance's scalar
-    index planner sees most directly, like a user's ``id = X``), else an expression."""
+    """The base query's filter: SQL text for one integer key column or one string key (what
+    Lance's scalar index planner sees most directly, like a user's ``id = X``), else an expression."""
     col = keys.column(pk[0])
     if len(pk) == 1 and pa.types.is_integer(col.type) and _PLAIN_NAME.fullmatch(pk[0]):
         values = [str(v) for v in col.to_pylist() if v is not None]
         if len(values) == 1:
             return f"{pk[0]} = {values[0]}"
         return f"{pk[0]} IN ({', '.join(values)})"
+    if len(pk) == 1 and keys.num_rows == 1 and pa.types.is_string(col.type) and _PLAIN_NAME.fullmatch(pk[0]):
+        value = col[0].as_py()
+        if value is not None and value.isprintable() and "\\" not in value:
+            # one string key: ``k = '...'`` plans ~0.3 ms faster than the expression
+            quoted = value.replace("'", "''")
+            return f"{pk[0]} = '{quoted}'"
     return _key_filter(keys, pk)
 
 

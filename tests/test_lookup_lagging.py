@@ -293,3 +293,33 @@ def test_string_keys_across_refresh_and_merge(probe_max: int, tmp_path: Path, mo
         assert table.lookup(name(3)).to_pylist() == [t.model[(name(3),)]]
     finally:
         t.flush()
+
+
+def test_single_string_keys_in_the_base_with_quotes_and_escapes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A single string key goes to the base as SQL text (``k = '...'``): quotes, backslashes,
+    SQL keywords, non-ASCII and control characters must find exactly their own row."""
+    import memwal_query.lookup as lookup_module
+
+    schema = pa.schema([pa.field("k", pa.string(), nullable=False, metadata=PK), pa.field("v", pa.int64())])
+    tricky = ["o'neil", "''", "'", "a\\b", "\\'", "x' OR '1'='1", "ü€", "", "tab\there", "line\nbreak", "n\x00ul", "%", "_"]
+    names = [*tricky, *(f"k{i}" for i in range(20))]
+    base = pa.Table.from_pylist([{"k": s, "v": i} for i, s in enumerate(names)], schema=schema)
+    t = ModelTable(str(tmp_path / "q"), schema, base, unsharded=True, max_memtable_rows=1000)
+    t.put([{"k": "k3", "v": 100}, {"k": "o'neil", "v": 101}])
+    t.flush()
+    filters: list[object] = []
+    real = lookup_module._base_filter
+
+    def spy(keys: pa.Table, pk: list[str]) -> object:
+        filters.append(out := real(keys, pk))
+        return out
+
+    monkeypatch.setattr(lookup_module, "_base_filter", spy)
+    try:
+        table = mq.open_table(t.uri)
+        for k in [*names, "O'NEIL", "a\\\\b", "k", "nope'"]:
+            assert table.lookup(k).to_pylist() == ([t.model[(k,)]] if (k,) in t.model else []), repr(k)
+        assert "k = 'x'' OR ''1''=''1'" in [f for f in filters if isinstance(f, str)]  # quoted SQL text
+        assert any(not isinstance(f, str) for f in filters)  # backslash / control characters: an expression
+    finally:
+        t.flush()
