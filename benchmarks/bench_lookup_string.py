@@ -30,10 +30,11 @@ import pyarrow as pa
 from lance.mem_wal import evaluate_sharding_spec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import memwal_query as mq  # noqa: E402
-import memwal_query.merge as merge_module  # noqa: E402
 from bench_read import machine_info  # noqa: E402
 from lookup_levels import _OPEN_WRITERS, interleaved, make_rows, skewed_keys  # noqa: E402
+
+import memwal_query as mq  # noqa: E402
+import memwal_query.merge as merge_module  # noqa: E402
 from memwal_query.demo import bucket_region_id  # noqa: E402
 
 PK = {"lance-schema:unenforced-primary-key": "true"}
@@ -180,7 +181,10 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     model = build(uri, **params)
     print(f"built {uri} in {time.perf_counter() - t0:.1f} s", flush=True)
-    res: dict[str, Any] = {"machine": machine_info(), "params": params | {"lookups": a.lookups, "batch_repeat": a.batch_repeat}}
+    res: dict[str, Any] = {
+        "machine": machine_info(),
+        "params": params | {"lookups": a.lookups, "batch_repeat": a.batch_repeat},
+    }
     res |= measure(uri, model, a.base_rows, a.lookups, a.batch_repeat)
     res["targets"] = [
         {"target": f"string keys: {what}", "value": res[key], "limit": limit, "unit": "x", "pass": res[key] <= limit}

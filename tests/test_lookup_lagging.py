@@ -295,13 +295,27 @@ def test_string_keys_across_refresh_and_merge(probe_max: int, tmp_path: Path, mo
         t.flush()
 
 
-def test_single_string_keys_in_the_base_with_quotes_and_escapes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_single_string_keys_with_quotes_and_escapes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A single string key goes to the base as SQL text (``k = '...'``): quotes, backslashes,
     SQL keywords, non-ASCII and control characters must find exactly their own row."""
     import memwal_query.lookup as lookup_module
 
     schema = pa.schema([pa.field("k", pa.string(), nullable=False, metadata=PK), pa.field("v", pa.int64())])
-    tricky = ["o'neil", "''", "'", "a\\b", "\\'", "x' OR '1'='1", "ü€", "", "tab\there", "line\nbreak", "n\x00ul", "%", "_"]
+    tricky = [
+        "o'neil",
+        "''",
+        "'",
+        "a\\b",
+        "\\'",
+        "x' OR '1'='1",
+        "ü€",
+        "",
+        "tab\there",
+        "line\nbreak",
+        "n\x00ul",
+        "%",
+        "_",
+    ]
     names = [*tricky, *(f"k{i}" for i in range(20))]
     base = pa.Table.from_pylist([{"k": s, "v": i} for i, s in enumerate(names)], schema=schema)
     t = ModelTable(str(tmp_path / "q"), schema, base, unsharded=True, max_memtable_rows=1000)
