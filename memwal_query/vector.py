@@ -46,7 +46,7 @@ from memwal_query.vector_pool import (
     part_of,
     plan_pool,
 )
-from memwal_query.vector_search import Candidates, SearchSpec, lance_search
+from memwal_query.vector_search import Candidates, SearchSpec, exact_distances, lance_search
 from memwal_query.view.table_view import HasView, TableView, view_of
 
 __all__ = ["NearestStats", "NearestResult", "IndexCoverage", "nearest", "index_coverage", "knn_memory"]
@@ -230,20 +230,26 @@ def knn_memory(table: HasView, column: str) -> PoolPlan:
 Job = tuple[str, Callable[[], pa.Table]]
 
 
-def _search_pool(view: TableView, spec: SearchSpec, coverage: IndexCoverage | None) -> Job | None:
-    """Search the pooled newer levels (small generations, MemTables) in memory: the hits, labelled."""
+def _search_pool(view: TableView, spec: SearchSpec, coverage: IndexCoverage | None) -> tuple[str, pa.Table] | None:
+    """Search the pooled newer levels (small generations, MemTables) in memory.
+
+    Returns the label and the best rows (output columns and their exact ``_distance``).
+    """
     plan = knn_memory(view, spec.column)
     parts = _partitioning(view, spec, coverage)
     pool = view.derived(("knn-pool", spec.column, parts.key), lambda: _pool(view, spec, plan, parts))
-    if pool.num_rows:
-        idx, _ = pool.candidates(spec.q, spec.metric, spec.nprobes, spec.k)
-        pieces = []
-        for s in np.unique(pool.source_of[idx]):
-            rows = pool.row_of[idx[pool.source_of[idx] == s]]
-            pieces.append(pool.sources[int(s)].part.table.take(pa.array(rows)).select(spec.fetch_cols))
-        hits = pa.concat_tables(pieces)
-        return _pool_label(pool), lambda: hits
-    return None
+    if not pool.num_rows:
+        return None
+    idx, _ = pool.candidates(spec.q, spec.metric, spec.nprobes, spec.k)
+    dist = exact_distances(pool.vectors[idx], spec.q, spec.metric)  # as for every other source's rows
+    pieces, dists = [], []
+    for s in np.unique(pool.source_of[idx]).tolist():
+        mine = pool.source_of[idx] == s
+        rows = pool.row_of[idx[mine]]
+        pieces.append(pool.sources[s].part.table.select(list(spec.out_cols)).take(pa.array(rows)))
+        dists.append(dist[mine])
+    hits = pa.concat_tables(pieces)
+    return _pool_label(pool), hits.append_column("_distance", pa.array(np.concatenate(dists), pa.float32()))
 
 
 def _generation_jobs(view: TableView, spec: SearchSpec, pruned: set[str], cands: Candidates) -> list[Job]:
@@ -363,7 +369,7 @@ def nearest(
     if filter is None:
         stats.memory = knn_memory(view, column)
     if pooled is not None:
-        cands.add(pooled[1](), pooled[0])
+        cands.add_rows(pooled[1], pooled[0])
     for (label, _), fut in zip(jobs[len(base_jobs) :], futures[len(base_jobs) :], strict=True):
         cands.add(fut.result(), label)
     stats.sources = cands.labels

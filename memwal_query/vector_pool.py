@@ -262,6 +262,7 @@ class VectorPool:
     offsets: np.ndarray | None = field(repr=False)
     centroids: np.ndarray | None = field(repr=False)
     cosine: bool = False
+    _centroid_norms: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     @property
     def num_rows(self) -> int:
@@ -269,31 +270,62 @@ class VectorPool:
         return len(self.row_of)
 
     def candidates(self, q: np.ndarray, metric: str, nprobes: int | None, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Pool rows (indexes into the pool) of the ``k`` nearest, and their exact distances."""
-        rows = self._probed(q, nprobes)
-        if rows is None:
+        """Pool rows (indexes into the pool) of the ``k`` nearest, and their distances.
+
+        The distances rank exactly (Lance's metric up to float rounding); recompute a
+        winner's distance from its vector where it is reported.
+        """
+        ranges = self._probed(q, nprobes)
+        if ranges is None:
             d = _distances(self.vectors, self.norms, q, metric)
             idx = np.arange(self.num_rows)
         else:
-            d = np.concatenate([_distances(self.vectors[lo:hi], self.norms[lo:hi], q, metric) for lo, hi in rows])
-            idx = np.concatenate([np.arange(lo, hi) for lo, hi in rows])
+            n = sum(hi - lo for lo, hi in ranges)
+            dot = np.empty(n, dtype=np.float32)
+            norms = np.empty(n, dtype=np.float32)
+            idx = np.empty(n, dtype=np.int64)
+            at = 0
+            for lo, hi in ranges:  # einsum, not BLAS: its spinning threads would slow the Lance searches beside
+                np.einsum("ij,j->i", self.vectors[lo:hi], q, out=dot[at : at + hi - lo])
+                norms[at : at + hi - lo] = self.norms[lo:hi]
+                idx[at : at + hi - lo] = np.arange(lo, hi)
+                at += hi - lo
+            d = _from_dot(dot, norms, q, metric)
         if d.size > k:
             top = np.argpartition(d, k - 1)[:k]
             d, idx = d[top], idx[top]
         return idx, d
 
     def _probed(self, q: np.ndarray, nprobes: int | None) -> list[tuple[int, int]] | None:
+        """Row ranges of the ``nprobes`` partitions whose centroids are nearest (None: every row)."""
         if nprobes is None or self.offsets is None or self.centroids is None or nprobes >= len(self.centroids):
             return None
+        if nprobes <= 0:
+            return []
         x = _normalised(q[None, :])[0] if self.cosine else q
-        cd = ((self.centroids - x) ** 2).sum(axis=1)
-        probe = np.argpartition(cd, nprobes - 1)[:nprobes] if nprobes > 0 else np.empty(0, dtype=np.int64)
-        return [(int(self.offsets[p]), int(self.offsets[p + 1])) for p in np.sort(probe)]
+        cd = self.centroid_norms - 2 * np.einsum("ij,j->i", self.centroids, x)
+        probe = np.sort(np.argpartition(cd, nprobes - 1)[:nprobes])
+        lo, hi = self.offsets[probe].tolist(), self.offsets[probe + 1].tolist()
+        return [(a, b) for a, b in zip(lo, hi, strict=True) if b > a]
+
+    @property
+    def centroid_norms(self) -> np.ndarray:
+        """Squared norms of the centroids (computed once)."""
+        assert self.centroids is not None
+        cached = self._centroid_norms
+        if cached is None:
+            cached = np.einsum("ij,ij->i", self.centroids, self.centroids)
+            object.__setattr__(self, "_centroid_norms", cached)
+        return cached
 
 
 def _distances(mat: np.ndarray, norms: np.ndarray, q: np.ndarray, metric: str) -> np.ndarray:
     """Lance's distance of each row to ``q``: squared l2, 1 - cosine similarity, 1 - dot."""
-    dot = np.einsum("ij,j->i", mat, q)  # not BLAS: its spinning threads would slow the Lance searches running beside
+    return _from_dot(np.einsum("ij,j->i", mat, q), norms, q, metric)
+
+
+def _from_dot(dot: np.ndarray, norms: np.ndarray, q: np.ndarray, metric: str) -> np.ndarray:
+    """Distances from each row's dot product with ``q`` and its squared norm."""
     if metric == "l2":
         out = np.maximum(norms - 2 * dot + float(q @ q), 0)
     elif metric == "cosine":

@@ -110,13 +110,18 @@ class _Fetch:
     src: IndexedSource
     limit: int | None
     addrs: np.ndarray | None = None  # row addresses of the candidates so far
+    rows: pa.Table | None = None  # their output columns (read with them from a source searched k at a time)
     scores: np.ndarray = field(default_factory=lambda: np.empty(0))
     bound: float = 0.0  # no row not fetched yet scores above this (0: exhausted)
 
     def run(self, q: _Query, stats: TextSearchStats) -> None:
         src = self.src
+        # a source searched a few rows at a time reads the output columns with them (in the same
+        # Lance plan: cheaper than reading the winners again); an exhaustive one reads them for
+        # its winners only
+        with_columns = self.limit is not None
         kwargs: dict[str, Any] = {
-            "columns": [_SCORE],  # output columns are read for the final top k only
+            "columns": list(dict.fromkeys([_SCORE, *q.read])) if with_columns else [_SCORE],
             "full_text_query": q.lance(),
             "with_row_address": True,
             "prefilter": True,
@@ -144,6 +149,7 @@ class _Fetch:
             self.run(q, stats)
             return
         self.addrs, self.scores = addrs, scores
+        self.rows = rows.filter(pa.array(live)).select(q.read) if with_columns else None
         exhausted = self.limit is None or rows.num_rows < self.limit
         # a row not returned yet scores at most the last score returned (dropped rows included)
         self.bound = 0.0 if exhausted or not rows.num_rows else _bound_factor(src, q) * float(returned.min())
@@ -348,7 +354,7 @@ def search_text(
             for f in more:
                 f.limit = 4 * (f.limit or 0)
                 f.run(q, stats)
-    hits += [_Hits(f.scores, dataset=f.src.dataset, addrs=f.addrs) for f in fetches if f.addrs is not None]
+    hits += [_Hits(f.scores, f.rows, dataset=f.src.dataset, addrs=f.addrs) for f in fetches if f.addrs is not None]
     result = _output(hits, q, out, view.snapshot.schema)
     stats.seconds = time.perf_counter() - t0
     return TextSearchResult(result, stats)
