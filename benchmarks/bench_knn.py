@@ -158,7 +158,8 @@ def build_lagging(uri: str, a: argparse.Namespace, mix: Mixture) -> None:
 
 def build(root: Path, a: argparse.Namespace) -> tuple[str, str, RoutedWriter]:
     mix = Mixture(a.dim, a.clusters, a.latent, a.spread, a.noise)
-    base = root / f"base_{a.base_rows}_{a.dim}_{a.latent}_{a.spread}_{a.noise}_{a.clusters}_{a.partitions}_{a.dims_per_code}"
+    data = f"{a.base_rows}_{a.dim}_{a.latent}_{a.spread}_{a.noise}_{a.clusters}"
+    base = root / f"base_{data}_{a.partitions}_{a.dims_per_code}"
     levels = root / f"levels_{base.name}_{a.regions}_{a.rounds}_{a.round_rows}_{a.tail_rows}"
     lagging = root / f"lagging_{base.name}_{a.lag_regions}_{a.lag_small}_{a.lag_rows}_{a.lag_small_share}"
     t0 = time.perf_counter()
@@ -370,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--spread", type=float, default=0.25, help="cluster spread in the latent space")
     p.add_argument("--noise", type=float, default=0.02, help="isotropic noise in all dimensions")
     p.add_argument("--partitions", type=int, default=256)
-    p.add_argument("--dims-per-code", type=int, default=4, help="dimensions per PQ sub-vector (num_sub_vectors = dim / this)")
+    p.add_argument("--dims-per-code", type=int, default=4, help="dimensions per PQ sub-vector (dim / this of them)")
     p.add_argument("--regions", type=int, default=8)
     p.add_argument("--rounds", type=int, default=3, help="flushed rounds: one generation per region each")
     p.add_argument("--round-rows", type=int, default=16_000)
