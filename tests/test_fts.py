@@ -390,3 +390,28 @@ def test_wide_columns_are_read_by_address_not_kept(tmp_path: Path) -> None:
             assert r["vec"] == pytest.approx(want["vec"]) and r["text"] == want["text"]
         seen_flat += sum(1 for r in got.to_pylist() if r["id"] in newer_ids)
     assert seen_flat  # rows of the in-memory sources were among the answers
+
+
+@pytest.mark.parametrize("n", [50, 5_000])  # short posting lists summed densely, then sparsely
+def test_bm25_sums_every_query_token_whatever_the_posting_lengths(n: int) -> None:
+    from memwal_query.fts.bm25 import CorpusStats
+    from memwal_query.fts.postings import bm25_from
+
+    rng = np.random.default_rng(n)
+    lists = {t: np.unique(rng.integers(0, n, 40)) for t in "abc"}
+    weights = {t: (idx, rng.random(idx.size) + 0.1) for t, idx in lists.items()}
+    stats = CorpusStats(n, 10 * n, {"a": 3, "b": 7, "c": 1})
+    mask = rng.random(n) < 0.7
+    for query in (["a"], ["a", "b"], ["b", "c", "b"], ["a", "zzz"], ["zzz"]):
+        want: dict[int, float] = {}
+        for t in query:
+            idx, w = weights.get(t, (np.empty(0, np.int64), np.empty(0)))
+            for r, x in zip(idx.tolist(), w.tolist(), strict=True):
+                if mask[r]:
+                    want[r] = want.get(r, 0.0) + stats.idf(t) * x
+        rows, scores = bm25_from(
+            n, lambda t: weights.get(t, (np.empty(0, np.int64), np.empty(0))), query, stats, mask
+        )
+        got = dict(zip(rows.tolist(), scores.tolist(), strict=True))
+        assert got.keys() == want.keys(), query
+        assert all(abs(got[r] - want[r]) < 1e-9 for r in want), query

@@ -129,14 +129,31 @@ def bm25_from(
     stats: CorpusStats,
     mask: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(row positions, BM25) of the rows in ``mask``; ``weights(token)`` gives :func:`tf_weights`."""
-    acc = np.zeros(n, dtype=np.float64)
-    hit = np.zeros(n, dtype=bool)
+    """(row positions, BM25) of the rows in ``mask``; ``weights(token)`` gives :func:`tf_weights`.
+
+    Short posting lists are summed sparsely (cost follows the postings); long ones into a
+    dense accumulator over all ``n`` rows.
+    """
+    lists = []
     for tok, times in query_weights(query).items():
         idx, tf = weights(tok)
-        if not idx.size:
-            continue
-        acc[idx] += (times * stats.idf(tok)) * tf
+        if idx.size:
+            lists.append((idx, (times * stats.idf(tok)) * tf))
+    if not lists:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
+    if len(lists) == 1:  # one token: its posting list is the answer
+        idx, w = lists[0]
+        keep = mask[idx]
+        return idx[keep], np.asarray(w[keep], dtype=np.float64)
+    if sum(idx.size for idx, _ in lists) * 8 < n:
+        rows, inverse = np.unique(np.concatenate([idx for idx, _ in lists]), return_inverse=True)
+        acc = np.bincount(inverse, np.concatenate([w for _, w in lists]), minlength=rows.size)
+        keep = mask[rows]
+        return rows[keep], acc[keep]
+    acc = np.zeros(n, dtype=np.float64)
+    hit = np.zeros(n, dtype=bool)
+    for idx, w in lists:
+        acc[idx] += w
         hit[idx] = True
     rows = np.flatnonzero(hit & mask)
     return rows, acc[rows]
