@@ -409,9 +409,7 @@ def test_bm25_sums_every_query_token_whatever_the_posting_lengths(n: int) -> Non
             for r, x in zip(idx.tolist(), w.tolist(), strict=True):
                 if mask[r]:
                     want[r] = want.get(r, 0.0) + stats.idf(t) * x
-        rows, scores = bm25_from(
-            n, lambda t: weights.get(t, (np.empty(0, np.int64), np.empty(0))), query, stats, mask
-        )
+        rows, scores = bm25_from(n, lambda t: weights.get(t, (np.empty(0, np.int64), np.empty(0))), query, stats, mask)
         got = dict(zip(rows.tolist(), scores.tolist(), strict=True))
         assert got.keys() == want.keys(), query
         assert all(abs(got[r] - want[r]) < 1e-9 for r in want), query

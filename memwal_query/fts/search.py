@@ -143,7 +143,8 @@ class _Fetch:
         addrs, lance_scores = addrs[live], returned[live]
         docs = tokenize_rows(src.dataset, q.corpus, addrs)
         local, scores = score_docs_under(docs, q.tokens.tokens, [src.index_stats(q.tokens.tokens), q.stats])
-        if self.limit is not None and not bool(np.all(np.abs(local - lance_scores) <= 1e-6 + _REL * np.abs(lance_scores))):
+        agree = bool(np.all(np.abs(local - lance_scores) <= 1e-6 + _REL * np.abs(lance_scores)))
+        if self.limit is not None and not agree:
             stats.exhaustive.append(src.name)  # Lance ranks by something else: take every match
             self.limit = None
             self.run(q, stats)
