@@ -62,6 +62,14 @@ class Doc:
     def __len__(self) -> int:
         return len(self.tokens)
 
+    @cached_property
+    def counts(self) -> dict[str, int]:
+        """How often each token occurs (computed once per document)."""
+        out: dict[str, int] = {}
+        for t in self.tokens:
+            out[t] = out.get(t, 0) + 1
+        return out
+
 
 _EMPTY = Doc((), ())
 #: Word tokenizers: a token never spans whitespace, so texts joined by a separator word

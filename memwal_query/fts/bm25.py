@@ -75,12 +75,8 @@ def score_docs_under(docs: Sequence[Doc], query: Sequence[str], stats: Sequence[
     weights = query_weights(query)
     terms = list(weights)
     freq = np.zeros((len(docs), len(terms)), dtype=np.float64)
-    index = {t: j for j, t in enumerate(terms)}
-    for i, d in enumerate(docs):
-        for tok in d.tokens:
-            j = index.get(tok)
-            if j is not None:
-                freq[i, j] += 1
+    if docs and terms:
+        freq[:] = [[d.counts.get(t, 0) for t in terms] for d in docs]
     dl = np.array([len(d) for d in docs], dtype=np.float64)
     out = []
     for st in stats:
