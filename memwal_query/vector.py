@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memwal_query.errors import InvalidArgumentError
+from memwal_query.format.sets import member
 from memwal_query.planner.catchup import CatchupPlan
 from memwal_query.vector_pool import (
     Partitioning,
@@ -204,7 +205,7 @@ def _pool(view: TableView, spec: SearchSpec, plan: PoolPlan, parts: Partitioning
         live = part.valid.copy()
         drop = merge.generation_drop.get(g.uri)
         if drop is not None and drop.size and part.row_addrs is not None:
-            live &= ~np.isin(part.row_addrs, drop)
+            live &= ~member(part.row_addrs, drop)  # drop lists are sorted and distinct
         sources.append((f"{g.region_id} generation {g.generation}", g.region_id, part, live))
     for region_id, rows in merge.memtables.items():
         if rows.num_rows:

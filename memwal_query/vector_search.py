@@ -31,6 +31,7 @@ from lance.dataset import serialize_row_addrs
 
 from memwal_query.errors import InvalidArgumentError, MemWalError
 from memwal_query.format.lance_open import lance_message
+from memwal_query.format.sets import member
 from memwal_query.vector_pool import vector_matrix
 
 __all__ = ["SearchSpec", "exact_distances", "lance_search", "overfetch", "Candidates"]
@@ -219,7 +220,7 @@ class Candidates:
 
         def dead(hits: pa.Table) -> np.ndarray:
             assert drop is not None
-            return np.isin(np.asarray(hits.column("_rowaddr").to_numpy(), dtype=np.uint64), drop)
+            return member(np.asarray(hits.column("_rowaddr").to_numpy(), dtype=np.uint64), drop)
 
         share = 0.0 if drop is None else drop.size / max(rows, 1)
         return overfetch(search, dead, spec.k, share)

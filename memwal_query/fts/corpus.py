@@ -22,10 +22,9 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import chain
 from typing import Any
 
 import lance
@@ -35,9 +34,11 @@ import pyarrow.compute as pc
 from lance.file import LanceFileReader
 
 from memwal_query.errors import InvalidArgumentError, MemWalError
+from memwal_query.format.sets import unique
 from memwal_query.fts.analyzer import Analyzer, Doc
 from memwal_query.fts.bm25 import CorpusStats
 from memwal_query.fts.index_files import InvertedIndexFiles, read_index_files
+from memwal_query.fts.nonlive import TokenCounts
 from memwal_query.fts.pool import PostingsPool
 from memwal_query.fts.postings import Postings
 from memwal_query.fts.rows import take_rows
@@ -74,7 +75,7 @@ class IndexedSource:
     indexed_only: bool  # restrict Lance's search to indexed fragments (the base)
     num_docs: int
     total_tokens: int
-    nonlive_df: Counter[str] = field(repr=False)
+    nonlive_df: Mapping[str, int] = field(repr=False)
     unreadable_rows: int = 0  # non-live rows whose text could not be read (stats approximate)
 
     def doc_freq(self, token: str) -> int:
@@ -167,6 +168,20 @@ class _Memo:
 
 
 _memo = _Memo()
+_counts: OrderedDict[tuple[str, str, Analyzer], TokenCounts] = OrderedDict()
+_COUNTS_ENTRIES = 16  # datasets whose non-live rows' token counts are kept
+
+
+def _token_counts(key: tuple[str, str, Analyzer]) -> TokenCounts:
+    """The token counts of non-live indexed rows seen so far in one dataset column."""
+    with _memo.lock:
+        got = _counts.get(key)
+        if got is None:
+            got = _counts[key] = TokenCounts()
+            while len(_counts) > _COUNTS_ENTRIES:
+                _counts.popitem(last=False)
+        _counts.move_to_end(key)
+        return got
 
 
 def _read_texts(
@@ -179,7 +194,7 @@ def _read_texts(
     """
     fid = next(i for i, n in lance_field_ids(ds).items() if n == column)
     frags = {f.fragment_id: f.metadata for f in ds.get_fragments()}
-    gone = set(np.unique(addrs >> np.uint64(32)).tolist()) - set(frags)
+    gone = set(unique(addrs >> np.uint64(32)).tolist()) - set(frags)
     if gone and older is not None:
         try:
             old = lance.dataset(ds.uri, version=older, storage_options=dict(options) or None)
@@ -188,7 +203,7 @@ def _read_texts(
             pass  # cleaned up: those rows stay unreadable
     out: dict[int, str | None] = {}
     frag_of = (addrs >> np.uint64(32)).astype(np.int64)
-    for frag_id in np.unique(frag_of).tolist():
+    for frag_id in unique(frag_of).tolist():
         meta = frags.get(frag_id)
         rows = addrs[frag_of == frag_id]
         files = [f for f in meta.files if fid in f.fields] if meta is not None else []
@@ -247,18 +262,17 @@ def _indexed_source(
     covered = sorted(
         {int(f) for s in desc.segments for f in s.fragment_ids} & {f.fragment_id for f in ds.get_fragments()}
     )
-    drop = np.empty(0, np.uint64) if drop is None else np.unique(np.asarray(drop, dtype=np.uint64))
+    drop = np.empty(0, np.uint64) if drop is None else unique(np.asarray(drop, dtype=np.uint64))
     live = _live_addrs(ds, covered if indexed_only else None)
     kept = np.setdiff1d(live, drop, assume_unique=True)
-    rowids = np.unique(np.concatenate([f.rowids for f in files])) if files else np.empty(0, np.uint64)
+    rowids = unique(np.concatenate([f.rowids for f in files])) if files else np.empty(0, np.uint64)
     nonlive = np.setdiff1d(rowids, kept, assume_unique=True)
     older = max((int(s.dataset_version_at_last_update) for s in desc.segments), default=None)
-    docs = _memo.tokenized(
-        (ds.uri, ctx.column, ctx.analyzer), nonlive, lambda a: _read_texts(ds, ctx.column, a, ctx.options, older)
+    counts = _token_counts((ds.uri, ctx.column, ctx.analyzer)).of(
+        ctx.analyzer, nonlive, lambda a: _read_texts(ds, ctx.column, a, ctx.options, older)
     )
     lengths = sum((f.doc_lengths(nonlive) for f in files), np.zeros(nonlive.size, np.int64))
-    df: Counter[str] = Counter(chain.from_iterable(set(d.tokens) for d in docs))
-    unreadable = int(np.count_nonzero(lengths != np.array([len(d) for d in docs], dtype=np.int64)))
+    unreadable = int(np.count_nonzero(lengths != counts.lengths))
     return IndexedSource(
         name=name,
         region_id=region_id,
@@ -268,7 +282,7 @@ def _indexed_source(
         indexed_only=indexed_only,
         num_docs=sum(f.num_docs for f in files) - int(nonlive.size),
         total_tokens=sum(f.total_tokens for f in files) - int(lengths.sum()),
-        nonlive_df=df,
+        nonlive_df=counts.doc_freq,
         unreadable_rows=unreadable,
     )
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
+from memwal_query.format.sets import member, unique
 from memwal_query.fts.analyzer import Doc, Tokens
 from memwal_query.fts.bm25 import K1, B, CorpusStats, query_weights
 
@@ -41,7 +42,10 @@ class Postings:
     lengths: np.ndarray = field(repr=False)
     tokens: Tokens = field(repr=False)  # in the order given to :meth:`build`
     order: np.ndarray = field(repr=False)  # row position -> index into ``tokens``
-    terms: dict[str, tuple[np.ndarray, np.ndarray]] = field(repr=False)
+    vocab: dict[str, int] = field(repr=False)  # token -> its posting list (a slice of the arrays below)
+    bounds: np.ndarray = field(repr=False)  # posting list i is rows[bounds[i]:bounds[i + 1]]
+    rows: np.ndarray = field(repr=False)
+    freqs: np.ndarray = field(repr=False)
 
     @classmethod
     def build(cls, rowaddrs: np.ndarray, tokens: Tokens | Sequence[Doc]) -> Postings:
@@ -54,19 +58,17 @@ class Postings:
         rank = np.empty(n, dtype=np.int64)
         rank[order] = np.arange(n)
         per_text = np.diff(tokens.offsets)
-        terms: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        if len(tokens.words):
-            encoded = tokens.words.dictionary_encode()
-            vocab = encoded.dictionary.to_pylist()
-            ids = encoded.indices.to_numpy().astype(np.int64)
-            pairs, counts = np.unique(ids * n + np.repeat(rank, per_text), return_counts=True)
-            tok, row = pairs // n, pairs % n
-            cuts = np.flatnonzero(np.diff(tok)) + 1
-            starts = np.concatenate([[0], cuts]).tolist()
-            ends = np.concatenate([cuts, [tok.size]]).tolist()
-            freqs = counts.astype(np.float64)
-            terms = {vocab[int(tok[a])]: (row[a:b], freqs[a:b]) for a, b in zip(starts, ends, strict=True)}
-        return cls(addrs, per_text[order], tokens, order, terms)
+        if not len(tokens.words):
+            empty = np.zeros(1, np.int64)
+            return cls(addrs, per_text[order], tokens, order, {}, empty, *_NONE)
+        encoded = tokens.words.dictionary_encode()
+        ids = encoded.indices.to_numpy().astype(np.int64)
+        pairs, counts = np.unique(ids * n + np.repeat(rank, per_text), return_counts=True)
+        tok, row = pairs // n, pairs % n
+        # every dictionary entry occurs: posting list i (sorted by token id) is entry i's
+        bounds = np.concatenate([[0], np.flatnonzero(np.diff(tok)) + 1, [tok.size]])
+        vocab = dict(zip(encoded.dictionary.to_pylist(), range(len(encoded.dictionary)), strict=True))
+        return cls(addrs, per_text[order], tokens, order, vocab, bounds, row, counts.astype(np.float64))
 
     def doc(self, row: int) -> Doc:
         """The tokens of row position ``row``."""
@@ -77,7 +79,7 @@ class Postings:
 
     def mask_of(self, addrs: np.ndarray) -> np.ndarray:
         """Which rows are among ``addrs``."""
-        return np.isin(self.rowaddrs, np.asarray(addrs, dtype=np.uint64))
+        return member(self.rowaddrs, unique(np.asarray(addrs, dtype=np.uint64)))
 
     def num_docs(self, live: np.ndarray) -> int:
         """Live rows with at least one token."""
@@ -89,12 +91,16 @@ class Postings:
 
     def doc_freq(self, token: str, live: np.ndarray) -> int:
         """Live rows holding ``token``."""
-        idx, _ = self.terms.get(token, _NONE)
+        idx, _ = self.term(token)
         return int(np.count_nonzero(live[idx]))
 
     def term(self, token: str) -> tuple[np.ndarray, np.ndarray]:
         """(row positions, frequencies) of ``token``."""
-        return self.terms.get(token, _NONE)
+        i = self.vocab.get(token)
+        if i is None:
+            return _NONE
+        a, b = int(self.bounds[i]), int(self.bounds[i + 1])
+        return self.rows[a:b], self.freqs[a:b]
 
     def score(self, query: Sequence[str], stats: CorpusStats, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(row positions, BM25) of the rows in ``mask`` holding a query token."""

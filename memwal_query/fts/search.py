@@ -38,6 +38,7 @@ from lance.query import MatchQuery, PhraseQuery
 
 from memwal_query.errors import InvalidArgumentError, MemWalError
 from memwal_query.format.lance_open import lance_message
+from memwal_query.format.sets import member
 from memwal_query.fts.analyzer import Doc
 from memwal_query.fts.bm25 import CorpusStats, phrase_match, score_docs_under
 from memwal_query.fts.corpus import (
@@ -139,7 +140,7 @@ class _Fetch:
         stats.rounds += 1
         returned = rows.column(_SCORE).to_numpy().astype(np.float64)
         addrs = rows.column(_ADDR).to_numpy().astype(np.uint64)
-        live = ~_in_sorted(addrs, src.drop)  # rows a newer level shadows are dropped here, not by Lance
+        live = ~member(addrs, src.drop)  # rows a newer level shadows are dropped here, not by Lance
         addrs, lance_scores = addrs[live], returned[live]
         docs = tokenize_rows(src.dataset, q.corpus, addrs)
         local, scores = score_docs_under(docs, q.tokens.tokens, [src.index_stats(q.tokens.tokens), q.stats])
@@ -154,14 +155,6 @@ class _Fetch:
         exhausted = self.limit is None or rows.num_rows < self.limit
         # a row not returned yet scores at most the last score returned (dropped rows included)
         self.bound = 0.0 if exhausted or not rows.num_rows else _bound_factor(src, q) * float(returned.min())
-
-
-def _in_sorted(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
-    """Which ``values`` are in ``sorted_set`` (sorted, unique)."""
-    if not sorted_set.size or not values.size:
-        return np.zeros(values.size, dtype=bool)
-    at = np.minimum(np.searchsorted(sorted_set, values), sorted_set.size - 1)
-    return np.asarray(sorted_set[at] == values)
 
 
 def _run_all(fetches: list[_Fetch], q: _Query, stats: TextSearchStats) -> None:
