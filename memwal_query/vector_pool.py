@@ -93,15 +93,30 @@ def index_centroids(ds: lance.LanceDataset, index_name: str, cache: SnapshotCach
 
 
 def vector_matrix(col: pa.ChunkedArray | pa.Array, dim: int) -> tuple[np.ndarray, np.ndarray]:
-    """A vector column as a float32 matrix (null vectors as zeros) and its validity mask."""
+    """A vector column as a float32 matrix (null vectors and null elements as zeros) and its validity mask."""
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     n = len(arr)
-    values = arr.values.slice(arr.offset * dim, n * dim)
-    mat = np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(n, dim)
+    values = arr.values
     valid = np.ones(n, dtype=bool)
     if arr.null_count:
         valid = np.asarray(pc.is_valid(arr).to_numpy(zero_copy_only=False))
-    if arr.null_count or values.null_count:
+    if pa.types.is_float32(values.type) and values.buffers()[1] is not None:
+        # straight from the data buffer (nulls hold arbitrary values: zeroed below)
+        start = values.offset + arr.offset * dim
+        data = np.frombuffer(values.buffers()[1], dtype=np.float32, count=n * dim, offset=start * 4)
+        mat = data.reshape(n, dim)
+        # null elements inside valid vectors (flatten() leaves out the null vectors)
+        if values.null_count and (not arr.null_count or arr.flatten().null_count):
+            ok = pc.is_valid(values.slice(arr.offset * dim, n * dim)).to_numpy(zero_copy_only=False)
+            mat = np.where(np.asarray(ok).reshape(n, dim), mat, np.float32(0))
+        elif arr.null_count:
+            mat = mat.copy()
+        if arr.null_count:
+            mat[~valid] = 0
+        return np.ascontiguousarray(mat), valid
+    sliced = values.slice(arr.offset * dim, n * dim)
+    mat = np.asarray(sliced.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(n, dim)
+    if arr.null_count or sliced.null_count:
         mat = np.nan_to_num(mat)
         mat[~valid] = 0
     return np.ascontiguousarray(mat), valid
@@ -339,25 +354,34 @@ def _from_dot(dot: np.ndarray, norms: np.ndarray, q: np.ndarray, metric: str) ->
 def build_pool(
     sources: list[tuple[str, str, PoolPart, np.ndarray]], centroids: np.ndarray | None, cosine: bool
 ) -> VectorPool:
-    """Lay out the live rows of ``sources`` (label, region, part, live mask) by partition."""
+    """Lay out the live rows of ``sources`` (label, region, part, live mask) by partition.
+
+    Each source's live vectors are copied once, straight to their place in the pool.
+    """
     kept = [PoolSource(label, region, part, live) for label, region, part, live in sources]
-    mats, src, rows, assign = [], [], [], []
-    for i, s in enumerate(kept):
-        live_rows = np.flatnonzero(s.live)
-        mats.append(s.part.vectors[live_rows])
-        src.append(np.full(live_rows.size, i, dtype=np.int32))
-        rows.append(live_rows)
-        if s.part.assign is not None:
-            assign.append(s.part.assign[live_rows])
+    live_rows = [np.flatnonzero(s.live) for s in kept]
+    sizes = [r.size for r in live_rows]
+    n = int(sum(sizes))
     dim = kept[0].part.vectors.shape[1] if kept else 0
-    mat = np.concatenate(mats) if mats else np.empty((0, dim), dtype=np.float32)
-    source_of = np.concatenate(src) if src else np.empty(0, dtype=np.int32)
-    row_of = np.concatenate(rows) if rows else np.empty(0, dtype=np.int64)
+    source_of = np.repeat(np.arange(len(kept), dtype=np.int32), sizes)
+    row_of = np.concatenate(live_rows) if live_rows else np.empty(0, dtype=np.int64)
     offsets = None
-    if centroids is not None and len(assign) == len(kept):
-        a = np.concatenate(assign) if assign else np.empty(0, dtype=np.int32)
+    dest: np.ndarray | None = None  # where each row (in source order) goes in the pool
+    if centroids is not None and kept and all(s.part.assign is not None for s in kept):
+        a = np.concatenate([s.part.assign[r] for s, r in zip(kept, live_rows, strict=True)])  # type: ignore[index]
         order = np.argsort(a, kind="stable")
-        mat, source_of, row_of = mat[order], source_of[order], row_of[order]
+        dest = np.empty(n, dtype=np.int64)
+        dest[order] = np.arange(n)
+        source_of, row_of = source_of[order], row_of[order]
         offsets = np.searchsorted(a[order], np.arange(len(centroids) + 1))
-    mat = np.ascontiguousarray(mat)
-    return VectorPool(tuple(kept), mat, (mat * mat).sum(axis=1), source_of, row_of, offsets, centroids, cosine)
+    mat = np.empty((n, dim), dtype=np.float32)
+    at = 0
+    for s, rows in zip(kept, live_rows, strict=True):
+        vec = s.part.vectors if rows.size == len(s.part.vectors) else s.part.vectors[rows]
+        if dest is None:
+            mat[at : at + rows.size] = vec
+        else:
+            mat[dest[at : at + rows.size]] = vec
+        at += rows.size
+    norms = np.einsum("ij,ij->i", mat, mat)
+    return VectorPool(tuple(kept), mat, norms, source_of, row_of, offsets, centroids, cosine)

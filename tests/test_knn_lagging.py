@@ -218,3 +218,29 @@ def test_refresh_reuses_generation_parts(lagging: Lagging) -> None:
     after = {k: v for k, v in fresh.view.cache.vector_parts.items() if k[0] == "part"}
     assert all(after[k] is v for k, v in before.items())  # the same objects: not read again
     assert len(after) > len(before)  # plus the new generations
+
+
+def test_vector_matrix_zeroes_null_vectors_and_null_elements_of_any_slice() -> None:
+    from memwal_query.vector_pool import vector_matrix
+
+    rng = np.random.default_rng(5)
+    n, dim = 50, 4
+    values = rng.random(n * dim).astype(np.float32)
+    element_null = rng.random(n * dim) < 0.05
+    row_null = rng.random(n) < 0.2
+    child = pa.array(values, pa.float32(), mask=element_null)
+    for nulls_inside in (True, False):
+        vals = child if nulls_inside else pa.array(values)
+        arr = pa.FixedSizeListArray.from_arrays(vals, dim, mask=pa.array(row_null))
+        want = np.where(element_null & nulls_inside, 0, values).reshape(n, dim)
+        want[row_null] = 0
+        cases = [
+            (arr, slice(None)),
+            (arr.slice(7, 30), slice(7, 37)),
+            (pa.chunked_array([arr[:9], arr[9:]]), slice(None)),
+        ]
+        for col, rows in cases:
+            mat, valid = vector_matrix(col, dim)
+            assert mat.dtype == np.float32 and mat.flags["C_CONTIGUOUS"]
+            np.testing.assert_array_equal(mat, want[rows])
+            np.testing.assert_array_equal(valid, ~row_null[rows])
