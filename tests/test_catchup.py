@@ -78,6 +78,22 @@ def test_indexed_filter_reads_catchup_generations(indexed: ModelTable) -> None:
     assert full.equals(sort_table(exp, ["id"]))
 
 
+def test_auto_skips_a_small_plan_without_opening_its_generations(indexed: ModelTable) -> None:
+    table = mq.open_table(indexed.uri)
+    view = table.view
+    merged = {g.uri for r in view.snapshot.regions for g in r.generations}
+    exp = indexed.expected()
+    got = table.sql("SELECT id, cat, amount FROM t WHERE cat = 'c3'").to_arrow_table()
+    assert sort_table(got, ["id"]).equals(sort_table(exp.filter(pa.compute.equal(exp.column("cat"), "c3")), ["id"]))
+    # the cost rule decided from row and generation counts: no catch-up generation was opened
+    opened = set(view.cache.generations) - merged
+    assert not opened, opened
+    assert not any("catch-up" in getattr(f, "label", "") for f in table.dataset().source_fragments(None))
+    plan = table.catchup_plan("cat_idx")  # asked for explicitly, it is worked out (and opens them)
+    assert plan.usable and not table.uses_catchup(plan)
+    assert {s.generation.uri for s in plan.sources} <= set(view.cache.generations)
+
+
 def test_hidden_columns_keep_base_sources(indexed: ModelTable) -> None:
     table = mq.open_table(indexed.uri)
     table.index_catchup = "always"

@@ -58,6 +58,7 @@ __all__ = [
     "CatchupSource",
     "CatchupPlan",
     "base_indexes",
+    "catchup_size",
     "plan_catchup",
     "still_readable",
 ]
@@ -168,6 +169,23 @@ def _caught_up(snap: Snapshot, storage: Storage, index: BaseIndex) -> tuple[dict
         {r.region_id: then.merged_generation(r.region_id) for r in snap.regions},
         f"merge progress at version {index.dataset_version}, where the index was built",
     )
+
+
+def catchup_size(snap: Snapshot, storage: Storage, index: BaseIndex) -> tuple[int, int]:
+    """(unindexed base rows, catch-up generations) of ``index``, opening no generation.
+
+    What ``index_catchup="auto"`` weighs, known before the plan is worked out (which
+    opens the catch-up generations and ranks their keys against the newer levels).
+    """
+    uncovered = [f for f in snap.base.get_fragments() if f.fragment_id not in index.fragment_ids]
+    if not uncovered:
+        return 0, 0
+    rows = sum(int(f.count_rows()) for f in uncovered)
+    progress = _caught_up(snap, storage, index)
+    if isinstance(progress, str):
+        return rows, 0
+    caught, _ = progress
+    return rows, sum(max(0, r.merged_generation - caught.get(r.region_id, 0)) for r in snap.regions)
 
 
 def plan_catchup(snap: Snapshot, storage: Storage, cache: SnapshotCache, index: BaseIndex) -> CatchupPlan:

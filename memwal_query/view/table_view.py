@@ -32,6 +32,7 @@ from memwal_query.planner.catchup import (
     BaseIndex,
     CatchupPlan,
     base_indexes,
+    catchup_size,
     plan_catchup,
     still_readable,
 )
@@ -234,6 +235,10 @@ class TableView:
         """The usable, chosen Indexed Read Plan of a scalar index on one of ``columns``, if any."""
         for idx in self.scalar_indexes():
             if idx.columns[0] in columns:
+                if self.settings.index_catchup == "auto" and idx.name not in self._memo.catchup:
+                    rows, gens = catchup_size(self.snapshot, self.storage, idx)
+                    if not gens or rows < CATCHUP_MIN_ROWS_PER_SOURCE * gens:
+                        continue  # "auto" would not use it: opening its generations is not worth it
                 plan = self.catchup_plan(idx.name)
                 if self.uses_catchup(plan):
                     plan = self.recheck_catchup(plan)
