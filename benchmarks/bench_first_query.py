@@ -287,7 +287,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"  {'PASS' if t['pass'] else 'MISS'}  {t['target']}: {t['value']:.2f} (limit {t['limit']})")
     doc = {
         "machine": machine_info(),
-        "params": vars(args),
+        "params": {k: v for k, v in vars(args).items() if k not in ("dir", "out")},
         "queries": {q: {"memwal": sql, "anchor": anchor} for q, (sql, anchor) in QUERIES.items()},
         "results": results,
         "targets": goals,

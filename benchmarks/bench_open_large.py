@@ -108,7 +108,12 @@ def main(argv: list[str] | None = None) -> None:
     goals[0]["pass"] = opened < 1000
     for g in goals:
         print(f"  {'PASS' if g['pass'] else 'MISS'}  {g['target']}: {g['value']:.3f} s")
-    doc = {"machine": machine_info(), "params": vars(a), "results": results, "targets": goals}
+    doc = {
+        "machine": machine_info(),
+        "params": {k: v for k, v in vars(a).items() if k not in ("dir", "out")},
+        "results": results,
+        "targets": goals,
+    }
     Path(a.out).write_text(json.dumps(doc, indent=2) + "\n")
     print(f"wrote {a.out}")
 
