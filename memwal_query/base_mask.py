@@ -152,6 +152,15 @@ class BaseMask:
         with self._lock:
             return self._drops.setdefault(frag.fragment_id, drop)
 
+    def settle(self, frag: lance.fragment.LanceFragment, drop: np.ndarray) -> np.ndarray:
+        """Record ``frag``'s drop list, found while reading every one of its rows (see :meth:`live`).
+
+        Returns:
+            The drop list kept (the first one recorded, if another thread was first).
+        """
+        with self._lock:
+            return self._drops.setdefault(frag.fragment_id, np.sort(np.asarray(drop, dtype=np.uint64)))
+
     def _shadowed(self, keys: pa.Table) -> np.ndarray:
         assert self.newer is not None
         addrs = np.asarray(keys.column("_rowaddr").to_numpy(), dtype=np.uint64)

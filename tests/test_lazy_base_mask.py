@@ -122,20 +122,35 @@ def test_first_queries_decide_lazily_and_match_the_model(table: ModelTable, monk
     assert t.count_rows() == table.expected().num_rows
 
 
-def test_count_then_mask_equals_plain_lance(table: ModelTable) -> None:
-    """count(*) decides every fragment; the full mask equals the base rows whose key is newer."""
-    t = mq.open_table(table.uri)
-    assert t.sql("SELECT count(*) AS n FROM t").to_arrow_table().column("n")[0].as_py() == len(table.model)
-    mask = t.merge_state.base_mask
-    assert mask.status().complete
-    base = lance.dataset(table.uri).to_table(columns=["id"], with_row_address=True)
+def _shadowed_by_lance(t: Any, uri: str) -> pa.Table:
+    """Base rows (``id``, ``_rowaddr``) whose key a newer level holds, found with plain Lance reads."""
+    base = lance.dataset(uri).to_table(columns=["id"], with_row_address=True)
     newer = set()
     for r in t.snapshot.regions:
         for g in r.generations:
             newer |= set(g.dataset.to_table(columns=["id"]).column("id").to_pylist())
         if r.memtable is not None:
             newer |= set(r.memtable.table.column("id").to_pylist())
-    shadowed = base.filter(pa.array([k in newer for k in base.column("id").to_pylist()]))
+    return base.filter(pa.array([k in newer for k in base.column("id").to_pylist()]))
+
+
+def test_first_full_scan_settles_masks_from_the_rows_it_left_out(table: ModelTable) -> None:
+    """An unfiltered first scan checks keys as it streams; the rows it left out become the masks."""
+    t = mq.open_table(table.uri)
+    full = sort_table(t.sql("SELECT id, amount FROM t").to_arrow_table(), ["id"])
+    assert full.equals(sort_table(table.expected().select(["id", "amount"]), ["id"]))
+    mask = t.merge_state.base_mask
+    assert mask.status().complete
+    assert mask.all().tolist() == sorted(_shadowed_by_lance(t, table.uri).column("_rowaddr").to_pylist())
+
+
+def test_count_then_mask_equals_plain_lance(table: ModelTable) -> None:
+    """count(*) decides every fragment; the full mask equals the base rows whose key is newer."""
+    t = mq.open_table(table.uri)
+    assert t.sql("SELECT count(*) AS n FROM t").to_arrow_table().column("n")[0].as_py() == len(table.model)
+    mask = t.merge_state.base_mask
+    assert mask.status().complete
+    shadowed = _shadowed_by_lance(t, table.uri)
     assert mask.all().tolist() == sorted(shadowed.column("_rowaddr").to_pylist())
     assert t.merge_state.base_shadowed_rows == shadowed.num_rows
 

@@ -34,6 +34,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("memwal_query")
+_NO_ROWS = np.empty(0, dtype=np.uint64)
 
 #: Decoded columns kept per table lineage (:class:`SnapshotCache`): fragments are
 #: immutable, so a column of a fragment is decoded from Lance once and later scans of
@@ -217,11 +218,18 @@ class LanceFragment(SourceFragment):
     def _key_columns(self) -> list[str]:
         return self.mask.primary_key if self.mask is not None else []
 
-    def _live_by_key(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        """Rows of ``batch`` whose key has no newer version (an undecided base fragment)."""
+    def _live_by_key(self, batch: pa.RecordBatch, dropped: list[np.ndarray] | None = None) -> pa.RecordBatch:
+        """Rows of ``batch`` whose key has no newer version (an undecided base fragment).
+
+        ``dropped``: collects the addresses of the rows left out (``batch`` has ``_rowaddr``).
+        """
         assert self.mask is not None
         keys = pa.Table.from_batches([batch]).select(self.mask.primary_key)
-        return batch.filter(pa.array(self.mask.live(keys)))
+        live = self.mask.live(keys)
+        if dropped is not None and not live.all():
+            addrs = np.asarray(batch.column("_rowaddr").to_numpy(), dtype=np.uint64)
+            dropped.append(addrs[~live])
+        return batch.filter(pa.array(live))
 
     def _resident(self, names: list[str], decode: bool = True) -> pa.Table | None:
         """Rows of columns ``names`` (and ``_rowaddr``), decoded once per table lineage (:func:`cached_columns`)."""
@@ -247,22 +255,20 @@ class LanceFragment(SourceFragment):
             have = set(cache.fragment_columns.get(key, {}))
         add = [c for c in [*read, "_rowaddr"] if c not in have]
         kept: list[pa.RecordBatch] = []
+        dropped: list[np.ndarray] = []
         scanner = self.fragment.scanner(columns=read, with_row_address=True, batch_size=size)
         for b in keep_while_streaming(self._guard(scanner.to_batches()), add, cache, key, kept):
             if by_key:
-                live = self._live_by_key(b)
+                live = self._live_by_key(b, dropped)
             else:
                 live = b.filter(drop_mask(b.column("_rowaddr"), self.drop)) if self.drop.size else b
             res = self._finish(live, cols, self.gen, self.region, None, out)
             if res is not None:
                 yield res
         if kept:  # the whole fragment was read, within the budget
-            if by_key:  # every row was read: decide the fragment's mask from the keys kept
+            if by_key:  # every row was read: the rows left out are the fragment's mask
                 assert self.mask is not None
-                names = [*self.mask.primary_key, "_rowaddr"]
-                self._drop = self.mask.decide(
-                    self.fragment, pa.table({c: pa.chunked_array([b.column(c) for b in kept]) for c in names})
-                )
+                self._drop = self.mask.settle(self.fragment, np.concatenate(dropped) if dropped else _NO_ROWS)
             store_columns(cache, key, {c: pa.chunked_array([b.column(c) for b in kept]) for c in add})
 
     def _keep_mask(self, rows: pa.Table) -> pa.Array | None:
