@@ -104,8 +104,11 @@ def pack_small(frags: list[SourceFragment], memo: dict[object, pa.Table] | None 
     group: list[SourceFragment] = []
     rows = 0
     for f in frags:
+        if f.region is None:  # a base fragment (its size is not needed)
+            out.append(f)
+            continue
         n = f.rows_hint()
-        if f.region is None or n > SMALL_SOURCE_ROWS:
+        if n > SMALL_SOURCE_ROWS:
             out.append(f)
             continue
         if group and rows + n > GROUP_ROWS:
