@@ -175,6 +175,46 @@ def test_selective_query_uses_the_key_index_and_decodes_nothing(
             assert "base mask decided lazily: 0 of" in t.explain()
 
 
+def test_indexed_filter_searches_every_base_fragment_in_one_lance_scan(
+    table: ModelTable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a BTREE on the key, the base fragments are one partition and one Lance scan;
+    answers (points, ranges, keys updated or deleted since) equal the model, before and after
+    the fragments' masks are decided."""
+    t = mq.open_table(table.uri)
+    e = table.expected()
+    indexed = any(i.columns == ["id"] for i in t.view.scalar_indexes())
+    nbase = len(lance.dataset(table.uri).get_fragments())
+    assert nbase > 2
+    spy = _BaseReads(monkeypatch, table.uri)
+    newer = sorted(set(t.merge_state.newer.sorted_numeric().tolist()))  # type: ignore[union-attr]
+    filters = [f"id = {newer[0]}", f"id IN ({newer[1]}, {newer[-1]}, 7, 2999)", "id >= 100 AND id < 900"]
+    for when in ("undecided", "decided"):
+        for f in filters:
+            spy.reads.clear()
+            got = t.sql(f"SELECT id, amount FROM t WHERE {f}").to_arrow_table()
+            model = e.select(["id", "amount"])
+            model = model.filter(pa.array([_matches(f, k) for k in model.column("id").to_pylist()]))
+            assert sort_table(got, ["id"]).equals(sort_table(model, ["id"])), (when, f)
+            parts = [type(p).__name__ for p in t.dataset().get_fragments(pc.field("id") < 900)]
+            if indexed and when == "undecided":
+                assert parts.count("IndexedBaseFragment") == 1 and "base" not in str(parts)
+                assert len([r for r in spy.reads if r[0] == "scanner"]) == 1, spy.reads
+            elif not indexed:
+                assert "IndexedBaseFragment" not in parts
+        t.count_rows()  # decides every fragment
+        assert t.merge_state.base_mask.status().complete
+
+
+def _matches(f: str, key: int) -> bool:
+    """The test's SQL filters on ``id``, evaluated in Python."""
+    if f.startswith("id = "):
+        return key == int(f.split("=")[1])
+    if f.startswith("id IN"):
+        return key in {int(x) for x in f[f.index("(") + 1 : -1].split(",")}
+    return 100 <= key < 900
+
+
 def test_lazy_mask_across_refresh_merge_and_gc(tmp_path: Path) -> None:
     """Decisions made for one snapshot never leak into the next: after new writes, a merge
     (new base fragments, deletion files) and garbage collection, refreshed answers equal

@@ -45,6 +45,7 @@ from memwal_query.scan.fragment import (
     rebuilt_rows,
 )
 from memwal_query.scan.group import pack_small
+from memwal_query.scan.indexed_base import join_indexed_base
 from memwal_query.scan.lance_fragment import LanceFragment
 from memwal_query.snapshot.cache import SnapshotCache
 from memwal_query.snapshot.model import GenerationSource, Snapshot
@@ -163,6 +164,7 @@ class MergedDataset(pds.Dataset):  # type: ignore[misc]
         recorded in :attr:`last_scan`.
         """
         frags = pack_small(self.source_fragments(filter), self._group_memo if self._resident is not None else None)
+        frags = join_indexed_base(frags, filter, self.context)
         # DataFusion needs at least one partition (an empty table, or every source pruned).
         return frags or [MemoryFragment(self.context, self._empty_rows(), "")]
 

@@ -257,7 +257,7 @@ class LanceFragment(SourceFragment):
         kept: list[pa.RecordBatch] = []
         dropped: list[np.ndarray] = []
         scanner = self.fragment.scanner(columns=read, with_row_address=True, batch_size=size)
-        for b in keep_while_streaming(self._guard(scanner.to_batches()), add, cache, key, kept):
+        for b in keep_while_streaming(self.guard(scanner.to_batches()), add, cache, key, kept):
             if by_key:
                 live = self._live_by_key(b, dropped)
             else:
@@ -320,7 +320,7 @@ class LanceFragment(SourceFragment):
             if (res := self._finish(b, cols, self.gen, self.region, None, out)) is not None
         )
 
-    def _index_serves(self, filt: pc.Expression | None, names: list[str]) -> bool:
+    def index_serves(self, filt: pc.Expression | None, names: list[str]) -> bool:
         """Whether a base scalar index serves ``filt`` and ``names`` are not all decoded yet.
 
         Then Lance searches the index and decodes only the matching rows (a selective
@@ -370,7 +370,7 @@ class LanceFragment(SourceFragment):
         )
         return MemWalError(msg)
 
-    def _guard(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def guard(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         try:
             yield from batches
         except (ValueError, OSError, RuntimeError, pa.ArrowException) as err:
@@ -399,7 +399,7 @@ class LanceFragment(SourceFragment):
             # An unfiltered scan returns every surviving row: unless its columns are cached
             # already, it streams from Lance batch by batch (and may keep what it decodes).
             names = scan_columns(read, filt, owner.data_schema.names)
-            lance_first = self._index_serves(filt, names) or self._first_touch(names)
+            lance_first = self.index_serves(filt, names) or self._first_touch(names)
             rows = None if lance_first else self.survivors(names, decode=filt is not None)
             if rows is not None:
                 resident = self._resident_batches(rows, cols, lance_filter, out, size)
@@ -424,7 +424,7 @@ class LanceFragment(SourceFragment):
             scanner = self.dataset.scanner(
                 fragments=[self.fragment], columns=read, row_addr_blocklist=self._blocklist, batch_size=size
             )
-            for b in self._guard(scanner.to_batches()):
+            for b in self.guard(scanner.to_batches()):
                 res = self._finish(b, cols, self.gen, self.region, None, out)
                 if res is not None:
                     yield res
@@ -449,7 +449,7 @@ class LanceFragment(SourceFragment):
             first = next(it, None)
         if first is None:
             return
-        for b in self._guard(chain_first(first, it)):
+        for b in self.guard(chain_first(first, it)):
             if by_key:
                 b = self._live_by_key(b)
             elif self.drop.size:
