@@ -163,7 +163,7 @@ def test_selective_query_uses_the_key_index_and_decodes_nothing(
     t = mq.open_table(table.uri)
     spy = _BaseReads(monkeypatch, table.uri)
     e = table.expected()
-    indexed = any(i.columns == ["id"] for i in t.view.scalar_indexes())
+    indexed = any(i.columns == ("id",) for i in t.view.scalar_indexes())
     for n, key in enumerate([int(e.column("id")[0].as_py()), int(e.column("id")[e.num_rows - 1].as_py()), 5, 999_999]):
         got = t.sql(f"SELECT * FROM t WHERE id = {key}").to_arrow_table()
         want = e.filter(pc.equal(e.column("id"), key))
@@ -172,7 +172,8 @@ def test_selective_query_uses_the_key_index_and_decodes_nothing(
             base_keys = [k for k in t.view.cache.fragment_columns if k[0] == t.snapshot.uri]
             assert base_keys == [] and t.merge_state.base_mask.status().decided == 0
             assert spy.reads and all(name == "scanner" for name, _ in spy.reads)
-            assert "base mask decided lazily: 0 of" in t.explain()
+    if indexed:
+        assert "base mask decided lazily: 0 of" in t.explain()  # (explain decides the rest for its count)
 
 
 def test_indexed_filter_searches_every_base_fragment_in_one_lance_scan(
@@ -183,7 +184,7 @@ def test_indexed_filter_searches_every_base_fragment_in_one_lance_scan(
     the fragments' masks are decided."""
     t = mq.open_table(table.uri)
     e = table.expected()
-    indexed = any(i.columns == ["id"] for i in t.view.scalar_indexes())
+    indexed = any(i.columns == ("id",) for i in t.view.scalar_indexes())
     nbase = len(lance.dataset(table.uri).get_fragments())
     assert nbase > 2
     spy = _BaseReads(monkeypatch, table.uri)
