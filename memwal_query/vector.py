@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memwal_query.errors import InvalidArgumentError
+from memwal_query.format.beside import start_beside
 from memwal_query.format.sets import member
 from memwal_query.planner.catchup import CatchupPlan
 from memwal_query.vector_pool import (
@@ -54,7 +55,8 @@ __all__ = ["NearestStats", "NearestResult", "IndexCoverage", "nearest", "index_c
 
 METRICS = {"l2": "l2", "cosine": "cosine", "dot": "dot"}
 #: Lance searches of one vector search run side by side (they release the GIL).
-_EXECUTOR = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memwal-knn")
+_WORKERS = 4
+_EXECUTOR = ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="memwal-knn")
 _READERS = 4  # generations read at once when the pool is first built
 
 
@@ -363,7 +365,7 @@ def nearest(
     cands = Candidates(spec, schema)
     base_jobs = _base_jobs(view, spec, stats.coverage, plan if catchup else None, cands, pruned)
     jobs = base_jobs + _generation_jobs(view, spec, pruned, cands)
-    futures = [_EXECUTOR.submit(fn) for _, fn in jobs]  # Lance searches run while numpy searches the pool
+    futures = start_beside(_EXECUTOR, _WORKERS, [fn for _, fn in jobs])  # Lance searches beside the pool's
     pooled = _search_pool(view, spec, stats.coverage) if filter is None else None
     for (label, _), fut in zip(base_jobs, futures, strict=False):
         cands.add(fut.result(), label)

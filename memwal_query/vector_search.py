@@ -31,6 +31,7 @@ from lance.dataset import serialize_row_addrs
 
 from memwal_query.errors import InvalidArgumentError, MemWalError
 from memwal_query.format.lance_open import lance_message
+from memwal_query.format.row_address import address_option, addresses
 from memwal_query.format.sets import member
 from memwal_query.vector_pool import vector_matrix
 
@@ -104,7 +105,7 @@ def lance_search(
     """One Lance search of ``ds`` (the spec's columns, filter and ``args``) minus ``block``.
 
     ``vectors``: also read the vector column (to recompute exact distances);
-    ``row_addrs``: add ``_rowaddr``.
+    ``row_addrs``: add the row addresses (read them with :func:`addresses`).
     """
     cols = spec.fetch_cols
     if not vectors and spec.column not in spec.out_cols:
@@ -115,7 +116,7 @@ def lance_search(
         "disable_scoring_autoprojection": True,
     }
     if row_addrs:
-        kwargs["with_row_address"] = True
+        kwargs.update(address_option(ds))
     filt = spec.filter
     if filt is not None:
         kwargs["filter"] = filt
@@ -220,7 +221,7 @@ class Candidates:
 
         def dead(hits: pa.Table) -> np.ndarray:
             assert drop is not None
-            return member(np.asarray(hits.column("_rowaddr").to_numpy(), dtype=np.uint64), drop)
+            return member(addresses(hits), drop)
 
         share = 0.0 if drop is None else drop.size / max(rows, 1)
         return overfetch(search, dead, spec.k, share)

@@ -37,12 +37,13 @@ class ModelTable:
         max_memtable_rows: int = 100,
         prepare: Callable[[lance.LanceDataset], None] | None = None,
         maintained_indexes: list[str] | None = None,
+        write_params: dict[str, Any] | None = None,
     ) -> None:
         self.uri = uri
         self.schema = schema
         self.pk = [f.name for f in schema if (f.metadata or {}).get(b"lance-schema:unenforced-primary-key")]
         self.max_rows = max_memtable_rows
-        ds = lance.write_dataset(base.cast(schema), uri)
+        ds = lance.write_dataset(base.cast(schema), uri, **(write_params or {}))
         if prepare is not None:  # e.g. build indexes before the MemWAL exists
             prepare(ds)
             ds = lance.dataset(uri)

@@ -66,18 +66,36 @@ def rows(ids: Any, rng: np.random.Generator) -> list[dict[str, Any]]:
     ]
 
 
-def build(path: str, *, seed: int = 0, params: dict[str, Any] | None = None, keep_open: bool = True) -> ModelTable:
+def build(
+    path: str,
+    *,
+    seed: int = 0,
+    params: dict[str, Any] | None = None,
+    keep_open: bool = True,
+    stable_row_ids: bool = False,
+) -> ModelTable:
     """4 bucket regions; text-changing updates, deletes, re-inserts, a merged generation
-    (deleted base rows in the base index, unindexed base fragments), a WAL tail."""
+    (deleted base rows in the base index, unindexed base fragments), a WAL tail.
+
+    ``stable_row_ids``: the base keeps stable row ids and is compacted before it is
+    indexed, so its row ids are not its row addresses."""
     rng = np.random.default_rng(seed)
     base = pa.Table.from_pylist(rows(range(1500), rng), schema=schema())
+
+    def prepare(ds: lance.LanceDataset) -> None:
+        if stable_row_ids:
+            ds.optimize.compact_files(target_rows_per_fragment=1_000_000)
+            ds = lance.dataset(path)
+        ds.create_scalar_index("text", "INVERTED", **(params or {}))
+
     t = ModelTable(
         path,
         schema(),
         base,
         bucket=("id", 4),
         max_memtable_rows=120,
-        prepare=lambda ds: ds.create_scalar_index("text", "INVERTED", **(params or {})),
+        prepare=prepare,
+        write_params={"enable_stable_row_ids": True, "max_rows_per_file": 300} if stable_row_ids else None,
     )
     t.put(rows(rng.choice(1900, 300, replace=False), rng))
     t.delete([(int(k),) for k in rng.choice(1500, 40, replace=False)])
@@ -147,6 +165,20 @@ def test_merged_search_equals_one_index_over_live_rows(tables: Any, query: str, 
     assert_same(got, oracle_search(ds, query, k), k)
     live = {r["id"]: r["text"] for r in t.expected().to_pylist()}
     assert all(live[i] == tx for i, tx in zip(got["id"].to_pylist(), got["text"].to_pylist(), strict=True))
+
+
+def test_stable_row_ids_that_are_not_row_addresses(tmp_path: Path) -> None:
+    t = build(str(tmp_path / "t"), stable_row_ids=True)
+    ds = lance.dataset(t.uri)
+    both = ds.scanner(columns=[], with_row_id=True, with_row_address=True).to_table()
+    assert ds.has_stable_row_ids and both["_rowid"] != both["_rowaddr"]
+    want = oracle(t, str(tmp_path / "oracle"))
+    live = {r["id"]: r["text"] for r in t.expected().to_pylist()}
+    table = mq.open_table(t.uri)
+    for query, filt in zip(QUERIES, [None, "cat = 'a'"] * len(QUERIES), strict=False):
+        got = table.search_text("text", query, k=10, columns=["id", "text"], filter=filt)
+        assert_same(got, oracle_search(want, query, 10, filt), 10)
+        assert all(live[i] == tx for i, tx in zip(got["id"].to_pylist(), got["text"].to_pylist(), strict=True))
 
 
 @pytest.mark.parametrize("filt", ["cat = 'a'", "id < 300", "id IN (5, 7, 11, 1950)", "cat = 'b' AND id > 1000"])

@@ -10,7 +10,8 @@ also holds rows that are not live any more. So, per source:
   or dropped by the snapshot's merge (a newer level holds their key). Those rows are
   read back from the data files (deleted rows included) and tokenized with the index's
   analyzer; their cost grows with the rows that left the index, not with the table.
-* **flat** (MemTable rows, base fragments the index does not cover yet, a generation
+* **flat** (MemTable rows, base fragments the index does not cover yet, a dataset with
+  stable row ids (its index's row ids are not row addresses), a generation
   without an index): every live row tokenized.
 
 The corpus is built once per snapshot and column (kept while the snapshot's
@@ -361,8 +362,13 @@ def _build(view: TableView, column: str) -> Corpus:
     analyzer = Analyzer.from_params(desc.details, f"index {desc.name} on {column!r}")
     ctx = _Build(column, analyzer, view.storage.storage_options)
     base = snap.base
-    indexed = [_indexed_source("base", None, base, desc, ctx, merge.base_drop, indexed_only=True)]
-    covered = {int(f) for s in desc.segments for f in s.fragment_ids}
+    # an index names rows by row id; with stable row ids those are not row addresses, which
+    # the live statistics are worked out in: such a dataset is scored from its tokenized rows
+    indexed: list[IndexedSource] = []
+    covered: set[int] = set()
+    if not base.has_stable_row_ids:
+        indexed = [_indexed_source("base", None, base, desc, ctx, merge.base_drop, indexed_only=True)]
+        covered = {int(f) for s in desc.segments for f in s.fragment_ids}
     flat = [
         _flat_source(
             "base (not indexed yet)",
@@ -380,7 +386,8 @@ def _build(view: TableView, column: str) -> Corpus:
         rid = region.region_id
         for g in region.generations:
             what = f"{rid} generation {g.generation}"
-            gdesc = None if g.rebuilt_from_wal else inverted_index(g.dataset, column)
+            by_index = not g.rebuilt_from_wal and not g.dataset.has_stable_row_ids
+            gdesc = inverted_index(g.dataset, column) if by_index else None
             drop = merge.generation_drop.get(g.uri)
             big = g.num_rows > POSTINGS_MAX_ROWS
             if big and gdesc is not None and Analyzer.from_params(gdesc.details) == ctx.analyzer:

@@ -28,6 +28,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, NamedTuple
 
 import lance
@@ -37,7 +38,9 @@ import pyarrow.compute as pc
 from lance.query import MatchQuery, PhraseQuery
 
 from memwal_query.errors import InvalidArgumentError, MemWalError
+from memwal_query.format.beside import start_beside
 from memwal_query.format.lance_open import lance_message
+from memwal_query.format.row_address import address_option, addresses
 from memwal_query.format.sets import member
 from memwal_query.fts.analyzer import Doc
 from memwal_query.fts.bm25 import CorpusStats, phrase_match, score_docs_under
@@ -54,7 +57,6 @@ from memwal_query.view.table_view import TableView
 
 __all__ = ["TextSearchResult", "TextSearchStats", "search_text"]
 
-_ADDR = "_rowaddr"
 _SCORE = "_score"
 _SMALL_SOURCE = 4096  # documents: such an index is searched exhaustively at once
 _BACKGROUND = ThreadPoolExecutor(1, thread_name_prefix="memwal-fts")
@@ -115,31 +117,47 @@ class _Fetch:
     scores: np.ndarray = field(default_factory=lambda: np.empty(0))
     bound: float = 0.0  # no row not fetched yet scores above this (0: exhausted)
 
-    def run(self, q: _Query, stats: TextSearchStats) -> None:
+    def scanner(self, q: _Query) -> lance.LanceScanner:
+        """The Lance search of this round (built in the calling thread: it needs the GIL)."""
         src = self.src
         # a source searched a few rows at a time reads the output columns with them (in the same
         # Lance plan: cheaper than reading the winners again); an exhaustive one reads them for
         # its winners only
-        with_columns = self.limit is not None
         kwargs: dict[str, Any] = {
-            "columns": list(dict.fromkeys([_SCORE, *q.read])) if with_columns else [_SCORE],
+            "columns": list(dict.fromkeys([_SCORE, *q.read])) if self.limit is not None else [_SCORE],
             "full_text_query": q.lance(),
-            "with_row_address": True,
             "prefilter": True,
             "limit": self.limit,
             "disable_scoring_autoprojection": True,
+            **address_option(src.dataset),
         }
         if q.filter is not None:
             kwargs["filter"] = q.filter
         if src.indexed_only:
             kwargs["fast_search"] = True
         try:
-            rows = src.dataset.scanner(**kwargs).to_table()
+            return src.dataset.scanner(**kwargs)
         except (ValueError, OSError, RuntimeError) as err:
             raise _search_error(err, q, src.name) from err
+
+    def read(self, scanner: lance.LanceScanner, q: _Query, stats: TextSearchStats) -> pa.Table:
+        """Run ``scanner`` (Lance releases the GIL while it searches)."""
+        try:
+            rows = scanner.to_table()
+        except (ValueError, OSError, RuntimeError) as err:
+            raise _search_error(err, q, self.src.name) from err
         stats.rounds += 1
+        return rows
+
+    def run(self, q: _Query, stats: TextSearchStats) -> None:
+        """One round: search, then :meth:`accept` what came back."""
+        self.accept(self.read(self.scanner(q), q, stats), q, stats)
+
+    def accept(self, rows: pa.Table, q: _Query, stats: TextSearchStats) -> None:
+        """Keep a round's live rows with their global scores and the bound on the rest."""
+        src = self.src
         returned = rows.column(_SCORE).to_numpy().astype(np.float64)
-        addrs = rows.column(_ADDR).to_numpy().astype(np.uint64)
+        addrs = addresses(rows)
         live = ~member(addrs, src.drop)  # rows a newer level shadows are dropped here, not by Lance
         addrs, lance_scores = addrs[live], returned[live]
         docs = tokenize_rows(src.dataset, q.corpus, addrs)
@@ -151,15 +169,17 @@ class _Fetch:
             self.run(q, stats)
             return
         self.addrs, self.scores = addrs, scores
-        self.rows = rows.filter(pa.array(live)).select(q.read) if with_columns else None
+        with_columns = self.limit is not None
+        self.rows = (rows if bool(live.all()) else rows.filter(pa.array(live))).select(q.read) if with_columns else None
         exhausted = self.limit is None or rows.num_rows < self.limit
         # a row not returned yet scores at most the last score returned (dropped rows included)
         self.bound = 0.0 if exhausted or not rows.num_rows else _bound_factor(src, q) * float(returned.min())
 
 
-def _run_all(fetches: list[_Fetch], q: _Query, stats: TextSearchStats) -> None:
-    for f in fetches:
-        f.run(q, stats)
+def _read_all(
+    fetches: list[_Fetch], scanners: list[lance.LanceScanner], q: _Query, stats: TextSearchStats
+) -> list[pa.Table]:
+    return [f.read(s, q, stats) for f, s in zip(fetches, scanners, strict=True)]
 
 
 def _search_error(err: Exception, q: _Query, what: str) -> MemWalError:
@@ -218,8 +238,8 @@ def _passing(src: FlatSource, q: _Query) -> np.ndarray:
     """Which rows of ``src``'s postings pass the query's filter."""
     try:
         frags = fragments_of(src.dataset, src.fragments)
-        scan = src.dataset.scanner(columns=[], with_row_address=True, filter=q.filter, fragments=frags)
-        addrs = scan.to_table().column(_ADDR).to_numpy().astype(np.uint64)
+        scan = src.dataset.scanner(columns=[], filter=q.filter, fragments=frags, **address_option(src.dataset))
+        addrs = addresses(scan.to_table())
     except (ValueError, OSError, RuntimeError) as err:
         raise _search_error(err, q, src.name) from err
     return src.postings.mask_of(addrs)
@@ -334,11 +354,15 @@ def search_text(
             small = sum(f.num_docs for f in src.files) <= _SMALL_SOURCE
             fetches.append(_Fetch(src, None if small else k + max(k // 2, _FIRST_EXTRA)))
             stats.sources.append(src.name)
-        # Lance searches the indexed sources (it releases the GIL) while the in-memory rows are scored
-        first = _BACKGROUND.submit(_run_all, fetches, q, stats) if fetches else None
+        # Lance searches the indexed sources (it releases the GIL) while the in-memory rows are
+        # scored (start_beside: the search is running before the scoring takes the GIL)
+        scanners = [f.scanner(q) for f in fetches]
+        read = partial(_read_all, fetches, scanners, q, stats)
+        first = start_beside(_BACKGROUND, 1, [read])[0] if fetches else None
         hits += _pool_hits(corpus, q, pruned)
         if first is not None:
-            first.result()
+            for f, rows in zip(fetches, first.result(), strict=True):
+                f.accept(rows, q, stats)
         stats.sources += [f.name for f in corpus.flat if f.region_id not in pruned]
         while True:
             theta = _kth([f.scores for f in fetches] + [h.scores for h in hits], k)
