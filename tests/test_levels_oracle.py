@@ -96,16 +96,20 @@ def _dels(*ranges: range) -> list[tuple[int]]:
     return [(k,) for r in ranges for k in r]
 
 
-def build_levels(uri: str, *, generation_vector_index: bool = False) -> LevelTable:
+def build_levels(uri: str, *, generation_vector_index: bool = False, stable_row_ids: bool = False) -> LevelTable:
     """The table described in the module docs; its writers of round 4 stay open.
 
     ``generation_vector_index``: the writers also maintain the vector index (each generation
     gets its own IVF_HNSW_SQ copy, searched approximately); by default they maintain only the
-    BTREE index, so every vector search is exact.
+    BTREE index, so every vector search is exact. ``stable_row_ids``: the base keeps stable
+    row ids and is compacted before it is indexed (its row ids are not its row addresses).
     """
     rng = np.random.default_rng(22)
 
     def indexes(ds: lance.LanceDataset) -> None:
+        if stable_row_ids:
+            ds.optimize.compact_files(target_rows_per_fragment=1_000_000)
+            ds = lance.dataset(uri)
         ds.create_index("vec", index_type="IVF_FLAT", num_partitions=NUM_PARTITIONS)
         lance.dataset(ds.uri).create_scalar_index("v", index_type="BTREE")
 
@@ -117,6 +121,7 @@ def build_levels(uri: str, *, generation_vector_index: bool = False) -> LevelTab
         max_memtable_rows=1000,
         prepare=indexes,
         maintained_indexes=None if generation_vector_index else ["v_idx"],
+        write_params={"enable_stable_row_ids": True, "max_rows_per_file": 150} if stable_row_ids else None,
     )
     ids = np.arange
     # round 1 -> generation 1, merged into the base below (its directory stays)
@@ -157,6 +162,16 @@ def levels(tmp_path_factory: pytest.TempPathFactory) -> Any:
 @pytest.fixture(scope="module")
 def hnsw(tmp_path_factory: pytest.TempPathFactory) -> Any:
     t = build_levels(str(tmp_path_factory.mktemp("hnsw") / "t"), generation_vector_index=True)
+    yield t
+    t.flush()
+
+
+@pytest.fixture(scope="module")
+def stable(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    t = build_levels(str(tmp_path_factory.mktemp("stable") / "t"), stable_row_ids=True)
+    ds = lance.dataset(t.uri)
+    both = ds.scanner(columns=[], with_row_id=True, with_row_address=True).to_table()
+    assert ds.has_stable_row_ids and both["_rowid"] != both["_rowaddr"]
     yield t
     t.flush()
 
@@ -227,8 +242,9 @@ def _open(uri: str, mode: str) -> mq.Table:
 
 
 # how the base is searched: its index + the unindexed rows flat / catch-up generations / no index;
-# "generation-index": a twin table whose generations carry their own (approximate) vector index
-SEARCHES = ["never", "always", "noindex", "generation-index"]
+# "generation-index": a twin table whose generations carry their own (approximate) vector index;
+# "stable-row-ids": a twin whose base has stable row ids that are not its row addresses
+SEARCHES = ["never", "always", "noindex", "generation-index", "stable-row-ids"]
 
 
 def _table_for(search: str, request: pytest.FixtureRequest) -> tuple[mq.Table, LevelTable, bool]:
@@ -236,6 +252,9 @@ def _table_for(search: str, request: pytest.FixtureRequest) -> tuple[mq.Table, L
     if search == "generation-index":
         twin: LevelTable = request.getfixturevalue("hnsw")
         return _open(twin.uri, "never"), twin, False
+    if search == "stable-row-ids":
+        twin = request.getfixturevalue("stable")
+        return _open(twin.uri, "never"), twin, True
     levels: LevelTable = request.getfixturevalue("levels")
     if search == "noindex":
         return _open(request.getfixturevalue("noindex"), "never"), levels, True
@@ -275,6 +294,21 @@ def test_lookup_every_key_ever_written(levels: LevelTable) -> None:
     # a projection returns the same versions
     got = table.lookup(keys, columns=["v"]).column("v").to_pylist()
     assert sorted(got) == sorted(r["v"] for r in levels.model.values() if r["id"] in set(keys))
+
+
+def test_stable_row_ids_lookups_and_sql(stable: LevelTable) -> None:
+    table = mq.open_table(stable.uri)
+    keys = sorted(stable.last_write) + [-1, 10**9]
+    by_id = {r["id"]: r for r in table.lookup(keys).to_pylist()}
+    assert by_id == {k: stable.model[(k,)] for k in keys if (k,) in stable.model}
+    ctx = datafusion.SessionContext()
+    table.register(ctx, "t")
+    rows = ctx.sql("SELECT * FROM t ORDER BY id").to_pylist()
+    assert rows == [stable.model[k] for k in sorted(stable.model)]
+    got = ctx.sql("SELECT * FROM t WHERE v >= 1000 AND v < 2000 ORDER BY id").to_pylist()
+    assert got == [r for _, r in sorted(stable.model.items()) if 1000 <= r["v"] < 2000]
+    for sql in ["SELECT count(*) AS n FROM t", "SELECT count(*) AS n FROM t WHERE v >= 0"]:
+        assert ctx.sql(sql).to_pylist() == [{"n": len(stable.model)}], sql
 
 
 def test_lookup_eventual_reads_flushed_generations_only(levels: LevelTable) -> None:
