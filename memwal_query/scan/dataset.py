@@ -35,6 +35,7 @@ from memwal_query.planner.catchup import CatchupPlan
 from memwal_query.planner.plan import Plan
 from memwal_query.planner.predicates import Predicate
 from memwal_query.scan.arrays import in_fragment
+from memwal_query.scan.balance import balance, workers
 from memwal_query.scan.fragment import (
     MemoryFragment,
     Scan,
@@ -164,7 +165,7 @@ class MergedDataset(pds.Dataset):  # type: ignore[misc]
         recorded in :attr:`last_scan`.
         """
         frags = pack_small(self.source_fragments(filter), self._group_memo if self._resident is not None else None)
-        frags = join_indexed_base(frags, filter, self.context)
+        frags = balance(join_indexed_base(frags, filter, self.context), workers())
         # DataFusion needs at least one partition (an empty table, or every source pruned).
         return frags or [MemoryFragment(self.context, self._empty_rows(), "")]
 
