@@ -20,6 +20,9 @@ import pyarrow.compute as pc
 import pytest
 
 import memwal_query as mq
+from memwal_query.scan.balance import ChainFragment
+from memwal_query.scan.group import SMALL_SOURCE_ROWS
+from memwal_query.scan.indexed_base import IndexedBaseFragment
 
 from builders import events_schema, rows
 from lsm_model import ModelTable, sort_table
@@ -197,14 +200,43 @@ def test_indexed_filter_searches_every_base_fragment_in_one_lance_scan(
             model = e.select(["id", "amount"])
             model = model.filter(pa.array([_matches(f, k) for k in model.column("id").to_pylist()]))
             assert sort_table(got, ["id"]).equals(sort_table(model, ["id"])), (when, f)
-            parts = [type(p).__name__ for p in t.dataset().get_fragments(pc.field("id") < 900)]
+            frags = _leaves(t.dataset().get_fragments(pc.field("id") < 900))
+            parts = [type(p).__name__ for p in frags]
             if indexed and when == "undecided":
                 assert parts.count("IndexedBaseFragment") == 1 and "base" not in str(parts)
                 assert len([r for r in spy.reads if r[0] == "scanner"]) == 1, spy.reads
-            elif not indexed:
-                assert "IndexedBaseFragment" not in parts
+            elif not indexed:  # no index: at most the small base fragments share a first read
+                assert all(p.first_touch for p in frags if isinstance(p, IndexedBaseFragment))
         t.count_rows()  # decides every fragment
         assert t.merge_state.base_mask.status().complete
+
+
+def _leaves(frags: list[Any]) -> list[Any]:
+    """The partitions of a scan with the chains (one per CPU) opened."""
+    return [leaf for f in frags for leaf in (_leaves(f.parts) if isinstance(f, ChainFragment) else [f])]
+
+
+def test_small_base_fragments_first_read_by_one_lance_scan(table: ModelTable, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a key index, a first filtered query reads the small base fragments (merges leave
+    them) by one Lance scan; answers equal the model then, and once decoded into the cache."""
+    t = mq.open_table(table.uri)
+    if any(i.columns == ("id",) for i in t.view.scalar_indexes()):
+        pytest.skip("a key index serves the filter: one Lance scan of every base fragment (test above)")
+    small = [f for f in lance.dataset(table.uri).get_fragments() if f.physical_rows <= SMALL_SOURCE_ROWS]
+    assert len(small) > 2
+    spy = _BaseReads(monkeypatch, table.uri)
+    e = table.expected()
+    for when in ("first", "cached", "again"):
+        spy.reads.clear()
+        got = t.sql("SELECT id, amount FROM t WHERE amount < 1050").to_arrow_table()
+        model = e.select(["id", "amount"]).filter(pc.less(e.column("amount"), 1050))
+        assert sort_table(got, ["id"]).equals(sort_table(model, ["id"])), when
+        if when == "first":
+            scans = [r for r in spy.reads if r[0] == "scanner"]
+            assert len(scans) == 1 + len(lance.dataset(table.uri).get_fragments()) - len(small), spy.reads
+            assert t.merge_state.base_mask.status().decided == 0
+    t.count_rows()
+    assert t.merge_state.base_mask.status().complete
 
 
 def _matches(f: str, key: int) -> bool:

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memwal_query.scan.fragment import SourceFragment
+from memwal_query.scan.indexed_base import IndexedBaseFragment
 from memwal_query.scan.lance_fragment import LanceFragment
 
 __all__ = ["ChainFragment", "balance", "workers"]
@@ -56,9 +57,11 @@ class ChainFragment(SourceFragment):
 
 
 def _work(frag: SourceFragment) -> int:
-    """Rows a scan of ``frag`` may read (a base fragment's from its metadata: no IO)."""
+    """Rows a scan of ``frag`` may read (base fragments' from their metadata: no IO)."""
     if isinstance(frag, LanceFragment) and frag.region is None:
         return int(frag.fragment.physical_rows)
+    if isinstance(frag, IndexedBaseFragment):
+        return sum(int(p.fragment.physical_rows) for p in frag.parts)
     return frag.rows_hint()
 
 

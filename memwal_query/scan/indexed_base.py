@@ -1,13 +1,15 @@
-"""Base fragments read by one Lance scan when a base scalar index serves the filter.
+"""Base fragments read by one Lance scan: through a base scalar index, or small ones first touched.
 
 A scan of one base fragment through an index costs Lance ~1 ms of planning and index
 search whatever it returns: a point query on a base of 24 fragments paid that 24
-times (pylance, on the base alone, once). :class:`IndexedBaseFragment` is one partition
-holding the base fragments; when the index serves the query's filter it asks Lance once,
-restricted to those fragments, and keeps the rows whose key has no newer version (the
-test each fragment's mask is made of). Fragments whose columns are decoded in memory
-already (the index does not serve them then) and filters Lance rejects go fragment by
-fragment, as before.
+times (pylance, on the base alone, once). Likewise a first filtered read of a small base
+fragment (merges leave one per region and merge) costs ~4 ms of opening its file and
+planning, whatever its size. :class:`IndexedBaseFragment` is one partition holding base
+fragments; the ones Lance reads for this query (the index serves the filter; or, for a
+group of small fragments, the query is the first to touch them) are read by one Lance
+scan restricted to them, keeping the rows whose key has no newer version (the test each
+fragment's mask is made of). Fragments whose columns are decoded in memory already and
+filters Lance rejects go fragment by fragment, as before.
 """
 
 from __future__ import annotations
@@ -20,20 +22,27 @@ import pyarrow.compute as pc
 from memwal_query.scan.arrays import chain_first, is_gone
 from memwal_query.scan.filters import filter_columns, scan_columns
 from memwal_query.scan.fragment import HIDDEN_COLUMNS, SCAN_BATCH_ROWS, ScanContext, SourceFragment
+from memwal_query.scan.group import SMALL_SOURCE_ROWS
 from memwal_query.scan.lance_fragment import LanceFragment
 
 __all__ = ["IndexedBaseFragment", "join_indexed_base"]
 
 
 class IndexedBaseFragment(SourceFragment):
-    """The base fragments as one partition for a filter a base scalar index serves."""
+    """Base fragments as one partition, read by one Lance scan where Lance reads them anyway.
 
-    def __init__(self, owner: ScanContext, parts: list[LanceFragment]) -> None:
+    ``first_touch``: small fragments grouped for a filtered query; those this query is the
+    first to read go through the shared Lance scan (else: those a base scalar index serves).
+    """
+
+    def __init__(self, owner: ScanContext, parts: list[LanceFragment], *, first_touch: bool = False) -> None:
         super().__init__(owner)
         self.parts = parts
+        self.first_touch = first_touch
 
     def __repr__(self) -> str:
-        return f"<memwal {len(self.parts)} base fragments searched through an index>"
+        how = "small, first read together" if self.first_touch else "searched through an index"
+        return f"<memwal {len(self.parts)} base fragments {how}>"
 
     def live_rows(self) -> int:
         return sum(p.live_rows() for p in self.parts)
@@ -47,7 +56,15 @@ class IndexedBaseFragment(SourceFragment):
         owner = self.context
         read = [c for c in cols if c not in HIDDEN_COLUMNS]
         names = scan_columns(read, filt, owner.data_schema.names)
-        served = [p for p in self.parts if not owner.with_hidden and p.index_serves(filt, names)]
+        served = [
+            p
+            for p in self.parts
+            if not owner.with_hidden
+            and (p.index_serves(filt, names) or (self.first_touch and p.first_touch(names, mark=False)))
+        ]
+        if len(served) >= 2 and self.first_touch:
+            for p in served:
+                p.first_touch(names)  # read now: a later scan decodes it into the cache
         for p in self.parts:
             if p not in served:
                 yield from p.batches(cols, filt, out, batch_size)
@@ -87,14 +104,19 @@ def join_indexed_base(
     frags: list[SourceFragment], filt: pc.Expression | None, owner: ScanContext
 ) -> list[SourceFragment]:
     """``frags`` with the base fragments as one :class:`IndexedBaseFragment` when ``filt`` uses a
-    base column with a scalar index (several base fragments; otherwise unchanged)."""
-    if filt is None or not owner.indexed or owner.with_hidden:
-        return frags
-    used = filter_columns(filt, owner.data_schema.names)
-    if not used or not any(c in owner.indexed for c in used):
+    base column with a scalar index, else with the small base fragments as one (several of
+    them; otherwise unchanged)."""
+    if filt is None or owner.with_hidden:
         return frags
     base = [f for f in frags if isinstance(f, LanceFragment) and f.gen == 0]
-    if len(base) < 2 or not all(f.index_serves(filt, sorted(used)) for f in base):
+    used = filter_columns(filt, owner.data_schema.names)
+    if owner.indexed and used and any(c in owner.indexed for c in used):
+        if len(base) >= 2 and all(f.index_serves(filt, sorted(used)) for f in base):
+            rest = [f for f in frags if not (isinstance(f, LanceFragment) and f.gen == 0)]
+            return [IndexedBaseFragment(owner, base), *rest]
         return frags  # e.g. the filter's columns are decoded in memory: filtered there, in parallel
-    rest = [f for f in frags if not (isinstance(f, LanceFragment) and f.gen == 0)]
-    return [IndexedBaseFragment(owner, base), *rest]
+    small = [f for f in base if f.fragment.physical_rows <= SMALL_SOURCE_ROWS]
+    if len(small) < 2 or not isinstance(filt, pc.Expression) or used == frozenset():  # (a constant filter)
+        return frags
+    rest = [f for f in frags if all(f is not s for s in small)]
+    return [IndexedBaseFragment(owner, small, first_touch=True), *rest]

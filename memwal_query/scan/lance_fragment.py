@@ -340,8 +340,8 @@ class LanceFragment(SourceFragment):
             have = cache.fragment_columns.get(key, {})
             return not all(c in have for c in names)
 
-    def _first_touch(self, names: list[str]) -> bool:
-        """Whether this scan is the first to read an undecided base fragment.
+    def first_touch(self, names: list[str], *, mark: bool = True) -> bool:
+        """Whether this scan is the first to read an undecided base fragment (``mark``: it is).
 
         Decoding its columns into the cache would decode its key column too (to decide the
         mask) and copy what survives: well over what Lance reads for the query alone. The
@@ -356,7 +356,8 @@ class LanceFragment(SourceFragment):
             have = cache.fragment_columns.get(key, {})
             if all(c in have for c in names) or key in cache.touched:
                 return False
-            cache.touched.add(key)
+            if mark:
+                cache.touched.add(key)
             return True
 
     def live_rows(self) -> int:
@@ -399,7 +400,7 @@ class LanceFragment(SourceFragment):
             # An unfiltered scan returns every surviving row: unless its columns are cached
             # already, it streams from Lance batch by batch (and may keep what it decodes).
             names = scan_columns(read, filt, owner.data_schema.names)
-            lance_first = self.index_serves(filt, names) or self._first_touch(names)
+            lance_first = self.index_serves(filt, names) or self.first_touch(names)
             rows = None if lance_first else self.survivors(names, decode=filt is not None)
             if rows is not None:
                 resident = self._resident_batches(rows, cols, lance_filter, out, size)
