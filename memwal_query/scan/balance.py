@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from memwal_query.scan.fragment import SourceFragment
+from memwal_query.scan.fragment import CompositeFragment, SourceFragment
 from memwal_query.scan.indexed_base import IndexedBaseFragment
 from memwal_query.scan.lance_fragment import LanceFragment
 
@@ -33,21 +33,14 @@ def workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-class ChainFragment(SourceFragment):
+class ChainFragment(CompositeFragment[SourceFragment]):
     """Several partitions scanned one after the other as one partition."""
 
     def __init__(self, parts: list[SourceFragment]) -> None:
-        super().__init__(parts[0].context)
-        self.parts = parts
+        super().__init__(parts[0].context, parts)
 
     def __repr__(self) -> str:
         return f"<memwal chain of {len(self.parts)} partitions>"
-
-    def live_rows(self) -> int:
-        return sum(p.live_rows() for p in self.parts)
-
-    def rows_hint(self) -> int:
-        return sum(p.rows_hint() for p in self.parts)
 
     def batches(
         self, cols: list[str], filt: pc.Expression | None, out: pa.Schema, batch_size: int | None

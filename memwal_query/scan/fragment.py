@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -174,6 +175,23 @@ class SourceFragment:
             for a, c in zip(arrays, columns, strict=True)
         ]
         return pa.RecordBatch.from_arrays(arrays, schema=out)
+
+
+P = TypeVar("P", bound=SourceFragment)
+
+
+class CompositeFragment(SourceFragment, Generic[P]):
+    """One partition made of several source fragments (``parts``)."""
+
+    def __init__(self, owner: ScanContext, parts: Sequence[P]) -> None:
+        super().__init__(owner)
+        self.parts = list(parts)
+
+    def live_rows(self) -> int:
+        return sum(p.live_rows() for p in self.parts)
+
+    def rows_hint(self) -> int:
+        return sum(p.rows_hint() for p in self.parts)
 
 
 class MemoryFragment(SourceFragment):

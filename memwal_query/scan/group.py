@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 
 from memwal_query.scan.arrays import as_expression, one_chunk
 from memwal_query.scan.filters import scan_columns
-from memwal_query.scan.fragment import SCAN_BATCH_ROWS, MemoryFragment, ScanContext, SourceFragment
+from memwal_query.scan.fragment import SCAN_BATCH_ROWS, CompositeFragment, MemoryFragment, ScanContext, SourceFragment
 from memwal_query.scan.lance_fragment import LanceFragment
 
 __all__ = ["GroupFragment", "pack_small", "SMALL_SOURCE_ROWS", "GROUP_ROWS"]
@@ -22,7 +22,7 @@ SMALL_SOURCE_ROWS = 200_000
 GROUP_ROWS = 1_000_000
 
 
-class GroupFragment(SourceFragment):
+class GroupFragment(CompositeFragment[SourceFragment]):
     """Several small sources (generations, MemTables) scanned as one partition.
 
     Each partition costs DataFusion a Python round trip; dozens of small
@@ -32,8 +32,7 @@ class GroupFragment(SourceFragment):
     def __init__(
         self, owner: ScanContext, parts: list[SourceFragment], memo: dict[object, pa.Table] | None = None
     ) -> None:
-        super().__init__(owner)
-        self.parts = parts
+        super().__init__(owner, parts)
         self._memo = memo
 
     def __repr__(self) -> str:
@@ -41,9 +40,6 @@ class GroupFragment(SourceFragment):
 
     def __getstate__(self) -> dict[str, object]:
         return {**self.__dict__, "_memo": None}
-
-    def live_rows(self) -> int:
-        return sum(p.live_rows() for p in self.parts)
 
     def _combined(self, names: list[str], decode: bool = True) -> pa.Table | None:
         """Surviving rows of every part (columns ``names``) as one table, built once per

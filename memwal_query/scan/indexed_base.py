@@ -21,14 +21,14 @@ import pyarrow.compute as pc
 
 from memwal_query.scan.arrays import chain_first, is_gone
 from memwal_query.scan.filters import filter_columns, scan_columns
-from memwal_query.scan.fragment import HIDDEN_COLUMNS, SCAN_BATCH_ROWS, ScanContext, SourceFragment
+from memwal_query.scan.fragment import HIDDEN_COLUMNS, SCAN_BATCH_ROWS, CompositeFragment, ScanContext, SourceFragment
 from memwal_query.scan.group import SMALL_SOURCE_ROWS
 from memwal_query.scan.lance_fragment import LanceFragment
 
 __all__ = ["IndexedBaseFragment", "join_indexed_base"]
 
 
-class IndexedBaseFragment(SourceFragment):
+class IndexedBaseFragment(CompositeFragment[LanceFragment]):
     """Base fragments as one partition, read by one Lance scan where Lance reads them anyway.
 
     ``first_touch``: small fragments grouped for a filtered query; those this query is the
@@ -36,19 +36,12 @@ class IndexedBaseFragment(SourceFragment):
     """
 
     def __init__(self, owner: ScanContext, parts: list[LanceFragment], *, first_touch: bool = False) -> None:
-        super().__init__(owner)
-        self.parts = parts
+        super().__init__(owner, parts)
         self.first_touch = first_touch
 
     def __repr__(self) -> str:
         how = "small, first read together" if self.first_touch else "searched through an index"
         return f"<memwal {len(self.parts)} base fragments {how}>"
-
-    def live_rows(self) -> int:
-        return sum(p.live_rows() for p in self.parts)
-
-    def rows_hint(self) -> int:
-        return sum(p.rows_hint() for p in self.parts)
 
     def batches(
         self, cols: list[str], filt: pc.Expression | None, out: pa.Schema, batch_size: int | None
