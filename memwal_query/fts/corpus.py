@@ -366,12 +366,14 @@ def _build(view: TableView, column: str) -> Corpus:
     # the live statistics are worked out in: such a dataset is scored from its tokenized rows
     indexed: list[IndexedSource] = []
     covered: set[int] = set()
+    unindexed = "base (stable row ids: scored from its rows)"
     if not base.has_stable_row_ids:
+        unindexed = "base (not indexed yet)"
         indexed = [_indexed_source("base", None, base, desc, ctx, merge.base_drop, indexed_only=True)]
         covered = {int(f) for s in desc.segments for f in s.fragment_ids}
     flat = [
         _flat_source(
-            "base (not indexed yet)",
+            unindexed,
             None,
             base,
             [f.fragment_id],
