@@ -13,10 +13,6 @@ gets about the same work whatever order the tasks start in.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from memwal_query.scan.fragment import CompositeFragment, SourceFragment
 from memwal_query.scan.indexed_base import IndexedBaseFragment
@@ -41,12 +37,6 @@ class ChainFragment(CompositeFragment[SourceFragment]):
 
     def __repr__(self) -> str:
         return f"<memwal chain of {len(self.parts)} partitions>"
-
-    def batches(
-        self, cols: list[str], filt: pc.Expression | None, out: pa.Schema, batch_size: int | None
-    ) -> Iterator[pa.RecordBatch]:
-        for p in self.parts:
-            yield from p.batches(cols, filt, out, batch_size)
 
 
 def _work(frag: SourceFragment) -> int:

@@ -193,6 +193,13 @@ class CompositeFragment(SourceFragment, Generic[P]):
     def rows_hint(self) -> int:
         return sum(p.rows_hint() for p in self.parts)
 
+    def batches(
+        self, cols: list[str], filt: pc.Expression | None, out: pa.Schema, batch_size: int | None
+    ) -> Iterator[pa.RecordBatch]:
+        """Each part's batches, one part after the other."""
+        for p in self.parts:
+            yield from p.batches(cols, filt, out, batch_size)
+
 
 class MemoryFragment(SourceFragment):
     """A region's surviving MemTable rows."""

@@ -90,8 +90,7 @@ class GroupFragment(CompositeFragment[SourceFragment]):
                 if res is not None:
                     yield res
             return
-        for p in self.parts:
-            yield from p.batches(cols, filt, out, batch_size)
+        yield from super().batches(cols, filt, out, batch_size)
 
 
 def pack_small(frags: list[SourceFragment], memo: dict[object, pa.Table] | None = None) -> list[SourceFragment]:
