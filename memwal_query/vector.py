@@ -8,8 +8,10 @@ Sources (see :mod:`memwal_query.vector_search` and :mod:`memwal_query.vector_poo
   and widens the search while fewer than ``k`` survive;
 * without a filter, small unmerged generations and the MemTables together, in memory,
   probing the base index's nearest IVF partitions (every row without ``nprobes``);
-  large generations (or those over the memory budget) through Lance with their dedup
-  mask as a block list and the base's ``nprobes`` / ``refine_factor``;
+  large generations through their own index with the base's ``nprobes`` /
+  ``refine_factor`` (their rows held in memory when the budget allows: Lance returns
+  row addresses, vectors and columns come from memory), those over the memory budget
+  through Lance; superseded rows dropped from what Lance returns;
 * with a filter, every generation and MemTable through Lance (flat, exact; large
   generations through their index), the filter applied to each source's own rows.
 
@@ -37,6 +39,7 @@ from memwal_query.errors import InvalidArgumentError
 from memwal_query.format.beside import start_beside
 from memwal_query.format.sets import member
 from memwal_query.planner.catchup import CatchupPlan
+from memwal_query.snapshot.model import GenerationSource
 from memwal_query.vector_pool import (
     Partitioning,
     PoolPart,
@@ -48,7 +51,7 @@ from memwal_query.vector_pool import (
     part_of,
     plan_pool,
 )
-from memwal_query.vector_search import Candidates, SearchSpec, exact_distances, lance_search
+from memwal_query.vector_search import Candidates, RowsOf, SearchSpec, exact_distances, lance_search
 from memwal_query.view.table_view import HasView, TableView, view_of
 
 __all__ = ["NearestStats", "NearestResult", "IndexCoverage", "nearest", "index_coverage", "knn_memory"]
@@ -184,14 +187,17 @@ def _base_label(coverage: IndexCoverage | None, catchup: bool) -> str:
     return f"base ({coverage.describe()})"
 
 
+_UNPARTITIONED = Partitioning(None, False, "flat")
+
+
 def _partitioning(view: TableView, spec: SearchSpec, coverage: IndexCoverage | None) -> Partitioning:
     """The base index's IVF centroids, for l2 and cosine searches (dot: the pool is read whole)."""
     if coverage is None or spec.metric == "dot":
-        return Partitioning(None, False, "flat")
+        return _UNPARTITIONED
     base = view.snapshot.base
     cents = index_centroids(base, coverage.index_name, view.cache)
     if cents is None:
-        return Partitioning(None, False, "flat")
+        return _UNPARTITIONED
     key = f"{base.uri}@{base.version}/{coverage.index_name}/{spec.metric}"
     return Partitioning(cents, spec.metric == "cosine", key)
 
@@ -233,10 +239,12 @@ def knn_memory(table: HasView, column: str) -> PoolPlan:
 Job = tuple[str, Callable[[], pa.Table]]
 
 
-def _search_pool(view: TableView, spec: SearchSpec, coverage: IndexCoverage | None) -> tuple[str, pa.Table] | None:
+def _search_pool(
+    view: TableView, spec: SearchSpec, coverage: IndexCoverage | None
+) -> tuple[str, np.ndarray, RowsOf] | None:
     """Search the pooled newer levels (small generations, MemTables) in memory.
 
-    Returns the label and the best rows (output columns and their exact ``_distance``).
+    Returns the label, the best rows' exact distances and how to read their output columns.
     """
     plan = knn_memory(view, spec.column)
     parts = _partitioning(view, spec, coverage)
@@ -245,14 +253,19 @@ def _search_pool(view: TableView, spec: SearchSpec, coverage: IndexCoverage | No
         return None
     idx, _ = pool.candidates(spec.q, spec.metric, spec.nprobes, spec.k)
     dist = exact_distances(pool.vectors[idx], spec.q, spec.metric)  # as for every other source's rows
-    pieces, dists = [], []
-    for s in np.unique(pool.source_of[idx]).tolist():
-        mine = pool.source_of[idx] == s
-        rows = pool.row_of[idx[mine]]
-        pieces.append(pool.sources[s].part.table.select(list(spec.out_cols)).take(pa.array(rows)))
-        dists.append(dist[mine])
-    hits = pa.concat_tables(pieces)
-    return _pool_label(pool), hits.append_column("_distance", pa.array(np.concatenate(dists), pa.float32()))
+    cols = list(spec.out_cols)
+
+    def rows(at: np.ndarray) -> pa.Table:
+        picked = idx[at]
+        source, row = pool.source_of[picked], pool.row_of[picked]
+        pieces, ranks = [], []
+        for s in np.unique(source).tolist():
+            mine = np.flatnonzero(source == s)
+            pieces.append(pool.sources[s].part.table.select(cols).take(pa.array(row[mine])))
+            ranks.append(mine)
+        return pa.concat_tables(pieces).take(pa.array(np.argsort(np.concatenate(ranks))))
+
+    return _pool_label(pool), dist, rows
 
 
 def _generation_jobs(view: TableView, spec: SearchSpec, pruned: set[str], cands: Candidates) -> list[Job]:
@@ -268,6 +281,10 @@ def _generation_jobs(view: TableView, spec: SearchSpec, pruned: set[str], cands:
     for g in gens:
         indexed = g in plan.indexed
         drop = merge.generation_drop.get(g.uri)
+        if spec.filter is None and g in plan.held:
+            label = f"{g.region_id} generation {g.generation} (its index; rows held in memory)"
+            jobs.append((label, partial(_held_search, view, spec, cands, g)))
+            continue
         label = f"{g.region_id} generation {g.generation} ({'its index' if indexed else 'flat'})"
         jobs.append((label, partial(cands.generation, g.dataset, g.uri, drop, g.num_rows, index=indexed)))
     if spec.filter is not None:
@@ -278,6 +295,12 @@ def _generation_jobs(view: TableView, spec: SearchSpec, pruned: set[str], cands:
                 args = spec.args(spec.k, index=False)
                 jobs.append((f"{region_id} memtable", partial(lance_search, ds, what, spec, args, None, vectors=False)))
     return jobs
+
+
+def _held_search(view: TableView, spec: SearchSpec, cands: Candidates, g: GenerationSource) -> pa.Table:
+    """A held large generation: its rows read into memory once, then searched by its index."""
+    part = generation_part(g, spec.column, view.snapshot, view.cache, _UNPARTITIONED)
+    return cands.held(g.dataset, g.uri, view.merge.generation_drop.get(g.uri), part, g.num_rows)
 
 
 def _base_jobs(
@@ -372,7 +395,7 @@ def nearest(
     if filter is None:
         stats.memory = knn_memory(view, column)
     if pooled is not None:
-        cands.add_rows(pooled[1], pooled[0])
+        cands.add_rows(*pooled)
     for (label, _), fut in zip(jobs[len(base_jobs) :], futures[len(base_jobs) :], strict=True):
         cands.add(fut.result(), label)
     stats.sources = cands.labels

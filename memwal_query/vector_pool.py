@@ -13,8 +13,11 @@ index) it reads every row: an exact search.
 
 A generation is *large* when it holds at least :data:`LARGE_GENERATION_ROWS` rows and
 carries its own index on the column: it is searched through that index, like the base.
-Generations that do not fit the memory budget (:func:`budget_bytes`, largest first)
-are searched through Lance too.
+Its rows are *held* in memory too when they fit the budget after the pooled ones: the
+index then returns row addresses only, and the hits' vectors (for exact distances) and
+columns come from memory instead of a Lance read per search (about half of such a
+search's cost). Generations that do not fit the memory budget (:func:`budget_bytes`,
+largest first) are searched through Lance too.
 """
 
 from __future__ import annotations
@@ -149,11 +152,27 @@ class PoolPart:
     valid: np.ndarray = field(repr=False)
     row_addrs: np.ndarray | None = field(repr=False)
     assign: np.ndarray | None = field(repr=False)
+    #: The order sorting ``row_addrs`` (None: in address order already, as Lance reads a generation).
+    addr_order: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def nbytes(self) -> int:
         """Memory held (the table and the vector copy)."""
         return int(self.table.nbytes + self.vectors.nbytes)
+
+    def positions(self, addrs: np.ndarray, what: str) -> np.ndarray:
+        """Row positions of row addresses ``addrs`` (each must be one of this part's rows)."""
+        own, order = self.row_addrs, self.addr_order
+        if own is None or own.size == 0:
+            msg = f"{what}: no rows held to find its index's hits in"
+            raise MemWalError(msg)
+        at = np.minimum(np.searchsorted(own if order is None else own[order], addrs), own.size - 1)
+        if order is not None:
+            at = order[at]
+        if not bool(np.all(own[at] == addrs)):
+            msg = f"{what}: its index returned rows it does not hold (was the generation rewritten?)"
+            raise MemWalError(msg)
+        return at
 
 
 def _read_generation(g: GenerationSource, names: list[str]) -> pa.Table:
@@ -179,10 +198,12 @@ def part_of(table: pa.Table, column: str, snapshot: Snapshot, parts: Partitionin
     names = list(snapshot.schema.names)
     t = table.select(names).cast(snapshot.schema).combine_chunks()
     mat, valid = vector_matrix(t.column(column), snapshot.schema.field(column).type.list_size)
-    addrs = None
+    addrs = order = None
     if "_rowaddr" in table.schema.names:
         addrs = np.asarray(table.column("_rowaddr").to_numpy(), dtype=np.uint64)
-    return PoolPart(t, mat, valid, addrs, _assign(mat, parts.centroids, parts.cosine))
+        if addrs.size > 1 and not bool(np.all(addrs[1:] > addrs[:-1])):
+            order = np.argsort(addrs, kind="stable")
+    return PoolPart(t, mat, valid, addrs, _assign(mat, parts.centroids, parts.cosine), order)
 
 
 def generation_part(
@@ -220,6 +241,10 @@ class PoolPlan:
     over_budget: tuple[GenerationSource, ...]
     pooled_bytes: int
     budget: int
+    #: Large generations (of ``indexed``) whose rows are held in memory: their index
+    #: returns row addresses, exact distances and columns come from memory.
+    held: tuple[GenerationSource, ...] = ()
+    held_bytes: int = 0
 
     def describe(self) -> str:
         """One line for ``explain``."""
@@ -230,6 +255,11 @@ class PoolPlan:
         )
         if self.indexed:
             text += f"; {len(self.indexed)} large generations searched through their own index"
+            if self.held:
+                text += (
+                    f" ({len(self.held)} of them held in memory for exact distances, "
+                    f"~{self.held_bytes / 2**20:,.1f} MB of the budget)"
+                )
         if self.over_budget:
             text += f"; {len(self.over_budget)} over the budget searched through Lance"
         return text
@@ -245,9 +275,16 @@ def _has_vector_index(g: GenerationSource, column: str) -> bool:
 
 
 def plan_pool(snapshot: Snapshot, column: str) -> PoolPlan:
-    """Decide per unmerged generation: in memory, its own index, or Lance (over the budget)."""
-    dim = snapshot.schema.field(column).type.list_size
-    row_bytes = dim * 4 * 2 + 64  # the vector twice (Arrow and matrix) and the other columns, roughly
+    """Decide per unmerged generation: in memory, its own index, or Lance (over the budget).
+
+    Large indexed generations are held in memory (smallest first) with what the budget
+    leaves once the pooled generations are in.
+    """
+    typ = snapshot.schema.field(column).type
+    dim = typ.list_size
+    row_bytes = dim * 4 * 2 + 64  # the vector twice (Arrow and the pool's matrix) and the other columns, roughly
+    # a held generation's matrix is its Arrow buffer when the vectors are float32 (no copy)
+    held_row_bytes = dim * 4 + 64 if pa.types.is_float32(typ.value_type) else row_bytes
     budget = budget_bytes()
     pooled: list[GenerationSource] = []
     indexed: list[GenerationSource] = []
@@ -262,7 +299,13 @@ def plan_pool(snapshot: Snapshot, column: str) -> PoolPlan:
             used += g.num_rows * row_bytes
         else:
             over.append(g)
-    return PoolPlan(column, tuple(pooled), tuple(indexed), tuple(over), used, budget)
+    held: list[GenerationSource] = []
+    held_bytes = 0
+    for g in indexed:
+        if used + held_bytes + g.num_rows * held_row_bytes <= budget:
+            held.append(g)
+            held_bytes += g.num_rows * held_row_bytes
+    return PoolPlan(column, tuple(pooled), tuple(indexed), tuple(over), used, budget, tuple(held), held_bytes)
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,11 @@
   fewer than ``k`` survive and the index could return more. A filter applies to the
   base rows' own values: a row it keeps whose key is newer is dropped anyway.
 * **Large generations** (and those over the memory budget) are searched through
-  Lance with their dedup mask as a block list, with the same ``nprobes`` /
-  ``refine_factor`` as the base.
+  Lance with the same ``nprobes`` / ``refine_factor`` as the base; their rows whose
+  key has a newer version are dropped from what Lance returns (asking for more while
+  short). A large generation *held* in memory is asked for row addresses only (and,
+  with ``refine_factor``, for ``k * refine_factor`` of them, re-ranked exactly here as
+  Lance's refine would): vectors and columns come from memory.
 * **Small generations and MemTables** are searched together in memory
   (:mod:`memwal_query.vector_pool`); with a filter, through Lance, flat.
 
@@ -33,11 +36,9 @@ from memwal_query.errors import InvalidArgumentError, MemWalError
 from memwal_query.format.lance_open import lance_message
 from memwal_query.format.row_address import address_option, addresses
 from memwal_query.format.sets import member
-from memwal_query.vector_pool import vector_matrix
+from memwal_query.vector_pool import PoolPart, vector_matrix
 
-__all__ = ["SearchSpec", "exact_distances", "lance_search", "overfetch", "Candidates"]
-
-_EXACT_CHUNK = 8192
+__all__ = ["SearchSpec", "exact_distances", "lance_search", "overfetch", "Candidates", "RowsOf"]
 
 
 @dataclass(frozen=True)
@@ -101,13 +102,15 @@ def lance_search(
     indexed_only: bool = False,
     vectors: bool = True,
     row_addrs: bool = False,
+    columns: list[str] | None = None,
 ) -> pa.Table:
     """One Lance search of ``ds`` (the spec's columns, filter and ``args``) minus ``block``.
 
     ``vectors``: also read the vector column (to recompute exact distances);
-    ``row_addrs``: add the row addresses (read them with :func:`addresses`).
+    ``row_addrs``: add the row addresses (read them with :func:`addresses`);
+    ``columns``: read these columns instead (besides ``_distance``).
     """
-    cols = spec.fetch_cols
+    cols = spec.fetch_cols if columns is None else columns
     if not vectors and spec.column not in spec.out_cols:
         cols = [c for c in cols if c != spec.column]
     kwargs: dict[str, Any] = {
@@ -155,42 +158,54 @@ def overfetch(
         want *= 4
 
 
+RowsOf = Callable[[np.ndarray], pa.Table]
+"""Output columns of a source's candidates at the given positions, in that order."""
+
+
+@dataclass(frozen=True)
+class _Found:
+    """One source's candidates: exact distances (inf: unusable) and how to read their rows."""
+
+    label: str
+    dist: np.ndarray
+    rows: RowsOf
+
+
 class Candidates:
-    """Rows found by the sources of one search, with exact distances, and their labels."""
+    """Candidates of the sources of one search: exact distances, rows read for the winners only."""
 
     def __init__(self, spec: SearchSpec, schema: pa.Schema) -> None:
         self.spec = spec
         self.schema = schema
-        self.parts: list[pa.Table] = []
-        self.labels: list[str] = []
+        self.found: list[_Found] = []
 
-    def exact(self, hits: pa.Table) -> pa.Table:
-        """``hits`` (the fetched columns) as output rows with exact ``_distance``, best first, at most k.
+    @property
+    def labels(self) -> list[str]:
+        """The sources added, in order."""
+        return [f.label for f in self.found]
+
+    def distances(self, hits: pa.Table) -> np.ndarray:
+        """Exact distances of ``hits`` (the fetched columns); inf for a null vector.
 
         Hits without the vector column carry Lance's own exact distance (a flat or refined search).
         """
         spec = self.spec
         if hits.num_rows == 0 or spec.column not in hits.schema.names:
-            order = pc.sort_indices(hits, sort_keys=[("_distance", "ascending")])[: spec.k]
-            return hits.take(order).select([*spec.out_cols, "_distance"])
+            return np.asarray(hits.column("_distance").to_numpy(zero_copy_only=False), dtype=np.float32)
         col = self.schema.field(spec.column)
         mat, valid = vector_matrix(hits.column(spec.column).cast(col.type), col.type.list_size)
         d = exact_distances(mat, spec.q, spec.metric)
         d[~valid] = np.inf
-        order = np.argsort(d, kind="stable")[: spec.k]
-        order = order[np.isfinite(d[order])]
-        out = hits.take(pa.array(order)).select(list(spec.out_cols))
-        return out.append_column("_distance", pa.array(d[order], pa.float32()))
+        return d
 
     def add(self, hits: pa.Table, label: str) -> None:
         """Keep ``hits`` (fetched columns) of a source."""
-        self.parts.append(self.exact(hits))
-        self.labels.append(label)
+        cols = list(self.spec.out_cols)
+        self.found.append(_Found(label, self.distances(hits), lambda at: hits.take(pa.array(at)).select(cols)))
 
-    def add_rows(self, rows: pa.Table, label: str) -> None:
-        """Keep output rows that already carry exact distances."""
-        self.parts.append(rows)
-        self.labels.append(label)
+    def add_rows(self, label: str, dist: np.ndarray, rows: RowsOf) -> None:
+        """Keep candidates whose exact distances are known; ``rows`` reads the winners' output columns."""
+        self.found.append(_Found(label, np.asarray(dist, dtype=np.float32), rows))
 
     def base(
         self, ds: lance.LanceDataset, what: str, newer: Any, base_rows: int, *, indexed_only: bool, exact: bool
@@ -226,13 +241,44 @@ class Candidates:
         share = 0.0 if drop is None else drop.size / max(rows, 1)
         return overfetch(search, dead, spec.k, share)
 
+    def held(self, ds: lance.LanceDataset, what: str, drop: np.ndarray | None, part: PoolPart, rows: int) -> pa.Table:
+        """A held large generation's hits by its own index: row addresses from Lance, the rest from memory.
+
+        With ``refine_factor`` Lance is asked for ``k * refine_factor`` rows without refining;
+        :meth:`exact` then re-ranks them by their exact distances (what Lance's refine does).
+        """
+        spec = self.spec
+
+        def search(n: int) -> pa.Table:
+            args = spec.args(n)
+            args.pop("refine_factor", None)
+            return lance_search(ds, what, spec, args, None, row_addrs=True, columns=[])
+
+        def dead(hits: pa.Table) -> np.ndarray:
+            assert drop is not None
+            return member(addresses(hits), drop)
+
+        share = 0.0 if drop is None else drop.size / max(rows, 1)
+        hits = overfetch(search, dead, spec.k * (spec.refine_factor or 1), share)
+        at = part.positions(addresses(hits), what)
+        return part.table.select(spec.fetch_cols).take(pa.array(at))
+
     def top(self) -> pa.Table:
-        """The best k of every source's rows (ties: the source searched first)."""
-        fields = [self.schema.field(c) for c in self.spec.out_cols] + [pa.field("_distance", pa.float32())]
+        """The best k of every source's candidates (ties: the source added first), with ``_distance``."""
+        fields = [self.schema.field(c) for c in self.spec.out_cols]
         target = pa.schema(fields)
-        parts = [p.select(target.names).cast(target) for p in self.parts if p.num_rows]
-        if not parts:
-            return target.empty_table()
-        allrows = pa.concat_tables(parts)
-        order = pc.sort_indices(allrows, sort_keys=[("_distance", "ascending")])
-        return allrows.take(order[: self.spec.k])
+        dists = [f.dist for f in self.found]
+        d = np.concatenate(dists) if dists else np.empty(0, dtype=np.float32)
+        order = np.argsort(d, kind="stable")[: self.spec.k]
+        order = order[np.isfinite(d[order])]
+        if not order.size:
+            return target.append(pa.field("_distance", pa.float32())).empty_table()
+        starts = np.cumsum([0] + [x.size for x in dists])
+        source = np.searchsorted(starts, order, side="right") - 1
+        pieces, ranks = [], []
+        for s in np.unique(source).tolist():  # read the winners' rows, a call per source holding some
+            mine = np.flatnonzero(source == s)
+            pieces.append(self.found[s].rows(order[mine] - starts[s]).select(target.names).cast(target))
+            ranks.append(mine)
+        rows = pa.concat_tables(pieces).take(pa.array(np.argsort(np.concatenate(ranks))))
+        return rows.append_column("_distance", pa.array(d[order], pa.float32()))
