@@ -244,3 +244,49 @@ def test_vector_matrix_zeroes_null_vectors_and_null_elements_of_any_slice() -> N
             assert mat.dtype == np.float32 and mat.flags["C_CONTIGUOUS"]
             np.testing.assert_array_equal(mat, want[rows])
             np.testing.assert_array_equal(valid, ~row_null[rows])
+
+
+def test_held_large_generations_answer_as_lance_reads_them(
+    lagging: Lagging, large_is_small: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Large generations held in memory give the rows and distances of the same search read through Lance."""
+    import dataclasses
+
+    import memwal_query.vector as vector
+
+    held = mq.open_table(lagging.t.uri)
+    plan = vector.knn_memory(held, "vec")
+    assert len(plan.held) == 2 and set(plan.held) == set(plan.indexed)
+    assert "2 of them held in memory" in plan.describe()
+    answers = []
+    for q in _queries(12, seed=12):
+        got = held.nearest("vec", q, k=10, nprobes=2)
+        _check(held, lagging, q, got, newer_exact=False)
+        answers.append(got)
+    stats = held.last_nearest_stats
+    assert stats is not None and sum("rows held in memory" in s for s in stats.sources) == 2
+
+    plan_pool = vector.plan_pool
+    monkeypatch.setattr(vector, "plan_pool", lambda *a: dataclasses.replace(plan_pool(*a), held=()))
+    read = mq.open_table(lagging.t.uri)
+    for q, want in zip(_queries(12, seed=12), answers, strict=True):
+        got = read.nearest("vec", q, k=10, nprobes=2)
+        assert got.column("id").to_pylist() == want.column("id").to_pylist()
+        np.testing.assert_allclose(got.column("_distance").to_numpy(), want.column("_distance").to_numpy(), rtol=1e-6)
+    stats = read.last_nearest_stats
+    assert stats is not None and not any("rows held in memory" in s for s in stats.sources)
+
+
+def test_held_rows_found_by_address_in_any_order() -> None:
+    from memwal_query.errors import MemWalError
+    from memwal_query.vector_pool import Partitioning, part_of
+
+    rng = np.random.default_rng(1)
+    rows = _rows(np.arange(6), rng)
+    addrs = np.array([5, 1, 4, 0, (1 << 32) | 2, 3], dtype=np.uint64)  # two fragments, out of order
+    snap = type("Snap", (), {"schema": _schema()})()
+    part = part_of(rows.append_column("_rowaddr", pa.array(addrs)), "vec", snap, Partitioning(None, False, "flat"))
+    want = np.array([4, 0, 3, 2, 1])
+    np.testing.assert_array_equal(part.positions(addrs[want], "generation 3"), want)
+    with pytest.raises(MemWalError, match="generation 3: its index returned rows it does not hold"):
+        part.positions(np.array([2], dtype=np.uint64), "generation 3")
