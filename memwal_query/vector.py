@@ -61,6 +61,8 @@ METRICS = {"l2": "l2", "cosine": "cosine", "dot": "dot"}
 _WORKERS = 4
 _EXECUTOR = ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="memwal-knn")
 _READERS = 4  # generations read at once when the pool is first built
+#: Newer keys per base row from which the base's hits are told live by address (the base mask).
+_BY_ADDRESS_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -316,7 +318,21 @@ def _base_jobs(
     base = view.snapshot.base
     what = f"base of {view.uri}"
     newer, rows = view.merge.newer, _base_rows(view)
-    run = partial(cands.base, base, what, newer, rows, indexed_only=catchup is not None, exact=exact)
+    refined = spec.refine_factor is not None and cov is not None and cov.index_type.upper() != "IVF_FLAT"
+    # most base rows superseded (newer keys >= half the base): find the base's live hits by address;
+    # deciding the mask reads the base keys once per snapshot, at most twice the newer keys
+    shadowed = (lambda: view.merge.base_drop) if len(newer) >= rows * _BY_ADDRESS_SHARE else None
+    run = partial(
+        cands.base,
+        base,
+        what,
+        newer,
+        rows,
+        indexed_only=catchup is not None,
+        exact=exact,
+        refined=refined,
+        shadowed=shadowed,
+    )
     jobs: list[Job] = [(_base_label(cov, catchup is not None), run)]
     for src in catchup.sources if catchup is not None else ():
         g = src.generation  # the rows stand in for base rows: the base's search parameters

@@ -34,11 +34,11 @@ from lance.dataset import serialize_row_addrs
 
 from memwal_query.errors import InvalidArgumentError, MemWalError
 from memwal_query.format.lance_open import lance_message
-from memwal_query.format.row_address import address_option, addresses
+from memwal_query.format.row_address import address_option, addresses, take_rows
 from memwal_query.format.sets import member
 from memwal_query.vector_pool import PoolPart, vector_matrix
 
-__all__ = ["SearchSpec", "exact_distances", "lance_search", "overfetch", "Candidates", "RowsOf"]
+__all__ = ["SearchSpec", "exact_distances", "lance_search", "overfetch", "overfetch_rows", "Candidates", "RowsOf"]
 
 
 @dataclass(frozen=True)
@@ -140,6 +140,11 @@ def lance_search(
         raise MemWalError(msg) from err
 
 
+def overfetch_rows(k: int, dead_share: float) -> int:
+    """Rows asked of a source for ``k`` live ones when ``dead_share`` of them may be superseded."""
+    return k if dead_share <= 0 else k + 4 + math.ceil(3 * k * min(1.0, dead_share))
+
+
 def overfetch(
     search: Callable[[int], pa.Table], dead: Callable[[pa.Table], np.ndarray], k: int, dead_share: float
 ) -> pa.Table:
@@ -149,7 +154,7 @@ def overfetch(
     of hits that are dead. Asks for four times as many while fewer than ``k`` survive and
     the source returned all it was asked for.
     """
-    want = k if dead_share <= 0 else k + 4 + math.ceil(3 * k * min(1.0, dead_share))
+    want = overfetch_rows(k, dead_share)
     while True:
         hits = search(want)
         live = hits.filter(pa.array(~dead(hits))) if dead_share > 0 and hits.num_rows else hits
@@ -208,21 +213,91 @@ class Candidates:
         self.found.append(_Found(label, np.asarray(dist, dtype=np.float32), rows))
 
     def base(
-        self, ds: lance.LanceDataset, what: str, newer: Any, base_rows: int, *, indexed_only: bool, exact: bool
+        self,
+        ds: lance.LanceDataset,
+        what: str,
+        newer: Any,
+        base_rows: int,
+        *,
+        indexed_only: bool,
+        exact: bool,
+        refined: bool = False,
+        shadowed: Callable[[], np.ndarray] | None = None,
     ) -> pa.Table:
         """The base's top k live hits: over-fetch, drop rows whose key is newer, widen if short.
 
-        ``exact``: Lance's distances are exact already (flat or refined search).
+        Args:
+            ds: The base.
+            what: Names it in errors.
+            newer: The newer levels' keys (``merge.NewerKeys``).
+            base_rows: Rows of the base.
+            indexed_only: Search the indexed fragments only (catch-up generations serve the rest).
+            exact: Lance's distances are exact already (flat or refined search).
+            refined: An index search with ``refine_factor``.
+            shadowed: Every superseded base row address, sorted (given when most base rows are
+                superseded: a lagging merger). Hits are then dropped by address and only the
+                live ones' vectors and columns read, one take per search.
         """
         spec = self.spec
-
-        def search(n: int) -> pa.Table:
-            return lance_search(ds, what, spec, spec.args(n), None, indexed_only=indexed_only, vectors=not exact)
+        share = len(newer) / max(base_rows, 1)
 
         def dead(hits: pa.Table) -> np.ndarray:
             return np.asarray(newer.contains(hits.select(list(spec.key_cols))))
 
-        return overfetch(search, dead, spec.k, len(newer) / max(base_rows, 1))
+        if (refined or not exact) and not ds.has_stable_row_ids:
+            if shadowed is not None:
+                drop = shadowed()
+                share = drop.size / max(base_rows, 1)
+                return self._live_then_read(
+                    ds,
+                    what,
+                    lambda h: member(addresses(h), drop),
+                    share,
+                    keys=False,
+                    refined=refined,
+                    indexed_only=indexed_only,
+                )
+            if refined and overfetch_rows(spec.k, share) > 2 * spec.k:
+                return self._live_then_read(ds, what, dead, share, keys=True, refined=True, indexed_only=indexed_only)
+
+        def search(n: int) -> pa.Table:
+            return lance_search(ds, what, spec, spec.args(n), None, indexed_only=indexed_only, vectors=not exact)
+
+        return overfetch(search, dead, spec.k, share)
+
+    def _live_then_read(
+        self,
+        ds: lance.LanceDataset,
+        what: str,
+        dead: Callable[[pa.Table], np.ndarray],
+        share: float,
+        *,
+        keys: bool,
+        refined: bool,
+        indexed_only: bool,
+    ) -> pa.Table:
+        """Live hits found first (row addresses, and ``keys`` to tell the dead ones), then their rows read.
+
+        Lance reads a column of a search's hits row by row (~20-35 us a vector): with most hits
+        superseded, reading every hit's vector (or refining inside Lance, which re-ranks the dead
+        hits too: 360 vectors read for 100 on the lagging benchmark) costs more than one take of
+        the live ones. ``refined``: the ``k * refine_factor`` best live hits by the index's own
+        distances, re-ranked exactly (:meth:`distances`) as Lance's refine does over live rows.
+        """
+        spec = self.spec
+        cols = list(spec.key_cols) if keys else []
+
+        def search(n: int) -> pa.Table:
+            args = spec.args(n)
+            args.pop("refine_factor", None)
+            return lance_search(ds, what, spec, args, None, indexed_only=indexed_only, row_addrs=True, columns=cols)
+
+        want = spec.k * int(spec.refine_factor or 1) if refined else spec.k
+        live = overfetch(search, dead, want, share)
+        if refined:
+            live = live.slice(0, want)
+        rows = take_rows(ds, addresses(live), spec.fetch_cols)
+        return rows.append_column("_distance", pa.array(np.full(rows.num_rows, np.inf), pa.float32()))
 
     def generation(
         self, ds: lance.LanceDataset, what: str, drop: np.ndarray | None, rows: int, *, index: bool

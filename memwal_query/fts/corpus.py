@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 from lance.file import LanceFileReader
 
 from memwal_query.errors import InvalidArgumentError, MemWalError
+from memwal_query.format.row_address import take_rows
 from memwal_query.format.sets import unique
 from memwal_query.fts.analyzer import Analyzer, Doc
 from memwal_query.fts.bm25 import CorpusStats
@@ -42,7 +43,6 @@ from memwal_query.fts.index_files import InvertedIndexFiles, read_index_files
 from memwal_query.fts.nonlive import TokenCounts
 from memwal_query.fts.pool import PostingsPool
 from memwal_query.fts.postings import Postings
-from memwal_query.fts.rows import take_rows
 from memwal_query.regionspec.spec import lance_field_ids
 from memwal_query.view.table_view import TableView
 

@@ -40,7 +40,7 @@ from lance.query import MatchQuery, PhraseQuery
 from memwal_query.errors import InvalidArgumentError, MemWalError
 from memwal_query.format.beside import start_beside
 from memwal_query.format.lance_open import lance_message
-from memwal_query.format.row_address import address_option, addresses
+from memwal_query.format.row_address import address_option, addresses, take_rows
 from memwal_query.format.sets import member
 from memwal_query.fts.analyzer import Doc
 from memwal_query.fts.bm25 import CorpusStats, phrase_match, score_docs_under
@@ -52,7 +52,6 @@ from memwal_query.fts.corpus import (
     fragments_of,
     tokenize_rows,
 )
-from memwal_query.fts.rows import take_rows
 from memwal_query.view.table_view import TableView
 
 __all__ = ["TextSearchResult", "TextSearchStats", "search_text"]
