@@ -198,7 +198,8 @@ class Candidates:
         if hits.num_rows == 0 or spec.column not in hits.schema.names:
             return np.asarray(hits.column("_distance").to_numpy(zero_copy_only=False), dtype=np.float32)
         col = self.schema.field(spec.column)
-        mat, valid = vector_matrix(hits.column(spec.column).cast(col.type), col.type.list_size)
+        vec = hits.column(spec.column)
+        mat, valid = vector_matrix(vec if vec.type == col.type else vec.cast(col.type), col.type.list_size)
         d = exact_distances(mat, spec.q, spec.metric)
         d[~valid] = np.inf
         return d
@@ -353,7 +354,10 @@ class Candidates:
         pieces, ranks = [], []
         for s in np.unique(source).tolist():  # read the winners' rows, a call per source holding some
             mine = np.flatnonzero(source == s)
-            pieces.append(self.found[s].rows(order[mine] - starts[s]).select(target.names).cast(target))
+            piece = self.found[s].rows(order[mine] - starts[s]).select(target.names)
+            pieces.append(piece if piece.schema == target else piece.cast(target))
             ranks.append(mine)
-        rows = pa.concat_tables(pieces).take(pa.array(np.argsort(np.concatenate(ranks))))
+        rows = pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
+        if len(pieces) > 1:  # back to rank order
+            rows = rows.take(pa.array(np.argsort(np.concatenate(ranks))))
         return rows.append_column("_distance", pa.array(d[order], pa.float32()))
