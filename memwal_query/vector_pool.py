@@ -97,7 +97,10 @@ def index_centroids(ds: lance.LanceDataset, index_name: str, cache: SnapshotCach
 
 def vector_matrix(col: pa.ChunkedArray | pa.Array, dim: int) -> tuple[np.ndarray, np.ndarray]:
     """A vector column as a float32 matrix (null vectors and null elements as zeros) and its validity mask."""
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if isinstance(col, pa.ChunkedArray):  # pyarrow copies even a single chunk it combines
+        arr = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+    else:
+        arr = col
     n = len(arr)
     values = arr.values
     valid = np.ones(n, dtype=bool)
