@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_read import machine_info  # noqa: E402
 
 import memwal_query as mq  # noqa: E402
+from memwal_query.vector import wait_warm  # noqa: E402
 from memwal_write import RoutedWriter, write_arrow  # noqa: E402
 
 PK = {"lance-schema:unenforced-primary-key": "true"}
@@ -233,6 +234,7 @@ def compare(
         runs["pylance_lsm_planner"] = pylance
     for fn in runs.values():  # warm-up (the first query of the snapshot builds what it keeps)
         fn(queries[0])
+    wait_warm()  # and what it reads in the background for later queries
     times: dict[str, list[float]] = {n: [] for n in runs}
     recall: dict[str, list[float]] = {n: [] for n in runs}
     base_recall: list[float] = []

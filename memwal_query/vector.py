@@ -24,9 +24,10 @@ newer levels searched in memory are exact inside the partitions they probe.
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, NamedTuple
@@ -39,27 +40,40 @@ from memwal_query.errors import InvalidArgumentError
 from memwal_query.format.beside import start_beside
 from memwal_query.format.sets import member
 from memwal_query.planner.catchup import CatchupPlan
-from memwal_query.snapshot.model import GenerationSource
 from memwal_query.vector_pool import (
     Partitioning,
     PoolPart,
     PoolPlan,
     VectorPool,
     build_pool,
+    claim_part,
     generation_part,
     index_centroids,
     part_of,
     plan_pool,
+    ready_part,
+    warm_part,
 )
 from memwal_query.vector_search import Candidates, RowsOf, SearchSpec, exact_distances, lance_search
 from memwal_query.view.table_view import HasView, TableView, view_of
 
-__all__ = ["NearestStats", "NearestResult", "IndexCoverage", "nearest", "index_coverage", "knn_memory"]
+__all__ = ["NearestStats", "NearestResult", "IndexCoverage", "nearest", "index_coverage", "knn_memory", "wait_warm"]
 
 METRICS = {"l2": "l2", "cosine": "cosine", "dot": "dot"}
 #: Lance searches of one vector search run side by side (they release the GIL).
 _WORKERS = 4
 _EXECUTOR = ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="memwal-knn")
+#: Reads what later searches use, after a search (one at a time; joined at interpreter exit).
+_WARMER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memwal-knn-warm")
+_EXITING = threading.Event()
+_PENDING: list[Future[None]] = []  # background reads not waited for yet (see wait_warm)
+_PENDING_LOCK = threading.Lock()
+# Set when the interpreter starts exiting, before executors are joined (threading runs these
+# hooks in reverse order: after this one, concurrent.futures' join). No public hook runs
+# that early: atexit's run after the join.
+_at_exit = getattr(threading, "_register_atexit", None)
+if _at_exit is not None:
+    _at_exit(_EXITING.set)
 _READERS = 4  # generations read at once when the pool is first built
 #: Newer keys per base row from which the base's hits are told live by address (the base mask).
 _BY_ADDRESS_SHARE = 0.5
@@ -283,9 +297,12 @@ def _generation_jobs(view: TableView, spec: SearchSpec, pruned: set[str], cands:
     for g in gens:
         indexed = g in plan.indexed
         drop = merge.generation_drop.get(g.uri)
-        if spec.filter is None and g in plan.held:
+        part = (
+            ready_part(g, spec.column, view.cache, _UNPARTITIONED) if spec.filter is None and g in plan.held else None
+        )
+        if part is not None:
             label = f"{g.region_id} generation {g.generation} (its index; rows held in memory)"
-            jobs.append((label, partial(_held_search, view, spec, cands, g)))
+            jobs.append((label, partial(cands.held, g.dataset, g.uri, drop, part, g.num_rows)))
             continue
         label = f"{g.region_id} generation {g.generation} ({'its index' if indexed else 'flat'})"
         jobs.append((label, partial(cands.generation, g.dataset, g.uri, drop, g.num_rows, index=indexed)))
@@ -299,10 +316,43 @@ def _generation_jobs(view: TableView, spec: SearchSpec, pruned: set[str], cands:
     return jobs
 
 
-def _held_search(view: TableView, spec: SearchSpec, cands: Candidates, g: GenerationSource) -> pa.Table:
-    """A held large generation: its rows read into memory once, then searched by its index."""
-    part = generation_part(g, spec.column, view.snapshot, view.cache, _UNPARTITIONED)
-    return cands.held(g.dataset, g.uri, view.merge.generation_drop.get(g.uri), part, g.num_rows)
+def _warm_later(view: TableView, spec: SearchSpec, mask: bool) -> None:
+    """After a search without a filter, read in the background what later searches use: the
+    held large generations' rows and (``mask``) the base mask. Until then those searches
+    read Lance (the same rows and distances); a first search does not wait for either."""
+    plan = knn_memory(view, spec.column)
+    for g in plan.held:
+        if claim_part(g, spec.column, view.cache, _UNPARTITIONED):
+            _warm(partial(warm_part, g, spec.column, view.snapshot, view.cache, _UNPARTITIONED, _EXITING.is_set))
+    base_mask = view.merge.base_mask
+    if mask and not base_mask.status().complete:
+        _warm(base_mask.all)
+
+
+def _warm(job: Callable[[], object]) -> None:
+    with _PENDING_LOCK:
+        _PENDING[:] = [f for f in _PENDING if not f.done() or f.exception() is not None]
+        _PENDING.append(_WARMER.submit(_unless_exiting, job))
+
+
+def _unless_exiting(job: Callable[[], object]) -> None:
+    """Run a background read unless the interpreter is exiting: exit waits for the read
+    running, not for the ones queued."""
+    if not _EXITING.is_set():
+        job()
+
+
+def wait_warm() -> None:
+    """Wait until what searches so far started reading in the background is read (tests, benchmarks).
+
+    Raises:
+        Exception: The first error of a background read (they are otherwise silent: the
+            searches keep reading Lance).
+    """
+    with _PENDING_LOCK:
+        pending, _PENDING[:] = list(_PENDING), []
+    for f in pending:
+        f.result()
 
 
 def _base_jobs(
@@ -319,9 +369,10 @@ def _base_jobs(
     what = f"base of {view.uri}"
     newer, rows = view.merge.newer, _base_rows(view)
     refined = spec.refine_factor is not None and cov is not None and cov.index_type.upper() != "IVF_FLAT"
-    # most base rows superseded (newer keys >= half the base): find the base's live hits by address;
-    # deciding the mask reads the base keys once per snapshot, at most twice the newer keys
-    shadowed = (lambda: view.merge.base_drop) if len(newer) >= rows * _BY_ADDRESS_SHARE else None
+    # most base rows superseded (newer keys >= half the base): the base's live hits are found by
+    # address once the mask is decided (in the background: it reads the base keys, at most
+    # twice the newer keys)
+    shadowed = (lambda: view.merge.base_drop) if _by_address(view) and view.merge.base_mask.status().complete else None
     run = partial(
         cands.base,
         base,
@@ -340,6 +391,11 @@ def _base_jobs(
             label = f"{g.region_id} catch-up generation {g.generation} (unindexed base rows)"
             jobs.append((label, partial(lance_search, g.dataset, g.uri, spec, spec.args(spec.k), src.drop)))
     return jobs
+
+
+def _by_address(view: TableView) -> bool:
+    """Whether the base's hits are told live by address: newer keys >= half the base rows."""
+    return len(view.merge.newer) >= _base_rows(view) * _BY_ADDRESS_SHARE
 
 
 def _base_rows(view: TableView) -> int:
@@ -416,5 +472,7 @@ def nearest(
         cands.add(fut.result(), label)
     stats.sources = cands.labels
     out = cands.top()
+    if filter is None:
+        _warm_later(view, spec, _by_address(view))
     stats.seconds = time.perf_counter() - t0
     return NearestResult(out, stats)

@@ -16,14 +16,16 @@ carries its own index on the column: it is searched through that index, like the
 Its rows are *held* in memory too when they fit the budget after the pooled ones: the
 index then returns row addresses only, and the hits' vectors (for exact distances) and
 columns come from memory instead of a Lance read per search (about half of such a
-search's cost). Generations that do not fit the memory budget (:func:`budget_bytes`,
-largest first) are searched through Lance too.
+search's cost). They are read in the background after a search (:func:`claim_part`,
+:func:`warm_part`): a first search does not wait for them. Generations that do not fit the
+memory budget (:func:`budget_bytes`, largest first) are searched through Lance too.
 """
 
 from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import lance
@@ -47,6 +49,9 @@ __all__ = [
     "plan_pool",
     "build_pool",
     "generation_part",
+    "ready_part",
+    "claim_part",
+    "warm_part",
     "part_of",
     "vector_matrix",
     "index_centroids",
@@ -178,9 +183,17 @@ class PoolPart:
         return at
 
 
-def _read_generation(g: GenerationSource, names: list[str]) -> pa.Table:
+def _read_generation(g: GenerationSource, names: list[str], stop: Callable[[], bool] | None = None) -> pa.Table | None:
+    """Every row of ``g`` (``names`` and ``_rowaddr``); ``None`` if ``stop()`` turned true meanwhile."""
     try:
-        return g.dataset.to_table(columns=names, with_row_address=True)
+        if stop is None:
+            return g.dataset.to_table(columns=names, with_row_address=True)
+        batches = []
+        for batch in g.dataset.to_batches(columns=names, with_row_address=True):
+            if stop():
+                return None
+            batches.append(batch)
+        return pa.Table.from_batches(batches) if batches else g.dataset.to_table(columns=names, with_row_address=True)
     except (ValueError, OSError, RuntimeError) as err:
         what = f"generation {g.generation} of region {g.region_id} ({g.uri})"
         msg = f"cannot read {what} for vector search: {lance_message(err)}"
@@ -218,10 +231,61 @@ def generation_part(
         hit = cache.vector_parts.get(key)
     if isinstance(hit, PoolPart):
         return hit
-    part = part_of(_read_generation(g, list(snapshot.schema.names)), column, snapshot, parts)
+    rows = _read_generation(g, list(snapshot.schema.names))
+    assert rows is not None
+    part = part_of(rows, column, snapshot, parts)
     with cache.lock:
         cache.vector_parts[key] = part
     return part
+
+
+_WARMING = object()  # a generation part being read in the background
+
+
+def ready_part(g: GenerationSource, column: str, cache: SnapshotCache, parts: Partitioning) -> PoolPart | None:
+    """A generation's rows if in memory already (``None``: not read, or being read)."""
+    with cache.lock:
+        hit = cache.vector_parts.get(("part", g.uri, column, parts.key))
+    return hit if isinstance(hit, PoolPart) else None
+
+
+def claim_part(g: GenerationSource, column: str, cache: SnapshotCache, parts: Partitioning) -> bool:
+    """Whether the caller is to read this part (nobody holds or reads it yet); marks it as being read."""
+    key = ("part", g.uri, column, parts.key)
+    with cache.lock:
+        if key in cache.vector_parts:
+            return False
+        cache.vector_parts[key] = _WARMING
+        return True
+
+
+def warm_part(
+    g: GenerationSource,
+    column: str,
+    snapshot: Snapshot,
+    cache: SnapshotCache,
+    parts: Partitioning,
+    stop: Callable[[], bool],
+) -> None:
+    """Read a part :func:`claim_part` claimed; kept unless its generation was forgotten meanwhile.
+
+    Reading stops between batches once ``stop()`` is true (the interpreter exiting). A failed
+    read is dropped silently: the generation stays searched through Lance, which reports any
+    error, and the next search claims the part again.
+    """
+    key = ("part", g.uri, column, parts.key)
+    part: PoolPart | None = None
+    try:
+        rows = _read_generation(g, list(snapshot.schema.names), stop)
+        part = None if rows is None else part_of(rows, column, snapshot, parts)
+    except (MemWalError, ValueError, OSError, RuntimeError, pa.ArrowException):
+        part = None
+    with cache.lock:
+        if cache.vector_parts.get(key) is _WARMING:
+            if part is None:
+                del cache.vector_parts[key]
+            else:
+                cache.vector_parts[key] = part
 
 
 @dataclass(frozen=True)

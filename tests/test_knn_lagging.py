@@ -258,6 +258,12 @@ def test_held_large_generations_answer_as_lance_reads_them(
     plan = vector.knn_memory(held, "vec")
     assert len(plan.held) == 2 and set(plan.held) == set(plan.indexed)
     assert "2 of them held in memory" in plan.describe()
+    first = held.nearest("vec", _queries(1, seed=13)[0], k=10, nprobes=2)  # reads them in the background
+    stats = held.last_nearest_stats
+    assert stats is not None and not any("rows held in memory" in s for s in stats.sources)
+    vector.wait_warm()
+    again = held.nearest("vec", _queries(1, seed=13)[0], k=10, nprobes=2)
+    assert again.equals(first)
     answers = []
     for q in _queries(12, seed=12):
         got = held.nearest("vec", q, k=10, nprobes=2)
@@ -290,3 +296,20 @@ def test_held_rows_found_by_address_in_any_order() -> None:
     np.testing.assert_array_equal(part.positions(addrs[want], "generation 3"), want)
     with pytest.raises(MemWalError, match="generation 3: its index returned rows it does not hold"):
         part.positions(np.array([2], dtype=np.uint64), "generation 3")
+
+
+def test_base_hits_told_live_by_address_once_the_mask_is_decided(lagging: Lagging) -> None:
+    """Newer keys outnumber half the base: after a first search the base mask is decided in the
+    background, and later searches drop superseded base hits by address (with and without refine)."""
+    import memwal_query.vector as vector
+
+    table = mq.open_table(lagging.t.uri)
+    view = table.view
+    assert len(view.merge.newer) >= 0.5 * lance.dataset(lagging.t.uri).count_rows()
+    assert not view.merge.base_mask.status().complete
+    table.nearest("vec", _queries(1, seed=14)[0], k=10, nprobes=2)
+    vector.wait_warm()
+    assert view.merge.base_mask.status().complete
+    for q in _queries(10, seed=15):
+        _check(table, lagging, q, table.nearest("vec", q, k=10, nprobes=2), newer_exact=False)
+        _check(table, lagging, q, table.nearest("vec", q, k=10, nprobes=2, refine_factor=5), newer_exact=False)
