@@ -313,3 +313,36 @@ def test_base_hits_told_live_by_address_once_the_mask_is_decided(lagging: Laggin
     for q in _queries(10, seed=15):
         _check(table, lagging, q, table.nearest("vec", q, k=10, nprobes=2), newer_exact=False)
         _check(table, lagging, q, table.nearest("vec", q, k=10, nprobes=2, refine_factor=5), newer_exact=False)
+
+
+def test_background_read_stops_when_told_and_can_be_claimed_again(lagging: Lagging, large_is_small: None) -> None:
+    import memwal_query.vector as vector
+    from memwal_query.vector_pool import Partitioning, claim_part, ready_part, warm_part
+
+    view = mq.open_table(lagging.t.uri).view
+    flat = Partitioning(None, False, "flat")
+    g = vector.knn_memory(view, "vec").held[0]
+    assert claim_part(g, "vec", view.cache, flat) and not claim_part(g, "vec", view.cache, flat)
+    warm_part(g, "vec", view.snapshot, view.cache, flat, stop=lambda: True)  # the interpreter exiting
+    assert ready_part(g, "vec", view.cache, flat) is None
+    assert claim_part(g, "vec", view.cache, flat)  # not left marked as being read
+    warm_part(g, "vec", view.snapshot, view.cache, flat, stop=lambda: False)
+    part = ready_part(g, "vec", view.cache, flat)
+    assert part is not None and part.table.num_rows == g.num_rows
+
+
+def test_exit_right_after_a_search_is_clean(lagging: Lagging) -> None:
+    """A process that exits while the first search's background reads are queued exits cleanly."""
+    import subprocess
+    import sys
+
+    script = (
+        "import numpy as np, memwal_query as mq, memwal_query.vector_pool as vp\n"
+        "vp.LARGE_GENERATION_ROWS = 500\n"
+        f"t = mq.open_table({lagging.t.uri!r})\n"
+        "print(t.nearest('vec', np.zeros(16, np.float32), k=3, nprobes=2).num_rows)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "3"
+    assert "panic" not in proc.stderr.lower() and "Traceback" not in proc.stderr
