@@ -237,6 +237,11 @@ class BaseMask:
             self._all = np.sort(np.concatenate(parts)) if parts else _EMPTY
         return self._all
 
+    @property
+    def all_known(self) -> bool:
+        """Whether :meth:`all` answers without reading anything (decided already, or nothing to shadow)."""
+        return self.newer is None or self._all is not None
+
     def count(self) -> int:
         """Shadowed base rows in all (decides every fragment once)."""
         return int(self.all().size)

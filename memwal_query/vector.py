@@ -325,7 +325,7 @@ def _warm_later(view: TableView, spec: SearchSpec, mask: bool) -> None:
         if claim_part(g, spec.column, view.cache, _UNPARTITIONED):
             _warm(partial(warm_part, g, spec.column, view.snapshot, view.cache, _UNPARTITIONED, _EXITING.is_set))
     base_mask = view.merge.base_mask
-    if mask and not base_mask.status().complete:
+    if mask and not base_mask.all_known:
         _warm(base_mask.all)
 
 
@@ -372,7 +372,7 @@ def _base_jobs(
     # most base rows superseded (newer keys >= half the base): the base's live hits are found by
     # address once the mask is decided (in the background: it reads the base keys, at most
     # twice the newer keys)
-    shadowed = (lambda: view.merge.base_drop) if _by_address(view) and view.merge.base_mask.status().complete else None
+    shadowed = (lambda: view.merge.base_drop) if _by_address(view) and view.merge.base_mask.all_known else None
     run = partial(
         cands.base,
         base,
@@ -395,7 +395,8 @@ def _base_jobs(
 
 def _by_address(view: TableView) -> bool:
     """Whether the base's hits are told live by address: newer keys >= half the base rows."""
-    return len(view.merge.newer) >= _base_rows(view) * _BY_ADDRESS_SHARE
+    newer = len(view.merge.newer)
+    return newer > 0 and newer >= _base_rows(view) * _BY_ADDRESS_SHARE
 
 
 def _base_rows(view: TableView) -> int:
