@@ -15,8 +15,6 @@ from __future__ import annotations
 import os
 
 from memwal_query.scan.fragment import CompositeFragment, SourceFragment
-from memwal_query.scan.indexed_base import IndexedBaseFragment
-from memwal_query.scan.lance_fragment import LanceFragment
 
 __all__ = ["ChainFragment", "balance", "workers"]
 
@@ -39,15 +37,6 @@ class ChainFragment(CompositeFragment[SourceFragment]):
         return f"<memwal chain of {len(self.parts)} partitions>"
 
 
-def _work(frag: SourceFragment) -> int:
-    """Rows a scan of ``frag`` may read (base fragments' from their metadata: no IO)."""
-    if isinstance(frag, LanceFragment) and frag.region is None:
-        return int(frag.fragment.physical_rows)
-    if isinstance(frag, IndexedBaseFragment):
-        return sum(int(p.fragment.physical_rows) for p in frag.parts)
-    return frag.rows_hint()
-
-
 def balance(frags: list[SourceFragment], bins: int) -> list[SourceFragment]:
     """At most ``bins`` partitions of about equal work (unchanged when there are no more).
 
@@ -57,7 +46,7 @@ def balance(frags: list[SourceFragment], bins: int) -> list[SourceFragment]:
     """
     if len(frags) <= bins:
         return frags
-    work = [_work(f) for f in frags]
+    work = [f.work_hint() for f in frags]
     load = [0] * bins
     chains: list[list[SourceFragment]] = [[] for _ in range(bins)]
     for i in sorted(range(len(frags)), key=lambda i: -work[i]):

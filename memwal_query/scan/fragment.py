@@ -135,6 +135,10 @@ class SourceFragment:
         """Rows before masking (cheap; used to pack small sources together)."""
         return self.live_rows()
 
+    def work_hint(self) -> int:
+        """Rows a scan of this partition may read (deals partitions to CPUs; metadata, no IO, where it can)."""
+        return self.rows_hint()
+
     def batches(
         self, cols: list[str], filt: pc.Expression | None, out: pa.Schema, batch_size: int | None
     ) -> Iterator[pa.RecordBatch]:
@@ -192,6 +196,9 @@ class CompositeFragment(SourceFragment, Generic[P]):
 
     def rows_hint(self) -> int:
         return sum(p.rows_hint() for p in self.parts)
+
+    def work_hint(self) -> int:
+        return sum(p.work_hint() for p in self.parts)
 
     def batches(
         self, cols: list[str], filt: pc.Expression | None, out: pa.Schema, batch_size: int | None

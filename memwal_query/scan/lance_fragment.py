@@ -384,6 +384,10 @@ class LanceFragment(SourceFragment):
             self._rows = int(self.fragment.count_rows())
         return self._rows
 
+    def work_hint(self) -> int:
+        # a base fragment's rows from its metadata (counting them would read its deletion file)
+        return int(self.fragment.physical_rows) if self.region is None else self.rows_hint()
+
     def batches(
         self, cols: list[str], filt: pc.Expression | None, out: pa.Schema, batch_size: int | None
     ) -> Iterator[pa.RecordBatch]:
