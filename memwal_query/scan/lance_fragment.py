@@ -384,8 +384,7 @@ class LanceFragment(SourceFragment):
             self._rows = int(self.fragment.count_rows())
         return self._rows
 
-    def work_hint(self) -> int:
-        # a base fragment's rows from its metadata (counting them would read its deletion file)
+    def work_hint(self) -> int:  # a base fragment's from its metadata (counting reads its deletion file)
         return int(self.fragment.physical_rows) if self.region is None else self.rows_hint()
 
     def batches(
