@@ -24,6 +24,7 @@ newer levels searched in memory are exact inside the partitions they probe.
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -319,7 +320,8 @@ def _generation_jobs(view: TableView, spec: SearchSpec, pruned: set[str], cands:
 def _warm_later(view: TableView, spec: SearchSpec, mask: bool) -> None:
     """After a search without a filter, read in the background what later searches use: the
     held large generations' rows and (``mask``) the base mask. Until then those searches
-    read Lance (the same rows and distances); a first search does not wait for either."""
+    read Lance (the same rows and distances); a first search does not wait for either.
+    ``MEMWAL_KNN_BACKGROUND=0`` reads them on the calling thread instead."""
     plan = knn_memory(view, spec.column)
     for g in plan.held:
         if claim_part(g, spec.column, view.cache, _UNPARTITIONED):
@@ -330,6 +332,9 @@ def _warm_later(view: TableView, spec: SearchSpec, mask: bool) -> None:
 
 
 def _warm(job: Callable[[], object]) -> None:
+    if os.environ.get("MEMWAL_KNN_BACKGROUND", "").strip().lower() in ("0", "false", "off", "no"):
+        job()  # asked not to use a background thread: the search that starts it waits
+        return
     with _PENDING_LOCK:
         _PENDING[:] = [f for f in _PENDING if not f.done() or f.exception() is not None]
         _PENDING.append(_WARMER.submit(_unless_exiting, job))

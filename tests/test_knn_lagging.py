@@ -347,3 +347,20 @@ def test_exit_right_after_a_search_is_clean(lagging: Lagging) -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "3"
     assert "panic" not in proc.stderr.lower() and "Traceback" not in proc.stderr
+
+
+def test_background_reads_can_be_turned_off(
+    lagging: Lagging, large_is_small: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MEMWAL_KNN_BACKGROUND=0: the first search reads the held rows and the base mask itself."""
+    import memwal_query.vector as vector
+
+    monkeypatch.setenv("MEMWAL_KNN_BACKGROUND", "0")
+    table = mq.open_table(lagging.t.uri)
+    q = _queries(1, seed=16)[0]
+    _check(table, lagging, q, table.nearest("vec", q, k=10, nprobes=2), newer_exact=False)
+    assert table.view.merge.base_mask.all_known  # no wait_warm(): decided before nearest returned
+    _check(table, lagging, q, table.nearest("vec", q, k=10, nprobes=2), newer_exact=False)
+    stats = table.last_nearest_stats
+    assert stats is not None and sum("rows held in memory" in s for s in stats.sources) == 2
+    assert len(vector.knn_memory(table, "vec").held) == 2
