@@ -55,7 +55,7 @@ from memwal_query.vector_pool import (
     ready_part,
     warm_part,
 )
-from memwal_query.vector_search import Candidates, RowsOf, SearchSpec, exact_distances, lance_search
+from memwal_query.vector_search import Candidates, RowsOf, SearchSpec, by_source, exact_distances, lance_search
 from memwal_query.view.table_view import HasView, TableView, view_of
 
 __all__ = ["NearestStats", "NearestResult", "IndexCoverage", "nearest", "index_coverage", "knn_memory", "wait_warm"]
@@ -274,13 +274,10 @@ def _search_pool(
 
     def rows(at: np.ndarray) -> pa.Table:
         picked = idx[at]
-        source, row = pool.source_of[picked], pool.row_of[picked]
-        pieces, ranks = [], []
-        for s in np.unique(source).tolist():
-            mine = np.flatnonzero(source == s)
-            pieces.append(pool.sources[s].part.table.select(cols).take(pa.array(row[mine])))
-            ranks.append(mine)
-        return pa.concat_tables(pieces).take(pa.array(np.argsort(np.concatenate(ranks))))
+        row = pool.row_of[picked]
+        return by_source(
+            pool.source_of[picked], lambda s, mine: pool.sources[s].part.table.select(cols).take(pa.array(row[mine]))
+        )
 
     return _pool_label(pool), dist, rows
 

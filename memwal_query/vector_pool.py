@@ -183,17 +183,16 @@ class PoolPart:
         return at
 
 
-def _read_generation(g: GenerationSource, names: list[str], stop: Callable[[], bool] | None = None) -> pa.Table | None:
-    """Every row of ``g`` (``names`` and ``_rowaddr``); ``None`` if ``stop()`` turned true meanwhile."""
+def _read_generation(g: GenerationSource, names: list[str], stop: Callable[[], bool] = bool) -> pa.Table | None:
+    """Every row of ``g`` (``names``, ``_rowaddr``); ``None`` if ``stop()`` (default ``bool()``: never) turned true."""
     try:
-        if stop is None:
-            return g.dataset.to_table(columns=names, with_row_address=True)
+        reader = g.dataset.scanner(columns=names, with_row_address=True).to_reader()
         batches = []
-        for batch in g.dataset.to_batches(columns=names, with_row_address=True):
+        for batch in reader:
             if stop():
                 return None
             batches.append(batch)
-        return pa.Table.from_batches(batches) if batches else g.dataset.to_table(columns=names, with_row_address=True)
+        return pa.Table.from_batches(batches, schema=reader.schema)
     except (ValueError, OSError, RuntimeError) as err:
         what = f"generation {g.generation} of region {g.region_id} ({g.uri})"
         msg = f"cannot read {what} for vector search: {lance_message(err)}"
@@ -222,11 +221,16 @@ def part_of(table: pa.Table, column: str, snapshot: Snapshot, parts: Partitionin
     return PoolPart(t, mat, valid, addrs, _assign(mat, parts.centroids, parts.cosine), order)
 
 
+def _part_key(g: GenerationSource, column: str, parts: Partitioning) -> tuple[str, str, str, str]:
+    """A generation part's key in ``SnapshotCache.vector_parts`` (``keep_generations`` reads ``[1]``)."""
+    return ("part", g.uri, column, parts.key)
+
+
 def generation_part(
     g: GenerationSource, column: str, snapshot: Snapshot, cache: SnapshotCache, parts: Partitioning
 ) -> PoolPart:
     """A generation's rows in memory (read once per generation URI, column and partitioning)."""
-    key = ("part", g.uri, column, parts.key)
+    key = _part_key(g, column, parts)
     with cache.lock:
         hit = cache.vector_parts.get(key)
     if isinstance(hit, PoolPart):
@@ -245,13 +249,13 @@ _WARMING = object()  # a generation part being read in the background
 def ready_part(g: GenerationSource, column: str, cache: SnapshotCache, parts: Partitioning) -> PoolPart | None:
     """A generation's rows if in memory already (``None``: not read, or being read)."""
     with cache.lock:
-        hit = cache.vector_parts.get(("part", g.uri, column, parts.key))
+        hit = cache.vector_parts.get(_part_key(g, column, parts))
     return hit if isinstance(hit, PoolPart) else None
 
 
 def claim_part(g: GenerationSource, column: str, cache: SnapshotCache, parts: Partitioning) -> bool:
     """Whether the caller is to read this part (nobody holds or reads it yet); marks it as being read."""
-    key = ("part", g.uri, column, parts.key)
+    key = _part_key(g, column, parts)
     with cache.lock:
         if key in cache.vector_parts:
             return False
@@ -273,11 +277,10 @@ def warm_part(
     read is dropped silently: the generation stays searched through Lance, which reports any
     error, and the next search claims the part again.
     """
-    key = ("part", g.uri, column, parts.key)
-    part: PoolPart | None = None
+    key = _part_key(g, column, parts)
     try:
         rows = _read_generation(g, list(snapshot.schema.names), stop)
-        part = None if rows is None else part_of(rows, column, snapshot, parts)
+        part: PoolPart | None = None if rows is None else part_of(rows, column, snapshot, parts)
     except (MemWalError, ValueError, OSError, RuntimeError, pa.ArrowException):
         part = None
     with cache.lock:

@@ -38,7 +38,16 @@ from memwal_query.format.row_address import address_option, addresses, take_rows
 from memwal_query.format.sets import member
 from memwal_query.vector_pool import PoolPart, vector_matrix
 
-__all__ = ["SearchSpec", "exact_distances", "lance_search", "overfetch", "overfetch_rows", "Candidates", "RowsOf"]
+__all__ = [
+    "SearchSpec",
+    "exact_distances",
+    "lance_search",
+    "overfetch",
+    "overfetch_rows",
+    "Candidates",
+    "RowsOf",
+    "by_source",
+]
 
 
 @dataclass(frozen=True)
@@ -138,6 +147,37 @@ def lance_search(
             raise InvalidArgumentError(msg) from err
         msg = f"vector search in {what} failed: {text}"
         raise MemWalError(msg) from err
+
+
+def by_source(source: np.ndarray, read: Callable[[int, np.ndarray], pa.Table]) -> pa.Table:
+    """Rows from several sources, in the order of ``source`` (each row's source).
+
+    ``read(s, positions)`` reads the rows at ``positions`` (into ``source``) that come from
+    source ``s``: one call per source holding some.
+    """
+    pieces, ranks = [], []
+    for s in np.unique(source).tolist():
+        mine = np.flatnonzero(source == s)
+        pieces.append(read(s, mine))
+        ranks.append(mine)
+    if len(pieces) == 1:
+        return pieces[0]
+    return pa.concat_tables(pieces).take(pa.array(np.argsort(np.concatenate(ranks))))
+
+
+def _dead_by_address(drop: np.ndarray | None) -> Callable[[pa.Table], np.ndarray]:
+    """Which hits (searched with row addresses) are in the sorted drop list ``drop``."""
+
+    def dead(hits: pa.Table) -> np.ndarray:
+        assert drop is not None  # asked only when some share is dead (see overfetch)
+        return member(addresses(hits), drop)
+
+    return dead
+
+
+def _share(drop: np.ndarray | None, rows: int) -> float:
+    """The share of a source's ``rows`` its drop list supersedes."""
+    return 0.0 if drop is None else drop.size / max(rows, 1)
 
 
 def overfetch_rows(k: int, dead_share: float) -> int:
@@ -250,13 +290,7 @@ class Candidates:
                 drop = shadowed()
                 share = drop.size / max(base_rows, 1)
                 return self._live_then_read(
-                    ds,
-                    what,
-                    lambda h: member(addresses(h), drop),
-                    share,
-                    keys=False,
-                    refined=refined,
-                    indexed_only=indexed_only,
+                    ds, what, _dead_by_address(drop), share, keys=False, refined=refined, indexed_only=indexed_only
                 )
             if refined and overfetch_rows(spec.k, share) > 2 * spec.k:
                 return self._live_then_read(ds, what, dead, share, keys=True, refined=True, indexed_only=indexed_only)
@@ -286,13 +320,7 @@ class Candidates:
         distances, re-ranked exactly (:meth:`distances`) as Lance's refine does over live rows.
         """
         spec = self.spec
-        cols = list(spec.key_cols) if keys else []
-
-        def search(n: int) -> pa.Table:
-            args = spec.args(n)
-            args.pop("refine_factor", None)
-            return lance_search(ds, what, spec, args, None, indexed_only=indexed_only, row_addrs=True, columns=cols)
-
+        search = self._addresses_search(ds, what, list(spec.key_cols) if keys else [], indexed_only=indexed_only)
         want = spec.k * int(spec.refine_factor or 1) if refined else spec.k
         live = overfetch(search, dead, want, share)
         if refined:
@@ -310,34 +338,33 @@ class Candidates:
         def search(n: int) -> pa.Table:
             return lance_search(ds, what, spec, spec.args(n, index=index), None, vectors=not exact, row_addrs=True)
 
-        def dead(hits: pa.Table) -> np.ndarray:
-            assert drop is not None
-            return member(addresses(hits), drop)
-
-        share = 0.0 if drop is None else drop.size / max(rows, 1)
-        return overfetch(search, dead, spec.k, share)
+        return overfetch(search, _dead_by_address(drop), spec.k, _share(drop, rows))
 
     def held(self, ds: lance.LanceDataset, what: str, drop: np.ndarray | None, part: PoolPart, rows: int) -> pa.Table:
         """A held large generation's hits by its own index: row addresses from Lance, the rest from memory.
 
         With ``refine_factor`` Lance is asked for ``k * refine_factor`` rows without refining;
-        :meth:`exact` then re-ranks them by their exact distances (what Lance's refine does).
+        :meth:`distances` then re-ranks them exactly (what Lance's refine does).
         """
+        spec = self.spec
+        search = self._addresses_search(ds, what, [], indexed_only=False)
+        hits = overfetch(search, _dead_by_address(drop), spec.k * (spec.refine_factor or 1), _share(drop, rows))
+        at = part.positions(addresses(hits), what)
+        return part.table.select(spec.fetch_cols).take(pa.array(at))
+
+    def _addresses_search(
+        self, ds: lance.LanceDataset, what: str, cols: list[str], *, indexed_only: bool
+    ) -> Callable[[int], pa.Table]:
+        """A search of ``ds`` by its index returning ``cols``, row addresses and the index's own
+        distances, without Lance's refine (the caller re-ranks exactly what it keeps)."""
         spec = self.spec
 
         def search(n: int) -> pa.Table:
             args = spec.args(n)
             args.pop("refine_factor", None)
-            return lance_search(ds, what, spec, args, None, row_addrs=True, columns=[])
+            return lance_search(ds, what, spec, args, None, indexed_only=indexed_only, row_addrs=True, columns=cols)
 
-        def dead(hits: pa.Table) -> np.ndarray:
-            assert drop is not None
-            return member(addresses(hits), drop)
-
-        share = 0.0 if drop is None else drop.size / max(rows, 1)
-        hits = overfetch(search, dead, spec.k * (spec.refine_factor or 1), share)
-        at = part.positions(addresses(hits), what)
-        return part.table.select(spec.fetch_cols).take(pa.array(at))
+        return search
 
     def top(self) -> pa.Table:
         """The best k of every source's candidates (ties: the source added first), with ``_distance``."""
@@ -350,14 +377,10 @@ class Candidates:
         if not order.size:
             return target.append(pa.field("_distance", pa.float32())).empty_table()
         starts = np.cumsum([0] + [x.size for x in dists])
-        source = np.searchsorted(starts, order, side="right") - 1
-        pieces, ranks = [], []
-        for s in np.unique(source).tolist():  # read the winners' rows, a call per source holding some
-            mine = np.flatnonzero(source == s)
-            piece = self.found[s].rows(order[mine] - starts[s]).select(target.names)
-            pieces.append(piece if piece.schema == target else piece.cast(target))
-            ranks.append(mine)
-        rows = pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
-        if len(pieces) > 1:  # back to rank order
-            rows = rows.take(pa.array(np.argsort(np.concatenate(ranks))))
+
+        def piece(s: int, mine: np.ndarray) -> pa.Table:
+            t = self.found[s].rows(order[mine] - starts[s]).select(target.names)
+            return t if t.schema == target else t.cast(target)
+
+        rows = by_source(np.searchsorted(starts, order, side="right") - 1, piece)
         return rows.append_column("_distance", pa.array(d[order], pa.float32()))
