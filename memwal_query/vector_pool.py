@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 
 from memwal_query.errors import MemWalError
 from memwal_query.format.lance_open import lance_message
+from memwal_query.format.topk import smallest
 from memwal_query.snapshot.cache import SnapshotCache
 from memwal_query.snapshot.model import GenerationSource, Snapshot
 
@@ -420,7 +421,7 @@ class VectorPool:
                 at += hi - lo
             d = _from_dot(dot, norms, q, metric)
         if d.size > k:
-            top = np.argpartition(d, k - 1)[:k]
+            top = smallest(d, k)
             d, idx = d[top], idx[top]
         return idx, d
 

@@ -42,6 +42,7 @@ from memwal_query.format.beside import start_beside
 from memwal_query.format.lance_open import lance_message
 from memwal_query.format.row_address import address_option, addresses, take_rows
 from memwal_query.format.sets import member
+from memwal_query.format.topk import smallest
 from memwal_query.fts.analyzer import Doc
 from memwal_query.fts.bm25 import CorpusStats, phrase_match, score_docs_under
 from memwal_query.fts.corpus import (
@@ -241,9 +242,7 @@ def _passing(src: FlatSource, q: _Query) -> np.ndarray:
 
 def _top(scores: np.ndarray, k: int) -> np.ndarray:
     """Positions of the ``k`` largest ``scores`` (any order)."""
-    if scores.size <= k:
-        return np.arange(scores.size)
-    return np.argpartition(-scores, k - 1)[:k]
+    return smallest(-scores, k)
 
 
 def _kth(scores: Sequence[np.ndarray], k: int) -> float:
