@@ -1,13 +1,16 @@
 """Vector search (KNN) over the merged table.
 
-Sources (see :mod:`memwal_query.vector_search` and :mod:`memwal_query.vector_pool`):
+Sources (see :mod:`memwal_query.vector_search`, :mod:`memwal_query.vector_levels` and
+:mod:`memwal_query.vector_pool`):
 
 * the base through its index (a flat scan of fragments the index does not cover
   yet, or the catch-up generations' indexes when the Indexed Read Plan is chosen),
   without the base mask: it over-fetches, drops hits whose key has a newer version
   and widens the search while fewer than ``k`` survive;
 * without a filter, small unmerged generations and the MemTables together, in memory,
-  probing the base index's nearest IVF partitions (every row without ``nprobes``);
+  probing the base index's nearest IVF partitions (every row without ``nprobes``); a
+  search that finds them not in memory yet searches those generations through Lance
+  (flat) and starts reading them in the background (:mod:`memwal_query.vector_levels`);
   large generations through their own index with the base's ``nprobes`` /
   ``refine_factor`` (their rows held in memory when the budget allows: Lance returns
   row addresses, vectors and columns come from memory), those over the memory budget
@@ -24,11 +27,9 @@ newer levels searched in memory are exact inside the partitions they probe.
 from __future__ import annotations
 
 import dataclasses
-import os
-import threading
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, NamedTuple
@@ -37,25 +38,22 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from memwal_query import vector_background as background
 from memwal_query.errors import InvalidArgumentError
 from memwal_query.format.beside import start_beside
-from memwal_query.format.sets import member
 from memwal_query.planner.catchup import CatchupPlan
-from memwal_query.vector_pool import (
-    Partitioning,
-    PoolPart,
-    PoolPlan,
-    VectorPool,
-    build_pool,
-    claim_part,
-    generation_part,
-    index_centroids,
-    part_of,
-    plan_pool,
-    ready_part,
-    warm_part,
+from memwal_query.vector_background import wait_warm
+from memwal_query.vector_levels import (
+    Job,
+    generation_jobs,
+    knn_memory,
+    pool_ready,
+    search_memtables,
+    search_pool,
+    warm_later,
 )
-from memwal_query.vector_search import Candidates, RowsOf, SearchSpec, by_source, exact_distances, lance_search
+from memwal_query.vector_pool import PoolPlan
+from memwal_query.vector_search import Candidates, SearchSpec, lance_search
 from memwal_query.view.table_view import HasView, TableView, view_of
 
 __all__ = ["NearestStats", "NearestResult", "IndexCoverage", "nearest", "index_coverage", "knn_memory", "wait_warm"]
@@ -64,18 +62,6 @@ METRICS = {"l2": "l2", "cosine": "cosine", "dot": "dot"}
 #: Lance searches of one vector search run side by side (they release the GIL).
 _WORKERS = 4
 _EXECUTOR = ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="memwal-knn")
-#: Reads what later searches use, after a search (one at a time; joined at interpreter exit).
-_WARMER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memwal-knn-warm")
-_EXITING = threading.Event()
-_PENDING: list[Future[None]] = []  # background reads not waited for yet (see wait_warm)
-_PENDING_LOCK = threading.Lock()
-# Set when the interpreter starts exiting, before executors are joined (threading runs these
-# hooks in reverse order: after this one, concurrent.futures' join). No public hook runs
-# that early: atexit's run after the join.
-_at_exit = getattr(threading, "_register_atexit", None)
-if _at_exit is not None:
-    _at_exit(_EXITING.set)
-_READERS = 4  # generations read at once when the pool is first built
 #: Newer keys per base row from which the base's hits are told live by address (the base mask).
 _BY_ADDRESS_SHARE = 0.5
 
@@ -204,159 +190,6 @@ def _base_label(coverage: IndexCoverage | None, catchup: bool) -> str:
     return f"base ({coverage.describe()})"
 
 
-_UNPARTITIONED = Partitioning(None, False, "flat")
-
-
-def _partitioning(view: TableView, spec: SearchSpec, coverage: IndexCoverage | None) -> Partitioning:
-    """The base index's IVF centroids, for l2 and cosine searches (dot: the pool is read whole)."""
-    if coverage is None or spec.metric == "dot":
-        return _UNPARTITIONED
-    base = view.snapshot.base
-    cents = index_centroids(base, coverage.index_name, view.cache)
-    if cents is None:
-        return _UNPARTITIONED
-    key = f"{base.uri}@{base.version}/{coverage.index_name}/{spec.metric}"
-    return Partitioning(cents, spec.metric == "cosine", key)
-
-
-def _pool(view: TableView, spec: SearchSpec, plan: PoolPlan, parts: Partitioning) -> VectorPool:
-    """The snapshot's pooled rows (small generations, MemTables) for ``spec``'s column."""
-    snapshot, merge = view.snapshot, view.merge
-    sources: list[tuple[str, str, PoolPart, np.ndarray]] = []
-    read = partial(generation_part, column=spec.column, snapshot=snapshot, cache=view.cache, parts=parts)
-    with ThreadPoolExecutor(_READERS, thread_name_prefix="memwal-knn-read") as pool:  # first search: Lance reads
-        gen_parts = list(pool.map(read, plan.pooled))  # the generations side by side (it releases the GIL)
-    for g, part in zip(plan.pooled, gen_parts, strict=True):
-        live = part.valid.copy()
-        drop = merge.generation_drop.get(g.uri)
-        if drop is not None and drop.size and part.row_addrs is not None:
-            live &= ~member(part.row_addrs, drop)  # drop lists are sorted and distinct
-        sources.append((f"{g.region_id} generation {g.generation}", g.region_id, part, live))
-    for region_id, rows in merge.memtables.items():
-        if rows.num_rows:
-            part = part_of(rows, spec.column, snapshot, parts)
-            sources.append((f"{region_id} memtable", region_id, part, part.valid))
-    return build_pool(sources, parts.centroids, parts.cosine)
-
-
-def _pool_label(pool: VectorPool) -> str:
-    labels = [s.label for s in pool.sources]
-    if len(labels) > 8:
-        mem = sum(1 for s in labels if s.endswith("memtable"))
-        labels = [f"{len(labels) - mem} generations"] + ([f"{mem} memtables"] if mem else [])
-    return f"in memory, exact ({pool.num_rows:,} live rows): {', '.join(labels)}"
-
-
-def knn_memory(table: HasView, column: str) -> PoolPlan:
-    """Which newer levels a vector search on ``column`` keeps in memory, and the budget."""
-    view = view_of(table)
-    return view.derived(("knn-plan", column), lambda: plan_pool(view.snapshot, column))
-
-
-Job = tuple[str, Callable[[], pa.Table]]
-
-
-def _search_pool(
-    view: TableView, spec: SearchSpec, coverage: IndexCoverage | None
-) -> tuple[str, np.ndarray, RowsOf] | None:
-    """Search the pooled newer levels (small generations, MemTables) in memory.
-
-    Returns the label, the best rows' exact distances and how to read their output columns.
-    """
-    plan = knn_memory(view, spec.column)
-    parts = _partitioning(view, spec, coverage)
-    pool = view.derived(("knn-pool", spec.column, parts.key), lambda: _pool(view, spec, plan, parts))
-    if not pool.num_rows:
-        return None
-    idx, _ = pool.candidates(spec.q, spec.metric, spec.nprobes, spec.k)
-    dist = exact_distances(pool.vectors[idx], spec.q, spec.metric)  # as for every other source's rows
-    cols = list(spec.out_cols)
-
-    def rows(at: np.ndarray) -> pa.Table:
-        picked = idx[at]
-        row = pool.row_of[picked]
-        return by_source(
-            pool.source_of[picked], lambda s, mine: pool.sources[s].part.table.select(cols).take(pa.array(row[mine]))
-        )
-
-    return _pool_label(pool), dist, rows
-
-
-def _generation_jobs(view: TableView, spec: SearchSpec, pruned: set[str], cands: Candidates) -> list[Job]:
-    """Lance searches of the newer levels: without a filter the large and over-budget generations;
-    with one every generation (large ones by their index, others flat) and MemTable."""
-    plan = knn_memory(view, spec.column)
-    merge = view.merge
-    if spec.filter is None:
-        gens = [*plan.indexed, *plan.over_budget]
-    else:
-        gens = [g for r in view.snapshot.regions if r.region_id not in pruned for g in r.generations]
-    jobs: list[Job] = []
-    for g in gens:
-        indexed = g in plan.indexed
-        drop = merge.generation_drop.get(g.uri)
-        part = (
-            ready_part(g, spec.column, view.cache, _UNPARTITIONED) if spec.filter is None and g in plan.held else None
-        )
-        if part is not None:
-            label = f"{g.region_id} generation {g.generation} (its index; rows held in memory)"
-            jobs.append((label, partial(cands.held, g.dataset, g.uri, drop, part, g.num_rows)))
-            continue
-        label = f"{g.region_id} generation {g.generation} ({'its index' if indexed else 'flat'})"
-        jobs.append((label, partial(cands.generation, g.dataset, g.uri, drop, g.num_rows, index=indexed)))
-    if spec.filter is not None:
-        for region_id, mem in merge.memtables.items():
-            if region_id not in pruned and mem.num_rows:
-                ds = view.memtable_dataset(region_id, mem)
-                what = f"memtable of region {region_id}"
-                args = spec.args(spec.k, index=False)
-                jobs.append((f"{region_id} memtable", partial(lance_search, ds, what, spec, args, None, vectors=False)))
-    return jobs
-
-
-def _warm_later(view: TableView, spec: SearchSpec, mask: bool) -> None:
-    """After a search without a filter, read in the background what later searches use: the
-    held large generations' rows and (``mask``) the base mask. Until then those searches
-    read Lance (the same rows and distances); a first search does not wait for either.
-    ``MEMWAL_KNN_BACKGROUND=0`` reads them on the calling thread instead."""
-    plan = knn_memory(view, spec.column)
-    for g in plan.held:
-        if claim_part(g, spec.column, view.cache, _UNPARTITIONED):
-            _warm(partial(warm_part, g, spec.column, view.snapshot, view.cache, _UNPARTITIONED, _EXITING.is_set))
-    base_mask = view.merge.base_mask
-    if mask and not base_mask.all_known:
-        _warm(base_mask.all)
-
-
-def _warm(job: Callable[[], object]) -> None:
-    if os.environ.get("MEMWAL_KNN_BACKGROUND", "").strip().lower() in ("0", "false", "off", "no"):
-        job()  # asked not to use a background thread: the search that starts it waits
-        return
-    with _PENDING_LOCK:
-        _PENDING[:] = [f for f in _PENDING if not f.done() or f.exception() is not None]
-        _PENDING.append(_WARMER.submit(_unless_exiting, job))
-
-
-def _unless_exiting(job: Callable[[], object]) -> None:
-    """Run a background read unless the interpreter is exiting: exit waits for the read
-    running, not for the ones queued."""
-    if not _EXITING.is_set():
-        job()
-
-
-def wait_warm() -> None:
-    """Wait until what searches so far started reading in the background is read (tests, benchmarks).
-
-    Raises:
-        Exception: The first error of a background read (they are otherwise silent: the
-            searches keep reading Lance).
-    """
-    with _PENDING_LOCK:
-        pending, _PENDING[:] = list(_PENDING), []
-    for f in pending:
-        f.result()
-
-
 def _base_jobs(
     view: TableView,
     spec: SearchSpec,
@@ -393,6 +226,15 @@ def _base_jobs(
             label = f"{g.region_id} catch-up generation {g.generation} (unindexed base rows)"
             jobs.append((label, partial(lance_search, g.dataset, g.uri, spec, spec.args(spec.k), src.drop)))
     return jobs
+
+
+def _read_later(view: TableView, spec: SearchSpec, index_name: str | None, pooled: bool) -> None:
+    """After a search without a filter: what later searches use, read in the background (the
+    newer levels', and the base mask when the base's hits are told live by address)."""
+    warm_later(view, spec, index_name, pooled=pooled)
+    base_mask = view.merge.base_mask
+    if _by_address(view) and not base_mask.all_known:
+        background.later(base_mask.all)  # reads the base keys: at most twice the newer keys
 
 
 def _by_address(view: TableView) -> bool:
@@ -461,21 +303,25 @@ def nearest(
         catchup = plan.usable
         stats.coverage = dataclasses.replace(stats.coverage, plan=plan, plan_used=catchup)
     cands = Candidates(spec, schema)
+    index_name = stats.coverage.index_name if stats.coverage is not None else None
+    pooled = filter is None and pool_ready(view, spec, index_name)
     base_jobs = _base_jobs(view, spec, stats.coverage, plan if catchup else None, cands, pruned)
-    jobs = base_jobs + _generation_jobs(view, spec, pruned, cands)
+    jobs = base_jobs + generation_jobs(view, spec, pruned, cands, pooled=pooled)
     futures = start_beside(_EXECUTOR, _WORKERS, [fn for _, fn in jobs])  # Lance searches beside the pool's
-    pooled = _search_pool(view, spec, stats.coverage) if filter is None else None
+    in_memory = None
+    if filter is None:  # the pool; while it is not in memory yet, the MemTables alone
+        in_memory = search_pool(view, spec, index_name) if pooled else search_memtables(view, spec)
     for (label, _), fut in zip(base_jobs, futures, strict=False):
         cands.add(fut.result(), label)
     if filter is None:
         stats.memory = knn_memory(view, column)
-    if pooled is not None:
-        cands.add_rows(*pooled)
+    if in_memory is not None:
+        cands.add_rows(*in_memory)
     for (label, _), fut in zip(jobs[len(base_jobs) :], futures[len(base_jobs) :], strict=True):
         cands.add(fut.result(), label)
     stats.sources = cands.labels
     out = cands.top()
     if filter is None:
-        _warm_later(view, spec, _by_address(view))
+        _read_later(view, spec, index_name, pooled)
     stats.seconds = time.perf_counter() - t0
     return NearestResult(out, stats)

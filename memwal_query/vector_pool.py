@@ -28,7 +28,6 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import lance
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -55,7 +54,6 @@ __all__ = [
     "warm_part",
     "part_of",
     "vector_matrix",
-    "index_centroids",
 ]
 
 #: A generation with at least this many rows and its own vector index is searched through it.
@@ -71,34 +69,6 @@ def budget_bytes() -> int:
     except ValueError:
         mb = _DEFAULT_BUDGET_MB
     return int(max(mb, 0) * 2**20)
-
-
-def index_centroids(ds: lance.LanceDataset, index_name: str, cache: SnapshotCache) -> np.ndarray | None:
-    """The IVF centroids of a base vector index (None: not an IVF index), read once per index."""
-    key = ("centroids", ds.uri, index_name, ds.version)
-    with cache.lock:
-        if key in cache.vector_parts:
-            hit = cache.vector_parts[key]
-            return hit if isinstance(hit, np.ndarray) else None
-    found: np.ndarray | None = None
-    old = os.environ.get("LANCE_INCLUDE_VECTOR_CENTROIDS")
-    os.environ["LANCE_INCLUDE_VECTOR_CENTROIDS"] = "true"  # pylance 14 prints a warning otherwise
-    try:
-        stats = ds.stats.index_stats(index_name)
-        segments = stats.get("indices") or []
-        cents = [np.asarray(s["centroids"], dtype=np.float32) for s in segments if s.get("centroids") is not None]
-        if len(cents) == 1 and cents[0].ndim == 2 and cents[0].shape[0] > 1:
-            found = cents[0]
-    except (ValueError, OSError, RuntimeError, KeyError, TypeError):
-        found = None  # an index without IVF centroids: the pool is searched flat
-    finally:
-        if old is None:
-            os.environ.pop("LANCE_INCLUDE_VECTOR_CENTROIDS", None)
-        else:
-            os.environ["LANCE_INCLUDE_VECTOR_CENTROIDS"] = old
-    with cache.lock:
-        cache.vector_parts[key] = found
-    return found
 
 
 def vector_matrix(col: pa.ChunkedArray | pa.Array, dim: int) -> tuple[np.ndarray, np.ndarray]:
@@ -228,16 +198,25 @@ def _part_key(g: GenerationSource, column: str, parts: Partitioning) -> tuple[st
 
 
 def generation_part(
-    g: GenerationSource, column: str, snapshot: Snapshot, cache: SnapshotCache, parts: Partitioning
-) -> PoolPart:
-    """A generation's rows in memory (read once per generation URI, column and partitioning)."""
+    g: GenerationSource,
+    column: str,
+    snapshot: Snapshot,
+    cache: SnapshotCache,
+    parts: Partitioning,
+    stop: Callable[[], bool] = bool,
+) -> PoolPart | None:
+    """A generation's rows in memory (read once per generation URI, column and partitioning).
+
+    ``None`` if ``stop()`` turned true while reading (default: never).
+    """
     key = _part_key(g, column, parts)
     with cache.lock:
         hit = cache.vector_parts.get(key)
     if isinstance(hit, PoolPart):
         return hit
-    rows = _read_generation(g, list(snapshot.schema.names))
-    assert rows is not None
+    rows = _read_generation(g, list(snapshot.schema.names), stop)
+    if rows is None:
+        return None
     part = part_of(rows, column, snapshot, parts)
     with cache.lock:
         cache.vector_parts[key] = part

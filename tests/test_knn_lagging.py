@@ -253,6 +253,7 @@ def test_held_large_generations_answer_as_lance_reads_them(
     import dataclasses
 
     import memwal_query.vector as vector
+    import memwal_query.vector_levels as vector_levels
 
     held = mq.open_table(lagging.t.uri)
     plan = vector.knn_memory(held, "vec")
@@ -271,8 +272,8 @@ def test_held_large_generations_answer_as_lance_reads_them(
     stats = held.last_nearest_stats
     assert stats is not None and sum("rows held in memory" in s for s in stats.sources) == 2
 
-    plan_pool = vector.plan_pool
-    monkeypatch.setattr(vector, "plan_pool", lambda *a: dataclasses.replace(plan_pool(*a), held=()))
+    plan_pool = vector_levels.plan_pool
+    monkeypatch.setattr(vector_levels, "plan_pool", lambda *a: dataclasses.replace(plan_pool(*a), held=()))
     read = mq.open_table(lagging.t.uri)
     read.nearest("vec", q0, k=10, nprobes=2)
     vector.wait_warm()  # the same base search as above (by address, the mask decided)
@@ -364,3 +365,77 @@ def test_background_reads_can_be_turned_off(
     stats = table.last_nearest_stats
     assert stats is not None and sum("rows held in memory" in s for s in stats.sources) == 2
     assert len(vector.knn_memory(table, "vec").held) == 2
+
+
+def test_first_search_does_not_wait_for_the_pool(lagging: Lagging) -> None:
+    """A first search searches the small generations through Lance (flat, exact) and the MemTables
+    in memory; the pool is read in the background and serves the searches after it."""
+    import memwal_query.vector as vector
+
+    table = mq.open_table(lagging.t.uri)
+    qs = _queries(6, seed=21)
+    _check(table, lagging, qs[0], table.nearest("vec", qs[0], k=10, nprobes=2), newer_exact=True)
+    stats = table.last_nearest_stats
+    assert stats is not None and stats.memory is not None
+    small = len(stats.memory.pooled)
+    assert small >= 2 * SMALL_ROUNDS
+    assert sum(s.endswith("(flat for now)") for s in stats.sources) == small
+    assert [s for s in stats.sources if s.startswith("in memory")] == [
+        s for s in stats.sources if s.startswith("in memory") and s.endswith("memtable")
+    ]  # the MemTables alone
+    vector.wait_warm()
+    for q in qs[1:]:
+        _check(table, lagging, q, table.nearest("vec", q, k=10, nprobes=PARTITIONS), newer_exact=True)
+        _check(table, lagging, q, table.nearest("vec", q, k=10, nprobes=2), newer_exact=False)
+    stats = table.last_nearest_stats
+    assert stats is not None and not any("flat for now" in s for s in stats.sources)
+    assert any(s.startswith("in memory, exact") and f"{small} generations" in s for s in stats.sources)
+
+
+def test_refreshed_snapshot_lays_out_the_pool_at_once(lagging: Lagging) -> None:
+    """Generations read for an earlier snapshot are not searched through Lance again."""
+    import memwal_query.vector as vector
+
+    table = mq.open_table(lagging.t.uri)
+    table.nearest("vec", _queries(1, seed=22)[0], k=10, nprobes=2)
+    vector.wait_warm()
+    again = table.refresh()
+    q = _queries(1, seed=23)[0]
+    _check(again, lagging, q, again.nearest("vec", q, k=10, nprobes=PARTITIONS), newer_exact=True)
+    stats = again.last_nearest_stats
+    assert stats is not None and not any("flat for now" in s for s in stats.sources)
+
+
+def test_pool_read_stopped_at_exit_is_claimed_again(lagging: Lagging, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pool read stopped by an exiting interpreter keeps nothing; the next search starts it again."""
+    import threading
+
+    import memwal_query.vector as vector
+    import memwal_query.vector_background as background
+
+    class ExitsSoon:
+        """The interpreter starts exiting after a few checks (mid-read)."""
+
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def is_set(self) -> bool:
+            self.calls += 1
+            return self.calls > 4
+
+    monkeypatch.setenv("MEMWAL_KNN_BACKGROUND", "1")
+    table = mq.open_table(lagging.t.uri)
+    q = _queries(1, seed=24)[0]
+    exits = ExitsSoon()
+    monkeypatch.setattr(background, "EXITING", exits)
+    table.nearest("vec", q, k=10, nprobes=2)
+    vector.wait_warm()
+    assert exits.calls > 4  # it started, then stopped
+    monkeypatch.setattr(background, "EXITING", threading.Event())
+    table.nearest("vec", q, k=10, nprobes=2)
+    stats = table.last_nearest_stats
+    assert stats is not None and any(s.endswith("(flat for now)") for s in stats.sources)  # nothing kept
+    vector.wait_warm()  # claimed again by that search: read to the end this time
+    _check(table, lagging, q, table.nearest("vec", q, k=10, nprobes=PARTITIONS), newer_exact=True)
+    stats = table.last_nearest_stats
+    assert stats is not None and not any("flat for now" in s for s in stats.sources)

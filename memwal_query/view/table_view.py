@@ -13,6 +13,7 @@ them writes to it. The one setting a user may change on an open table,
 from __future__ import annotations
 
 import dataclasses
+import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -100,6 +101,8 @@ class _Memo:
     memtable_datasets: dict[str, lance.LanceDataset] = field(default_factory=dict)
     datasets: dict[tuple[bool, bool, bool], MergedDataset] = field(default_factory=dict)
     derived: dict[tuple[object, ...], object] = field(default_factory=dict)
+    claims: set[tuple[object, ...]] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 def _transform(f: ShardingFieldSpec, arr: pa.Array) -> pa.Array:
@@ -252,6 +255,24 @@ class TableView:
         if key not in memo:
             memo[key] = build()
         return memo[key]  # type: ignore[return-value]
+
+    def derived_ready(self, key: tuple[object, ...]) -> object | None:
+        """A value :meth:`derived` built already under ``key`` (None: not built yet)."""
+        return self._memo.derived.get(key)
+
+    def claim(self, key: tuple[object, ...]) -> bool:
+        """True for one caller of ``key`` until it calls :meth:`release` (e.g. who reads a
+        derived value in the background)."""
+        with self._memo.lock:
+            if key in self._memo.claims:
+                return False
+            self._memo.claims.add(key)
+            return True
+
+    def release(self, key: tuple[object, ...]) -> None:
+        """Let ``key`` be claimed again."""
+        with self._memo.lock:
+            self._memo.claims.discard(key)
 
     # -- datasets ------------------------------------------------------------------
     def dataset(self, *, hidden_columns: bool = False, prune: bool = True, cache: bool = True) -> MergedDataset:
