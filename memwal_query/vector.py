@@ -9,8 +9,8 @@ Sources (see :mod:`memwal_query.vector_search`, :mod:`memwal_query.vector_levels
   and widens the search while fewer than ``k`` survive;
 * without a filter, small unmerged generations and the MemTables together, in memory,
   probing the base index's nearest IVF partitions (every row without ``nprobes``); a
-  search that finds them not in memory yet searches those generations through Lance
-  (flat) and starts reading them in the background (:mod:`memwal_query.vector_levels`);
+  search that finds them not in memory yet scores those generations' vectors exactly
+  and starts reading them in the background (:mod:`memwal_query.vector_levels`);
   large generations through their own index with the base's ``nprobes`` /
   ``refine_factor`` (their rows held in memory when the budget allows: Lance returns
   row addresses, vectors and columns come from memory), those over the memory budget

@@ -1,13 +1,14 @@
-"""The newer levels of a vector search without a filter: in memory, or through Lance until they are.
+"""The newer levels of a vector search without a filter: in memory, or read for now until they are.
 
 Small unmerged generations and the MemTables are searched together in memory (the
 *pool*, :mod:`memwal_query.vector_pool`), probing the base index's nearest IVF
 partitions. Reading every small generation and assigning its rows to partitions costs
 ~10 ms a generation (a lagging merger's 104 small generations: ~1 s), so a search that
-finds the pool not in memory yet does not wait for it: it searches those generations
-through Lance (flat, exact; their superseded rows dropped as for any generation) and the
-MemTables flat in memory, and the pool is read on the background thread
-(:mod:`memwal_query.vector_background`) for the searches after it. The pool is laid out on
+finds the pool not in memory yet does not wait for it. It reads just those generations'
+vectors and row addresses and scores them exactly (:meth:`Candidates.small_generation
+<memwal_query.vector_search.Candidates.small_generation>`: a Lance flat search costs twice
+that read), scores the MemTables flat in memory, and the pool is read on the background
+thread (:mod:`memwal_query.vector_background`) for the searches after it. The pool is laid out on
 the calling thread when its generations are in memory already (a refreshed snapshot that
 adds none), and always with ``MEMWAL_KNN_BACKGROUND=0``.
 
@@ -43,7 +44,15 @@ from memwal_query.vector_pool import (
     ready_part,
     warm_part,
 )
-from memwal_query.vector_search import Candidates, RowsOf, SearchSpec, by_source, exact_distances, lance_search
+from memwal_query.vector_search import (
+    Candidates,
+    RowsOf,
+    Scored,
+    SearchSpec,
+    by_source,
+    exact_distances,
+    lance_search,
+)
 from memwal_query.view.table_view import HasView, TableView, view_of
 
 __all__ = [
@@ -59,7 +68,7 @@ __all__ = [
     "warm_later",
 ]
 
-Job = tuple[str, Callable[[], pa.Table]]
+Job = tuple[str, Callable[[], pa.Table | Scored]]
 Found = tuple[str, np.ndarray, RowsOf]
 """A source's label, its best rows' exact distances and how to read their output columns."""
 
@@ -233,6 +242,7 @@ def generation_jobs(
         gens = [*plan.indexed, *plan.over_budget]
     else:
         gens = [g for r in view.snapshot.regions if r.region_id not in pruned for g in r.generations]
+        gens.sort(key=lambda g: g not in plan.indexed)  # the longest searches first (a first one loads the index)
     jobs: list[Job] = []
     for g in gens:
         indexed = g in plan.indexed
@@ -242,8 +252,11 @@ def generation_jobs(
             label = f"{g.region_id} generation {g.generation} (its index; rows held in memory)"
             jobs.append((label, partial(cands.held, g.dataset, g.uri, drop, part, g.num_rows)))
             continue
-        how = "its index" if indexed else "flat" if spec.filter is not None or g not in plan.pooled else "flat for now"
-        label = f"{g.region_id} generation {g.generation} ({how})"
+        if spec.filter is None and g in plan.pooled:  # the pool is not in memory yet
+            label = f"{g.region_id} generation {g.generation} (flat for now)"
+            jobs.append((label, partial(cands.small_generation, g.dataset, g.uri, drop)))
+            continue
+        label = f"{g.region_id} generation {g.generation} ({'its index' if indexed else 'flat'})"
         jobs.append((label, partial(cands.generation, g.dataset, g.uri, drop, g.num_rows, index=indexed)))
     if spec.filter is not None:
         for region_id, mem in merge.memtables.items():

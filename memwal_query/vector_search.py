@@ -36,6 +36,7 @@ from memwal_query.errors import InvalidArgumentError, MemWalError
 from memwal_query.format.lance_open import lance_message
 from memwal_query.format.row_address import address_option, addresses, take_rows
 from memwal_query.format.sets import member
+from memwal_query.format.topk import smallest
 from memwal_query.vector_pool import PoolPart, vector_matrix
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "overfetch_rows",
     "Candidates",
     "RowsOf",
+    "Scored",
     "by_source",
 ]
 
@@ -208,6 +210,14 @@ RowsOf = Callable[[np.ndarray], pa.Table]
 
 
 @dataclass(frozen=True)
+class Scored:
+    """A source's candidates scored already: exact distances, and how to read their output columns."""
+
+    dist: np.ndarray
+    rows: RowsOf
+
+
+@dataclass(frozen=True)
 class _Found:
     """One source's candidates: exact distances (inf: unusable) and how to read their rows."""
 
@@ -244,8 +254,11 @@ class Candidates:
         d[~valid] = np.inf
         return d
 
-    def add(self, hits: pa.Table, label: str) -> None:
-        """Keep ``hits`` (fetched columns) of a source."""
+    def add(self, hits: pa.Table | Scored, label: str) -> None:
+        """Keep ``hits`` (fetched columns, or scored already) of a source."""
+        if isinstance(hits, Scored):
+            self.add_rows(label, hits.dist, hits.rows)
+            return
         cols = list(self.spec.out_cols)
         self.found.append(_Found(label, self.distances(hits), lambda at: hits.take(pa.array(at)).select(cols)))
 
@@ -339,6 +352,25 @@ class Candidates:
             return lance_search(ds, what, spec, spec.args(n, index=index), None, vectors=not exact, row_addrs=True)
 
         return overfetch(search, _dead_by_address(drop), spec.k, _share(drop, rows))
+
+    def small_generation(self, ds: lance.LanceDataset, what: str, drop: np.ndarray | None) -> Scored:
+        """A small generation's exact top k: its vectors read with their row addresses and scored
+        here (a Lance flat search costs twice the read), output columns read for winners only."""
+        spec = self.spec
+        try:
+            hits = ds.to_table(columns=[spec.column], **address_option(ds))
+        except (ValueError, OSError, RuntimeError) as err:
+            msg = f"vector search in {what} failed: {lance_message(err)}"
+            raise MemWalError(msg) from err
+        addrs = addresses(hits)
+        d = self.distances(hits) if hits.num_rows else np.empty(0, dtype=np.float32)
+        if drop is not None and drop.size:
+            d[member(addrs, drop)] = np.inf  # superseded or deleted
+        top = smallest(d, spec.k)
+        top = top[np.isfinite(d[top])]
+        found = addrs[top]
+        cols = list(spec.out_cols)
+        return Scored(d[top], lambda at: take_rows(ds, found[at], cols))
 
     def held(self, ds: lance.LanceDataset, what: str, drop: np.ndarray | None, part: PoolPart, rows: int) -> pa.Table:
         """A held large generation's hits by its own index: row addresses from Lance, the rest from memory.
