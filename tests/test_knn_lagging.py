@@ -353,13 +353,15 @@ def test_exit_right_after_a_search_is_clean(lagging: Lagging) -> None:
 def test_background_reads_can_be_turned_off(
     lagging: Lagging, large_is_small: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """MEMWAL_KNN_BACKGROUND=0: the first search reads the held rows and the base mask itself."""
+    """MEMWAL_KNN_BACKGROUND=0: the first search reads the pool, the held rows and the base mask itself."""
     import memwal_query.vector as vector
 
     monkeypatch.setenv("MEMWAL_KNN_BACKGROUND", "0")
     table = mq.open_table(lagging.t.uri)
     q = _queries(1, seed=16)[0]
     _check(table, lagging, q, table.nearest("vec", q, k=10, nprobes=2), newer_exact=False)
+    first = table.last_nearest_stats
+    assert first is not None and not any("flat for now" in s for s in first.sources)  # the pool read first
     assert table.view.merge.base_mask.all_known  # no wait_warm(): decided before nearest returned
     _check(table, lagging, q, table.nearest("vec", q, k=10, nprobes=2), newer_exact=False)
     stats = table.last_nearest_stats
