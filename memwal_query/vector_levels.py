@@ -19,6 +19,7 @@ read in the background (:func:`memwal_query.vector_pool.plan_pool`).
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -74,6 +75,7 @@ Found = tuple[str, np.ndarray, RowsOf]
 
 UNPARTITIONED = Partitioning(None, False, "flat")
 _READERS = 4  # generations read at once when the pool is read on the calling thread
+_ENV_LOCK = threading.Lock()
 
 
 def index_centroids(ds: lance.LanceDataset, index_name: str, cache: SnapshotCache) -> np.ndarray | None:
@@ -84,21 +86,22 @@ def index_centroids(ds: lance.LanceDataset, index_name: str, cache: SnapshotCach
             hit = cache.vector_parts[key]
             return hit if isinstance(hit, np.ndarray) else None
     found: np.ndarray | None = None
-    old = os.environ.get("LANCE_INCLUDE_VECTOR_CENTROIDS")
-    os.environ["LANCE_INCLUDE_VECTOR_CENTROIDS"] = "true"  # pylance 14 prints a warning otherwise
-    try:
-        stats = ds.stats.index_stats(index_name)
-        segments = stats.get("indices") or []
-        cents = [np.asarray(s["centroids"], dtype=np.float32) for s in segments if s.get("centroids") is not None]
-        if len(cents) == 1 and cents[0].ndim == 2 and cents[0].shape[0] > 1:
-            found = cents[0]
-    except (ValueError, OSError, RuntimeError, KeyError, TypeError):
-        found = None  # an index without IVF centroids: the pool is searched flat
-    finally:
-        if old is None:
-            os.environ.pop("LANCE_INCLUDE_VECTOR_CENTROIDS", None)
-        else:
-            os.environ["LANCE_INCLUDE_VECTOR_CENTROIDS"] = old
+    with _ENV_LOCK:  # a background read and a search may ask at once: one restores what it set
+        old = os.environ.get("LANCE_INCLUDE_VECTOR_CENTROIDS")
+        os.environ["LANCE_INCLUDE_VECTOR_CENTROIDS"] = "true"  # pylance 14 prints a warning otherwise
+        try:
+            stats = ds.stats.index_stats(index_name)
+            segments = stats.get("indices") or []
+            cents = [np.asarray(s["centroids"], dtype=np.float32) for s in segments if s.get("centroids") is not None]
+            if len(cents) == 1 and cents[0].ndim == 2 and cents[0].shape[0] > 1:
+                found = cents[0]
+        except (ValueError, OSError, RuntimeError, KeyError, TypeError):
+            found = None  # an index without IVF centroids: the pool is searched flat
+        finally:
+            if old is None:
+                os.environ.pop("LANCE_INCLUDE_VECTOR_CENTROIDS", None)
+            else:
+                os.environ["LANCE_INCLUDE_VECTOR_CENTROIDS"] = old
     with cache.lock:
         cache.vector_parts[key] = found
     return found
