@@ -441,3 +441,28 @@ def test_pool_read_stopped_at_exit_is_claimed_again(lagging: Lagging, monkeypatc
     _check(table, lagging, q, table.nearest("vec", q, k=10, nprobes=PARTITIONS), newer_exact=True)
     stats = table.last_nearest_stats
     assert stats is not None and not any("flat for now" in s for s in stats.sources)
+
+
+def test_searches_from_several_threads_while_the_pool_is_read(lagging: Lagging) -> None:
+    """Searches on several threads of a fresh table (the pool read in the background meanwhile)
+    all equal the model, on whichever path each one took (the base's hits may differ between
+    the paths: its index is approximate and the base mask, decided meanwhile, changes how
+    many it is asked for)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import memwal_query.vector as vector
+
+    table = mq.open_table(lagging.t.uri)
+    qs = _queries(24, seed=25)
+
+    def search(q: np.ndarray) -> pa.Table:
+        return table.nearest("vec", q, k=10, nprobes=PARTITIONS)
+
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(search, qs))
+    vector.wait_warm()
+    for q, got in zip(qs, answers, strict=True):
+        _check(table, lagging, q, got, newer_exact=True)
+        _check(table, lagging, q, search(q), newer_exact=True)  # from the pool now
+    stats = table.last_nearest_stats
+    assert stats is not None and not any("flat for now" in s for s in stats.sources)
