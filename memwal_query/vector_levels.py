@@ -177,7 +177,8 @@ def _pool_label(pool: VectorPool) -> str:
     labels = [s.label for s in pool.sources]
     if len(labels) > 8:
         mem = sum(1 for s in labels if s.endswith("memtable"))
-        labels = [f"{len(labels) - mem} generations"] + ([f"{mem} memtables"] if mem else [])
+        gens = len(labels) - mem
+        labels = ([f"{gens} generations"] if gens else []) + ([f"{mem} memtables"] if mem else [])
     return f"in memory, exact ({pool.num_rows:,} live rows): {', '.join(labels)}"
 
 
@@ -202,7 +203,8 @@ def _search_in(pool: VectorPool, spec: SearchSpec) -> Found | None:
 def pool_ready(view: TableView, spec: SearchSpec, index_name: str | None) -> bool:
     """Whether this search reads the pool in memory: laid out already, its generations all in
     memory (laid out now), or background reads off (read now). Otherwise the small
-    generations go through Lance this time (:func:`generation_jobs` with ``pooled=False``)."""
+    generations' vectors are read and scored for this search (:func:`generation_jobs` with
+    ``pooled=False``)."""
     if view.derived_ready(_pool_key(view, spec, index_name)) is not None or not background.enabled():
         return True
     key = _partition_key(view, spec, index_name)
@@ -236,9 +238,10 @@ def search_memtables(view: TableView, spec: SearchSpec) -> Found | None:
 def generation_jobs(
     view: TableView, spec: SearchSpec, pruned: set[str], cands: Candidates, *, pooled: bool
 ) -> list[Job]:
-    """Lance searches of the newer levels: without a filter the large and over-budget generations
-    (every generation while the pool is not in memory: ``pooled=False``); with one every
-    generation (large ones by their index, others flat) and MemTable."""
+    """The newer levels searched on worker threads: without a filter the large and over-budget
+    generations through Lance, and while the pool is not in memory (``pooled=False``) the small
+    ones from their vectors read now; with a filter every generation (large ones by their
+    index, others flat) and MemTable through Lance."""
     plan = knn_memory(view, spec.column)
     merge = view.merge
     if spec.filter is None and pooled:
