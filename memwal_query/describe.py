@@ -21,6 +21,7 @@ from memwal_query.regionspec.spec import lance_field_ids
 from memwal_query.snapshot.model import GenerationSource, RegionSnapshot, Snapshot
 from memwal_query.snapshot.recovery import REPAIR_HINT
 from memwal_query.vector import index_coverage, knn_memory
+from memwal_query.vector_base_rows import held_base_text
 from memwal_query.view.table_view import HasView, TableView, view_of
 
 __all__ = ["describe_table", "describe_predicate", "freshness"]
@@ -318,7 +319,7 @@ def describe_table(source: HasView, *, predicate: str | None = None) -> dict[str
         ],
         "vector_indexes": _vector_indexes(table),
         "knn_memory": [
-            {"column": f.name, "text": knn_memory(table, f.name).describe()}
+            {"column": f.name, "text": _knn_memory_text(table, f.name)}
             for f in snap.schema
             if pa.types.is_fixed_size_list(f.type) and any(r.generations or r.memtable for r in snap.regions)
         ],
@@ -339,3 +340,10 @@ def _mask_text(fragments: int, decided: int) -> str:
         f"base mask decided lazily: {decided} of {fragments} base {noun} read by queries so far "
         "(the rest decided for this description's live count)"
     )
+
+
+def _knn_memory_text(table: HasView, column: str) -> str:
+    """What vector search on ``column`` keeps in memory (the plan, and the base's live rows if held)."""
+    text = knn_memory(table, column).describe()
+    base = held_base_text(view_of(table), column)
+    return text if base is None else f"{text}; {base}"

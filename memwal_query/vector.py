@@ -43,6 +43,7 @@ from memwal_query.errors import InvalidArgumentError
 from memwal_query.format.beside import start_beside
 from memwal_query.planner.catchup import CatchupPlan
 from memwal_query.vector_background import wait_warm
+from memwal_query.vector_base_rows import held_base, hold_base_later
 from memwal_query.vector_levels import (
     Job,
     generation_jobs,
@@ -208,6 +209,7 @@ def _base_jobs(
     # address once the mask is decided (in the background: it reads the base keys, at most
     # twice the newer keys)
     shadowed = (lambda: view.merge.base_drop) if _by_address(view) and view.merge.base_mask.all_known else None
+    held = held_base(view, spec.column) if shadowed is not None and spec.filter is None else None
     run = partial(
         cands.base,
         base,
@@ -218,8 +220,10 @@ def _base_jobs(
         exact=exact,
         refined=refined,
         shadowed=shadowed,
+        held=held,
     )
-    jobs: list[Job] = [(_base_label(cov, catchup is not None), run)]
+    label = _base_label(cov, catchup is not None) + ("; its live rows in memory" if held is not None else "")
+    jobs: list[Job] = [(label, run)]
     for src in catchup.sources if catchup is not None else ():
         g = src.generation  # the rows stand in for base rows: the base's search parameters
         if g.region_id not in pruned:
@@ -232,9 +236,11 @@ def _read_later(view: TableView, spec: SearchSpec, index_name: str | None, poole
     """After a search without a filter: what later searches use, read in the background (the
     newer levels', and the base mask when the base's hits are told live by address)."""
     warm_later(view, spec, index_name, pooled=pooled)
-    base_mask = view.merge.base_mask
-    if _by_address(view) and not base_mask.all_known:
-        background.later(base_mask.all)  # reads the base keys: at most twice the newer keys
+    if _by_address(view):
+        base_mask = view.merge.base_mask
+        if not base_mask.all_known:
+            background.later(base_mask.all)  # reads the base keys: at most twice the newer keys
+        hold_base_later(view, spec.column)  # the base's live rows, when the budget has room
 
 
 def _by_address(view: TableView) -> bool:

@@ -51,6 +51,8 @@ __all__ = [
     "generation_part",
     "ready_part",
     "claim_part",
+    "claim_key",
+    "keep_claimed",
     "warm_part",
     "part_of",
     "vector_matrix",
@@ -136,8 +138,8 @@ class PoolPart:
 
     @property
     def nbytes(self) -> int:
-        """Memory held (the table and the vector copy)."""
-        return int(self.table.nbytes + self.vectors.nbytes)
+        """Memory held: the table, and the vectors where they are a copy (not a view of its buffer)."""
+        return int(self.table.nbytes + (self.vectors.nbytes if self.vectors.flags.owndata else 0))
 
     def positions(self, addrs: np.ndarray, what: str) -> np.ndarray:
         """Row positions of row addresses ``addrs`` (each must be one of this part's rows)."""
@@ -157,13 +159,15 @@ class PoolPart:
 def _read_generation(g: GenerationSource, names: list[str], stop: Callable[[], bool] = bool) -> pa.Table | None:
     """Every row of ``g`` (``names``, ``_rowaddr``); ``None`` if ``stop()`` (default ``bool()``: never) turned true."""
     try:
-        reader = g.dataset.scanner(columns=names, with_row_address=True).to_reader()
-        batches = []
-        for batch in reader:
-            if stop():
-                return None
-            batches.append(batch)
-        return pa.Table.from_batches(batches, schema=reader.schema)
+        # closed here, not whenever the garbage collector gets to it: a stream dropped half
+        # read must not be torn down while the interpreter is finalizing
+        with g.dataset.scanner(columns=names, with_row_address=True).to_reader() as reader:
+            batches = []
+            for batch in reader:
+                if stop():
+                    return None
+                batches.append(batch)
+            return pa.Table.from_batches(batches, schema=reader.schema)
     except (ValueError, OSError, RuntimeError) as err:
         what = f"generation {g.generation} of region {g.region_id} ({g.uri})"
         msg = f"cannot read {what} for vector search: {lance_message(err)}"
@@ -235,12 +239,27 @@ def ready_part(g: GenerationSource, column: str, cache: SnapshotCache, parts: Pa
 
 def claim_part(g: GenerationSource, column: str, cache: SnapshotCache, parts: Partitioning) -> bool:
     """Whether the caller is to read this part (nobody holds or reads it yet); marks it as being read."""
-    key = _part_key(g, column, parts)
+    return claim_key(cache, _part_key(g, column, parts))
+
+
+def claim_key(cache: SnapshotCache, key: tuple[object, ...]) -> bool:
+    """Whether the caller is to read what ``key`` names in ``cache.vector_parts``; marks it as being read."""
     with cache.lock:
         if key in cache.vector_parts:
             return False
         cache.vector_parts[key] = _WARMING
         return True
+
+
+def keep_claimed(cache: SnapshotCache, key: tuple[object, ...], value: object | None) -> None:
+    """Store what a :func:`claim_key` caller read (``None``: nothing; the key can be claimed again),
+    unless the claim was forgotten meanwhile (its generation or base left the snapshot)."""
+    with cache.lock:
+        if cache.vector_parts.get(key) is _WARMING:
+            if value is None:
+                del cache.vector_parts[key]
+            else:
+                cache.vector_parts[key] = value
 
 
 def warm_part(
@@ -257,18 +276,12 @@ def warm_part(
     read is dropped silently: the generation stays searched through Lance, which reports any
     error, and the next search claims the part again.
     """
-    key = _part_key(g, column, parts)
     try:
         rows = _read_generation(g, list(snapshot.schema.names), stop)
         part: PoolPart | None = None if rows is None else part_of(rows, column, snapshot, parts)
     except (MemWalError, ValueError, OSError, RuntimeError, pa.ArrowException):
         part = None
-    with cache.lock:
-        if cache.vector_parts.get(key) is _WARMING:
-            if part is None:
-                del cache.vector_parts[key]
-            else:
-                cache.vector_parts[key] = part
+    keep_claimed(cache, _part_key(g, column, parts), part)
 
 
 @dataclass(frozen=True)

@@ -205,6 +205,17 @@ def overfetch(
         want *= 4
 
 
+def _held_rows(held: PoolPart | None, addrs: np.ndarray, cols: list[str], what: str) -> pa.Table | None:
+    """Rows at ``addrs`` from rows held in memory (None: nothing held, or not all of them held)."""
+    if held is None:
+        return None
+    try:
+        at = held.positions(addrs, what)
+    except MemWalError:
+        return None  # held for another base version: read them from Lance
+    return held.table.select(cols).take(pa.array(at))
+
+
 RowsOf = Callable[[np.ndarray], pa.Table]
 """Output columns of a source's candidates at the given positions, in that order."""
 
@@ -277,6 +288,7 @@ class Candidates:
         exact: bool,
         refined: bool = False,
         shadowed: Callable[[], np.ndarray] | None = None,
+        held: PoolPart | None = None,
     ) -> pa.Table:
         """The base's top k live hits: over-fetch, drop rows whose key is newer, widen if short.
 
@@ -291,6 +303,8 @@ class Candidates:
             shadowed: Every superseded base row address, sorted (given when most base rows are
                 superseded: a lagging merger). Hits are then dropped by address and only the
                 live ones' vectors and columns read, one take per search.
+            held: The base's live rows in memory (with ``shadowed``): the live hits' rows come
+                from there instead of a take.
         """
         spec = self.spec
         share = len(newer) / max(base_rows, 1)
@@ -303,7 +317,14 @@ class Candidates:
                 drop = shadowed()
                 share = drop.size / max(base_rows, 1)
                 return self._live_then_read(
-                    ds, what, _dead_by_address(drop), share, keys=False, refined=refined, indexed_only=indexed_only
+                    ds,
+                    what,
+                    _dead_by_address(drop),
+                    share,
+                    keys=False,
+                    refined=refined,
+                    indexed_only=indexed_only,
+                    held=held,
                 )
             if refined and overfetch_rows(spec.k, share) > 2 * spec.k:
                 return self._live_then_read(ds, what, dead, share, keys=True, refined=True, indexed_only=indexed_only)
@@ -323,6 +344,7 @@ class Candidates:
         keys: bool,
         refined: bool,
         indexed_only: bool,
+        held: PoolPart | None = None,
     ) -> pa.Table:
         """Live hits found first (row addresses, and ``keys`` to tell the dead ones), then their rows read.
 
@@ -338,7 +360,9 @@ class Candidates:
         live = overfetch(search, dead, want, share)
         if refined:
             live = live.slice(0, want)
-        rows = take_rows(ds, addresses(live), spec.fetch_cols)
+        rows = _held_rows(held, addresses(live), spec.fetch_cols, what)
+        if rows is None:
+            rows = take_rows(ds, addresses(live), spec.fetch_cols)
         return rows.append_column("_distance", pa.array(np.full(rows.num_rows, np.inf), pa.float32()))
 
     def generation(

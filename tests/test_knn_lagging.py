@@ -466,3 +466,53 @@ def test_searches_from_several_threads_while_the_pool_is_read(lagging: Lagging) 
         _check(table, lagging, q, search(q), newer_exact=True)  # from the pool now
     stats = table.last_nearest_stats
     assert stats is not None and not any("flat for now" in s for s in stats.sources)
+
+
+def test_base_live_rows_held_answer_as_lance_reads_them(lagging: Lagging, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the base's live rows held in memory, searches return the rows and distances of the
+    same searches taking the base's live hits from Lance."""
+    import memwal_query.vector as vector
+    from memwal_query.describe import describe_table
+
+    table = mq.open_table(lagging.t.uri)
+    table.nearest("vec", _queries(1, seed=26)[0], k=10, nprobes=2)
+    vector.wait_warm()  # the mask, then the live rows
+    table.nearest("vec", _queries(1, seed=26)[0], k=10, nprobes=2)  # a search of the decided mask
+    vector.wait_warm()
+    view = table.view
+    base_rows = lance.dataset(lagging.t.uri).count_rows()
+    text = next(k["text"] for k in describe_table(table)["knn_memory"] if k["column"] == "vec")
+    live = base_rows - view.merge.base_mask.count()
+    assert f"the base's {live:,} live rows held in memory for KNN on vec" in text
+    answers = []
+    for q in _queries(10, seed=27):
+        for refine in (None, 5):
+            got = table.nearest("vec", q, k=10, nprobes=2, refine_factor=refine)
+            _check(table, lagging, q, got, newer_exact=False)
+            answers.append(got)
+    stats = table.last_nearest_stats
+    assert stats is not None and any("its live rows in memory" in s for s in stats.sources)
+
+    monkeypatch.setattr(vector, "held_base", lambda *a: None)  # the hits' rows from Lance
+    for (q, refine), want in zip(((q, r) for q in _queries(10, seed=27) for r in (None, 5)), answers, strict=True):
+        got = table.nearest("vec", q, k=10, nprobes=2, refine_factor=refine)
+        assert got.column("id").to_pylist() == want.column("id").to_pylist()
+        assert got.column("cat").to_pylist() == want.column("cat").to_pylist()
+        np.testing.assert_allclose(got.column("_distance").to_numpy(), want.column("_distance").to_numpy(), rtol=1e-6)
+    stats = table.last_nearest_stats
+    assert stats is not None and not any("its live rows in memory" in s for s in stats.sources)
+
+
+def test_base_live_rows_not_held_over_the_budget(lagging: Lagging, monkeypatch: pytest.MonkeyPatch) -> None:
+    import memwal_query.vector as vector
+    from memwal_query.describe import describe_table
+
+    monkeypatch.setenv("MEMWAL_KNN_MEMORY_MB", "0.05")  # the pool itself is over it too: Lance searches
+    table = mq.open_table(lagging.t.uri)
+    for q in _queries(3, seed=28):
+        _check(table, lagging, q, table.nearest("vec", q, k=10, nprobes=2), newer_exact=False)
+        vector.wait_warm()
+    text = next(k["text"] for k in describe_table(table)["knn_memory"] if k["column"] == "vec")
+    assert "the base's live rows are not held for KNN on vec: over the memory budget" in text
+    stats = table.last_nearest_stats
+    assert stats is not None and not any("its live rows in memory" in s for s in stats.sources)
