@@ -236,11 +236,10 @@ def _read_later(view: TableView, spec: SearchSpec, index_name: str | None, poole
     """After a search without a filter: what later searches use, read in the background (the
     newer levels', and the base mask when the base's hits are told live by address)."""
     warm_later(view, spec, index_name, pooled=pooled)
-    if _by_address(view):
-        base_mask = view.merge.base_mask
-        if not base_mask.all_known:
-            background.later(base_mask.all)  # reads the base keys: at most twice the newer keys
-        hold_base_later(view, spec.column)  # the base's live rows, when the budget has room
+    by_address = _by_address(view)
+    if by_address and not view.merge.base_mask.all_known:
+        background.later(view.merge.base_mask.all)  # reads the base keys: at most twice the newer keys
+    hold_base_later(view, spec.column, wanted=by_address)  # the base's live rows, when the budget has room
 
 
 def _by_address(view: TableView) -> bool:

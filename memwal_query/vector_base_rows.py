@@ -59,19 +59,19 @@ def held_base_text(view: TableView, column: str) -> str | None:
     return None
 
 
-def hold_base_later(view: TableView, column: str) -> None:
-    """Read the base's live rows in the background (once per base version and column).
+def hold_base_later(view: TableView, column: str, *, wanted: bool) -> None:
+    """Forget the live rows kept for other versions of the base, and when ``wanted`` (the base's
+    hits are told live by address) read this version's in the background, once.
 
-    Call after the base mask was started being decided (its reading waits for it). Rows
-    kept for other versions of the base are forgotten.
+    Call after the base mask was started being decided (the reading waits for it).
     """
     key = _key(view, column)
     with view.cache.lock:
-        stale = [k for k in view.cache.vector_parts if k[0] == "base-part" and k[1] == key[1] and k != key]
+        stale = [k for k in view.cache.vector_parts if k[0] == "base-part" and k[1:2] == key[1:2] and k != key]
         for k in stale:
             if k[3] == column:
                 del view.cache.vector_parts[k]
-    if view.snapshot.base.has_stable_row_ids or not claim_key(view.cache, key):
+    if not wanted or view.snapshot.base.has_stable_row_ids or not claim_key(view.cache, key):
         return  # held, being read, or over budget; with stable row ids hits are not found by address
     background.later(partial(_read, view, column, background.EXITING.is_set))
 

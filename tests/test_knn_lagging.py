@@ -516,3 +516,25 @@ def test_base_live_rows_not_held_over_the_budget(lagging: Lagging, monkeypatch: 
     assert "the base's live rows are not held for KNN on vec: over the memory budget" in text
     stats = table.last_nearest_stats
     assert stats is not None and not any("its live rows in memory" in s for s in stats.sources)
+
+
+def test_base_rows_of_another_base_version_are_forgotten(lagging: Lagging, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Live rows kept for an older base version (a merge wrote a new one) are dropped by the next
+    search, also when the base's hits are no longer told live by address."""
+    import memwal_query.vector as vector
+
+    table = mq.open_table(lagging.t.uri)
+    view = table.view
+    base = view.snapshot.base
+    older = ("base-part", base.uri, int(base.version) - 1, "vec")
+    other_column = ("base-part", base.uri, int(base.version) - 1, "other")
+    with view.cache.lock:
+        view.cache.vector_parts[older] = "rows of an older version"
+        view.cache.vector_parts[other_column] = "rows of another column"
+    monkeypatch.setattr(vector, "_by_address", lambda _view: False)
+    table.nearest("vec", _queries(1, seed=29)[0], k=10, nprobes=2)
+    vector.wait_warm()
+    with view.cache.lock:
+        assert older not in view.cache.vector_parts
+        assert other_column in view.cache.vector_parts  # only the searched column's
+        assert not any(k[0] == "base-part" and k[3] == "vec" for k in view.cache.vector_parts)  # nothing read
