@@ -321,7 +321,7 @@ def nearest(
     if filter is None:
         stats.memory = knn_memory(view, column)
     if in_memory is not None:
-        cands.add_rows(*in_memory)
+        cands.add(in_memory[1], in_memory[0])
     for (label, _), fut in zip(jobs[len(base_jobs) :], futures[len(base_jobs) :], strict=True):
         cands.add(fut.result(), label)
     stats.sources = cands.labels

@@ -67,10 +67,9 @@ def hold_base_later(view: TableView, column: str, *, wanted: bool) -> None:
     """
     key = _key(view, column)
     with view.cache.lock:
-        stale = [k for k in view.cache.vector_parts if k[0] == "base-part" and k[1:2] == key[1:2] and k != key]
-        for k in stale:
-            if k[3] == column:
-                del view.cache.vector_parts[k]
+        parts = view.cache.vector_parts
+        for k in [k for k in parts if k[0] == "base-part" and k[1] == key[1] and k[3] == column and k != key]:
+            del parts[k]
     if not wanted or view.snapshot.base.has_stable_row_ids or not claim_key(view.cache, key):
         return  # held, being read, or over budget; with stable row ids hits are not found by address
     background.later(partial(_read, view, column, background.EXITING.is_set))

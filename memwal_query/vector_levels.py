@@ -47,7 +47,6 @@ from memwal_query.vector_pool import (
 )
 from memwal_query.vector_search import (
     Candidates,
-    RowsOf,
     Scored,
     SearchSpec,
     by_source,
@@ -70,8 +69,8 @@ __all__ = [
 ]
 
 Job = tuple[str, Callable[[], pa.Table | Scored]]
-Found = tuple[str, np.ndarray, RowsOf]
-"""A source's label, its best rows' exact distances and how to read their output columns."""
+Found = tuple[str, Scored]
+"""A source's label and its best rows (exact distances, how to read their output columns)."""
 
 UNPARTITIONED = Partitioning(None, False, "flat")
 _READERS = 4  # generations read at once when the pool is read on the calling thread
@@ -197,7 +196,7 @@ def _search_in(pool: VectorPool, spec: SearchSpec) -> Found | None:
             pool.source_of[picked], lambda s, mine: pool.sources[s].part.table.select(cols).take(pa.array(row[mine]))
         )
 
-    return _pool_label(pool), dist, rows
+    return _pool_label(pool), Scored(dist, rows)
 
 
 def pool_ready(view: TableView, spec: SearchSpec, index_name: str | None) -> bool:

@@ -268,14 +268,10 @@ class Candidates:
     def add(self, hits: pa.Table | Scored, label: str) -> None:
         """Keep ``hits`` (fetched columns, or scored already) of a source."""
         if isinstance(hits, Scored):
-            self.add_rows(label, hits.dist, hits.rows)
+            self.found.append(_Found(label, np.asarray(hits.dist, dtype=np.float32), hits.rows))
             return
         cols = list(self.spec.out_cols)
         self.found.append(_Found(label, self.distances(hits), lambda at: hits.take(pa.array(at)).select(cols)))
-
-    def add_rows(self, label: str, dist: np.ndarray, rows: RowsOf) -> None:
-        """Keep candidates whose exact distances are known; ``rows`` reads the winners' output columns."""
-        self.found.append(_Found(label, np.asarray(dist, dtype=np.float32), rows))
 
     def base(
         self,
