@@ -26,6 +26,9 @@ import lance
 import numpy as np
 import pyarrow as pa
 
+from memwal_query.format.fragment_files import read_live_columns
+from memwal_query.format.storage import Storage
+from memwal_query.regionspec.spec import lance_field_ids
 from memwal_query.snapshot.cache import SnapshotCache, fragment_cache_key
 
 __all__ = ["BaseMask", "KeySet", "MaskStatus", "fragment_identity"]
@@ -87,6 +90,25 @@ def _sorted_hits(keys: np.ndarray, addrs: np.ndarray, newer: np.ndarray) -> np.n
     return np.asarray(addrs[starts + offsets], dtype=np.uint64)
 
 
+DENSE_MAX_SPAN = 1 << 25
+"""Largest key span (max - min + 1 of the newer keys) held as a membership table (1 byte per key value)."""
+
+
+def _dense_table(newer: np.ndarray) -> tuple[int, np.ndarray | None]:
+    """``(min, table)`` with ``table[k - min]`` true for the sorted, unique integer keys
+    ``newer``; no table when their span is over :data:`DENSE_MAX_SPAN` or over 256 values
+    per key (a sparse span costs more to allocate than searching does)."""
+    if not newer.size or newer.dtype.kind not in "iu":
+        return 0, None
+    lo, hi = int(newer[0]), int(newer[-1])
+    span = hi - lo + 1
+    if abs(lo) >= 1 << 62 or abs(hi) >= 1 << 62 or span > DENSE_MAX_SPAN or span > 256 * newer.size:
+        return lo, None
+    table = np.zeros(span, dtype=bool)
+    table[(newer.astype(np.int64) - np.int64(lo))] = True
+    return lo, table
+
+
 class BaseMask:
     """Base rows shadowed by a newer level, decided per base fragment on first use.
 
@@ -104,8 +126,10 @@ class BaseMask:
         primary_key: Sequence[str],
         newer: KeySet | None,
         cache: SnapshotCache | None,
+        storage: Storage | None = None,
     ) -> None:
         self.uri = uri
+        self.storage = storage
         self.base = base
         self.primary_key = list(primary_key)
         self.newer = newer if newer is not None and len(newer) else None
@@ -114,6 +138,8 @@ class BaseMask:
         self._lock = threading.Lock()
         self._fragments: list[lance.fragment.LanceFragment] | None = None
         self._all: np.ndarray | None = None
+        self._field_ids: dict[str, int] | None = None
+        self._dense: tuple[int, np.ndarray | None] | None = None
 
     @classmethod
     def none(cls) -> BaseMask:
@@ -169,11 +195,28 @@ class BaseMask:
             col = keys.column(self.primary_key[0])
             if not col.null_count:
                 k = np.asarray(col.to_numpy(), dtype=numeric.dtype)
+                dense = self._dense_hits(k, numeric)
+                if dense is not None:
+                    return np.sort(addrs[dense])
                 if not bool(np.all(k[1:] >= k[:-1])):
                     order = np.argsort(k, kind="stable")
                     k, addrs = k[order], addrs[order]
                 return np.sort(_sorted_hits(k, addrs, numeric))
         return np.sort(addrs[self.newer.contains(keys)])
+
+    def _dense_hits(self, k: np.ndarray, numeric: np.ndarray) -> np.ndarray | None:
+        """Which of integer keys ``k`` (any order) are newer keys, by one gather from a table
+        of the newer keys' span (None when the span is too sparse or large to hold one)."""
+        if self._dense is None:
+            with self._lock:
+                if self._dense is None:
+                    self._dense = _dense_table(numeric)
+        lo, table = self._dense
+        if table is None or not k.size:
+            return None
+        off = k.astype(np.int64, copy=False) - np.int64(lo)
+        inside = off.view(np.uint64) < np.uint64(table.size)  # negatives wrap to huge
+        return np.take(table, off, mode="clip") & inside
 
     def live(self, keys: pa.Table) -> np.ndarray:
         """Boolean mask over rows of base key columns ``keys``: ``True`` where no newer version exists.
@@ -188,6 +231,9 @@ class BaseMask:
         col = keys.column(self.primary_key[0])
         if numeric is not None and not col.null_count:
             k = np.asarray(col.to_numpy(), dtype=numeric.dtype)
+            dense = self._dense_hits(k, numeric)
+            if dense is not None:
+                return ~dense
             if bool(np.all(k[1:] >= k[:-1])):
                 out = np.ones(n, dtype=bool)
                 out[_sorted_hits(k, np.arange(n), numeric).astype(np.int64)] = False
@@ -213,17 +259,26 @@ class BaseMask:
                     hit = pa.table({n: decoded[n] for n in names})  # a scan decoded them
             if hit is not None:
                 return hit
-        if frag.metadata.deletion_file is None:
+        t = self._read_direct(frag)
+        if t is None and frag.metadata.deletion_file is None:
             # every row of the fragment, in order: addresses are id << 32 | offset (not decoded)
             t = frag.to_table(columns=self.primary_key)
             start = np.uint64(frag.fragment_id) << np.uint64(32)
             t = t.append_column("_rowaddr", pa.array(np.arange(t.num_rows, dtype=np.uint64) + start))
-        else:
+        elif t is None:
             t = frag.to_table(columns=self.primary_key, with_row_address=True)
         if cache is not None:
             with cache.lock:
                 cache.base_runs[ident] = t
         return t
+
+    def _read_direct(self, frag: lance.fragment.LanceFragment) -> pa.Table | None:
+        """The key columns from the fragment's data file (~4x faster than Lance's scanner), or None."""
+        if self.storage is None or self.base is None:
+            return None
+        if self._field_ids is None:
+            self._field_ids = {name: i for i, name in lance_field_ids(self.base).items()}
+        return read_live_columns(self.storage, frag.metadata, self._field_ids, self.primary_key, self.base.schema)
 
     def all(self) -> np.ndarray:
         """Every shadowed base row address, sorted (decides every fragment once)."""

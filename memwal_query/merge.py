@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memwal_query.base_mask import BaseMask
+from memwal_query.format.storage import Storage
 from memwal_query.format.wal import TOMBSTONE
 from memwal_query.snapshot.cache import SnapshotCache
 from memwal_query.snapshot.model import GenerationSource, MemTableSource, Snapshot
@@ -373,12 +374,13 @@ def rank_levels(
     )
 
 
-def compute_merge(snapshot: Snapshot, cache: SnapshotCache) -> MergeState:
+def compute_merge(snapshot: Snapshot, cache: SnapshotCache, storage: Storage | None = None) -> MergeState:
     """Decide, once per snapshot, which rows of which level are live.
 
     Args:
         snapshot: The snapshot to merge.
         cache: Holds per-generation key columns and the base key column.
+        storage: The table's storage: base key columns are then read from the data files.
 
     Returns:
         The :class:`MergeState`.
@@ -429,7 +431,7 @@ def compute_merge(snapshot: Snapshot, cache: SnapshotCache) -> MergeState:
         else:
             cross = _cross_region_keys(pa.concat_tables(newer_keys), pk, snapshot.uri)
     return MergeState(
-        base_mask=BaseMask(snapshot.uri, snapshot.base, pk, newer, cache),
+        base_mask=BaseMask(snapshot.uri, snapshot.base, pk, newer, cache, storage),
         generation_drop=gen_drop,
         memtables=memtables,
         region_stats=stats,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import lance
@@ -20,6 +21,8 @@ import pyarrow.compute as pc
 import pytest
 
 import memwal_query as mq
+import memwal_query.base_mask as base_mask_module
+from memwal_query.base_mask import BaseMask
 from memwal_query.scan.balance import ChainFragment
 from memwal_query.scan.group import SMALL_SOURCE_ROWS
 from memwal_query.scan.indexed_base import IndexedBaseFragment
@@ -156,6 +159,64 @@ def test_count_then_mask_equals_plain_lance(table: ModelTable) -> None:
     shadowed = _shadowed_by_lance(t, table.uri)
     assert mask.all().tolist() == sorted(shadowed.column("_rowaddr").to_pylist())
     assert t.merge_state.base_shadowed_rows == shadowed.num_rows
+
+
+def test_count_reads_base_keys_from_the_data_files(table: ModelTable, monkeypatch: pytest.MonkeyPatch) -> None:
+    """count(*) reads each base fragment's key column from its data file and deletion file,
+    not through Lance's scanner; the answer and mask equal Lance's way and the model."""
+    fragments = lance.dataset(table.uri).get_fragments()
+    assert any(f.metadata.deletion_file is not None for f in fragments)  # merges deleted base rows
+    spy = _BaseReads(monkeypatch, table.uri)
+    t = mq.open_table(table.uri)
+    assert t.sql("SELECT count(*) AS n FROM t").to_arrow_table().column("n")[0].as_py() == len(table.model)
+    assert spy.reads == []
+    direct = t.merge_state.base_mask.all().tolist()
+    monkeypatch.setattr(base_mask_module, "read_live_columns", lambda *a, **k: None)  # Lance's way
+    t = mq.open_table(table.uri)
+    t.view.cache.base_runs.clear()
+    assert t.count_rows() == len(table.model)
+    assert spy.reads and all(cols == ["id"] for _, cols in spy.reads)
+    assert t.merge_state.base_mask.all().tolist() == direct
+
+
+class _Keys:
+    """Newer keys for a bare BaseMask (the KeySet protocol), checked against numpy."""
+
+    def __init__(self, keys: np.ndarray) -> None:
+        self.keys = np.unique(keys)
+
+    def __len__(self) -> int:
+        return int(self.keys.size)
+
+    def contains(self, keys: pa.Table) -> np.ndarray:
+        return np.isin(keys.column("id").to_numpy(), self.keys)
+
+    def sorted_numeric(self) -> np.ndarray:
+        return self.keys
+
+
+@pytest.mark.parametrize(
+    "newer",
+    [
+        np.arange(1000, 50_000, 7),  # a dense span: one table lookup per key
+        np.array([-(2**40), -5, 0, 3, 2**40]),  # sparse: binary search
+        np.arange(-3000, 3000, 3),  # negative keys in a table
+        np.array([2**62 + 1, 2**62 + 9]),  # beyond the table's int64 arithmetic
+    ],
+    ids=["dense", "sparse", "negative", "huge"],
+)
+def test_base_rows_shadowed_by_newer_keys_in_any_order(newer: np.ndarray) -> None:
+    rng = np.random.default_rng(int(newer.size))
+    lo, hi = int(newer.min()) - 100, int(newer.max()) + 100
+    keys = np.concatenate([rng.choice(newer, newer.size // 2), rng.integers(lo, hi, 20_000), [lo, hi, 0]])
+    for order in ("sorted", "shuffled"):
+        k = np.sort(keys) if order == "sorted" else rng.permutation(keys)
+        want = np.isin(k, newer)
+        mask = BaseMask("t", None, ["id"], _Keys(newer), None)
+        table = pa.table({"id": pa.array(k, pa.int64()), "_rowaddr": pa.array(np.arange(k.size, dtype=np.uint64))})
+        assert (~mask.live(table)).tolist() == want.tolist(), order
+        frag = SimpleNamespace(fragment_id=0)
+        assert mask.decide(frag, table).tolist() == np.flatnonzero(want).tolist(), order  # type: ignore[arg-type]
 
 
 def test_selective_query_uses_the_key_index_and_decodes_nothing(

@@ -61,7 +61,7 @@ def open_view(
         )
         t1 = time.perf_counter()
         try:
-            merge = compute_merge(snap, cache)
+            merge = compute_merge(snap, cache, storage)
         except (OSError, ValueError, RuntimeError) as err:
             # A generation vanished between listing and reading its keys (a merger
             # merged it, GC removed it): the newest base version holds its rows.
