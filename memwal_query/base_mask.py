@@ -26,7 +26,7 @@ import lance
 import numpy as np
 import pyarrow as pa
 
-from memwal_query.format.fragment_files import read_live_columns
+from memwal_query.format.fragment_files import FragmentColumns, read_columns
 from memwal_query.format.storage import Storage
 from memwal_query.regionspec.spec import lance_field_ids
 from memwal_query.snapshot.cache import SnapshotCache, fragment_cache_key
@@ -90,6 +90,7 @@ def _sorted_hits(keys: np.ndarray, addrs: np.ndarray, newer: np.ndarray) -> np.n
     return np.asarray(addrs[starts + offsets], dtype=np.uint64)
 
 
+_DENSE_CHUNK = 1 << 16
 DENSE_MAX_SPAN = 1 << 25
 """Largest key span (max - min + 1 of the newer keys) held as a membership table (1 byte per key value)."""
 
@@ -164,8 +165,9 @@ class BaseMask:
         with self._lock:
             return self._drops.get(fragment_id)
 
-    def decide(self, frag: lance.fragment.LanceFragment, keys: pa.Table) -> np.ndarray:
-        """Decide ``frag``'s drop list from its key columns and ``_rowaddr`` (all of its rows).
+    def decide(self, frag: lance.fragment.LanceFragment, keys: pa.Table | FragmentColumns) -> np.ndarray:
+        """Decide ``frag``'s drop list from its key columns and ``_rowaddr`` (all of its rows),
+        or from the key columns of every row its data file stores and which are deleted.
 
         Returns:
             The sorted row addresses of ``frag`` whose key has a newer version.
@@ -187,22 +189,36 @@ class BaseMask:
         with self._lock:
             return self._drops.setdefault(frag.fragment_id, np.sort(np.asarray(drop, dtype=np.uint64)))
 
-    def _shadowed(self, keys: pa.Table) -> np.ndarray:
+    def _shadowed(self, run: pa.Table | FragmentColumns) -> np.ndarray:
+        """Sorted addresses of the rows of ``run`` (keys and ``_rowaddr``, or a fragment's
+        stored rows and which are deleted) whose key has a newer version."""
+        if isinstance(run, FragmentColumns):
+            hit = self._hit_mask(run.table)
+            if run.live is not None:
+                hit &= run.live
+            return run.addresses(np.flatnonzero(hit))  # ascending
+        addrs = np.asarray(run.column("_rowaddr").to_numpy(), dtype=np.uint64)
+        return np.sort(addrs[self._hit_mask(run)])
+
+    def _hit_mask(self, keys: pa.Table) -> np.ndarray:
+        """Boolean per row of key columns ``keys``: whether a newer version of its key exists."""
         assert self.newer is not None
-        addrs = np.asarray(keys.column("_rowaddr").to_numpy(), dtype=np.uint64)
         numeric = self.newer.sorted_numeric()
-        if numeric is not None and keys.num_rows:
-            col = keys.column(self.primary_key[0])
-            if not col.null_count:
-                k = np.asarray(col.to_numpy(), dtype=numeric.dtype)
-                dense = self._dense_hits(k, numeric)
-                if dense is not None:
-                    return np.sort(addrs[dense])
-                if not bool(np.all(k[1:] >= k[:-1])):
-                    order = np.argsort(k, kind="stable")
-                    k, addrs = k[order], addrs[order]
-                return np.sort(_sorted_hits(k, addrs, numeric))
-        return np.sort(addrs[self.newer.contains(keys)])
+        n = keys.num_rows
+        col = keys.column(self.primary_key[0])
+        if numeric is None or not n or col.null_count:
+            return np.asarray(self.newer.contains(keys), dtype=bool)
+        k = np.asarray(col.to_numpy(), dtype=numeric.dtype)
+        dense = self._dense_hits(k, numeric)
+        if dense is not None:
+            return dense
+        hit = np.zeros(n, dtype=bool)
+        if bool(np.all(k[1:] >= k[:-1])):
+            hit[_sorted_hits(k, np.arange(n), numeric).astype(np.int64)] = True
+        else:
+            order = np.argsort(k, kind="stable")
+            hit[_sorted_hits(k[order], order, numeric).astype(np.int64)] = True
+        return hit
 
     def _dense_hits(self, k: np.ndarray, numeric: np.ndarray) -> np.ndarray | None:
         """Which of integer keys ``k`` (any order) are newer keys, by one gather from a table
@@ -214,31 +230,27 @@ class BaseMask:
         lo, table = self._dense
         if table is None or not k.size:
             return None
-        off = k.astype(np.int64, copy=False) - np.int64(lo)
-        inside = off.view(np.uint64) < np.uint64(table.size)  # negatives wrap to huge
-        return np.take(table, off, mode="clip") & inside
+        out = np.empty(k.size, dtype=bool)
+        off = np.empty(min(k.size, _DENSE_CHUNK), dtype=np.int64)
+        for at in range(0, k.size, _DENSE_CHUNK):  # chunks that stay in cache
+            part = k[at : at + _DENSE_CHUNK]
+            o = off[: part.size]
+            np.subtract(part, np.int64(lo), out=o, casting="unsafe")
+            hit = out[at : at + part.size]
+            np.take(table, o, mode="clip", out=hit)
+            hit &= o.view(np.uint64) < np.uint64(table.size)  # negatives wrap to huge
+        return out
 
     def live(self, keys: pa.Table) -> np.ndarray:
         """Boolean mask over rows of base key columns ``keys``: ``True`` where no newer version exists.
 
-        Used for rows read before their fragment is decided (a filtered Lance read); key-sorted
-        integer keys (a base batch, usually) search only the newer keys in their range.
+        Used for rows read before their fragment is decided (a filtered Lance read). Integer
+        keys are looked up in a table over the newer keys' span when it is small enough,
+        else key-sorted ones (a base batch, usually) search only the newer keys in their range.
         """
-        n = keys.num_rows
-        if self.newer is None or n == 0:
-            return np.ones(n, dtype=bool)
-        numeric = self.newer.sorted_numeric()
-        col = keys.column(self.primary_key[0])
-        if numeric is not None and not col.null_count:
-            k = np.asarray(col.to_numpy(), dtype=numeric.dtype)
-            dense = self._dense_hits(k, numeric)
-            if dense is not None:
-                return ~dense
-            if bool(np.all(k[1:] >= k[:-1])):
-                out = np.ones(n, dtype=bool)
-                out[_sorted_hits(k, np.arange(n), numeric).astype(np.int64)] = False
-                return out
-        return ~self.newer.contains(keys)
+        if self.newer is None or keys.num_rows == 0:
+            return np.ones(keys.num_rows, dtype=bool)
+        return ~self._hit_mask(keys)
 
     def fragment(self, frag: lance.fragment.LanceFragment) -> np.ndarray:
         """``frag``'s drop list, deciding it now if needed (reads the fragment's keys)."""
@@ -247,7 +259,7 @@ class BaseMask:
             return got
         return self.decide(frag, self._keys(frag))
 
-    def _keys(self, frag: lance.fragment.LanceFragment) -> pa.Table:
+    def _keys(self, frag: lance.fragment.LanceFragment) -> pa.Table | FragmentColumns:
         cache = self.cache
         ident = fragment_identity(frag)
         names = [*self.primary_key, "_rowaddr"]
@@ -272,13 +284,13 @@ class BaseMask:
                 cache.base_runs[ident] = t
         return t
 
-    def _read_direct(self, frag: lance.fragment.LanceFragment) -> pa.Table | None:
+    def _read_direct(self, frag: lance.fragment.LanceFragment) -> FragmentColumns | None:
         """The key columns from the fragment's data file (~4x faster than Lance's scanner), or None."""
         if self.storage is None or self.base is None:
             return None
         if self._field_ids is None:
             self._field_ids = {name: i for i, name in lance_field_ids(self.base).items()}
-        return read_live_columns(self.storage, frag.metadata, self._field_ids, self.primary_key, self.base.schema)
+        return read_columns(self.storage, frag.metadata, self._field_ids, self.primary_key, self.base.schema)
 
     def all(self) -> np.ndarray:
         """Every shadowed base row address, sorted (decides every fragment once)."""

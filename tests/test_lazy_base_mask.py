@@ -171,7 +171,7 @@ def test_count_reads_base_keys_from_the_data_files(table: ModelTable, monkeypatc
     assert t.sql("SELECT count(*) AS n FROM t").to_arrow_table().column("n")[0].as_py() == len(table.model)
     assert spy.reads == []
     direct = t.merge_state.base_mask.all().tolist()
-    monkeypatch.setattr(base_mask_module, "read_live_columns", lambda *a, **k: None)  # Lance's way
+    monkeypatch.setattr(base_mask_module, "read_columns", lambda *a, **k: None)  # Lance's way
     t = mq.open_table(table.uri)
     t.view.cache.base_runs.clear()
     assert t.count_rows() == len(table.model)

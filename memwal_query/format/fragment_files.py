@@ -3,7 +3,7 @@
 Lance's fragment scanner decodes a 1M-row ``int64`` key column in ~30 ms on the 2-core
 machine we measure on; the data file's own reader (``lance.file.LanceFileReader``) in
 ~8 ms, plus the deletion file decoded here (:mod:`memwal_query.format.deletions`).
-:func:`read_live_columns` takes that route when it can prove it reads the same rows
+:func:`read_columns` takes that route when it can prove it reads the same rows
 Lance would, and returns ``None`` otherwise (the caller asks Lance):
 
 * every column asked is a top-level non-nested field stored in one data file of the
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -43,7 +44,7 @@ from memwal_query.errors import MemWalError, is_panic
 from memwal_query.format.deletions import deleted_offsets
 from memwal_query.format.storage import Storage
 
-__all__ = ["read_live_columns"]
+__all__ = ["FragmentColumns", "read_columns", "read_live_columns"]
 
 log = logging.getLogger(__name__)
 
@@ -104,10 +105,37 @@ class _Fallback(Exception):
     """The direct read cannot prove it matches Lance: ask Lance."""
 
 
-def read_live_columns(
+@dataclass(frozen=True)
+class FragmentColumns:
+    """Columns of every row a fragment's data file stores, and which rows are not deleted.
+
+    Attributes:
+        table: The columns, one row per stored row (``physical_rows``), in row order.
+        live: Boolean per row, False where the deletion file deletes it (None: no deletions).
+        fragment_id: The fragment's id (row address ``fragment_id << 32 | offset``).
+    """
+
+    table: pa.Table
+    live: np.ndarray | None
+    fragment_id: int
+
+    def addresses(self, rows: np.ndarray | None = None) -> np.ndarray:
+        """Row addresses of row offsets ``rows`` (default: every live row), as uint64."""
+        if rows is None:
+            rows = np.arange(self.table.num_rows) if self.live is None else np.flatnonzero(self.live)
+        out = np.asarray(rows, dtype=np.int64).view(np.uint64)
+        return out + (np.uint64(self.fragment_id) << np.uint64(32))
+
+    def live_table(self) -> pa.Table:
+        """The live rows and their ``_rowaddr`` (what Lance's scanner returns with row addresses)."""
+        t = self.table if self.live is None else self.table.filter(pa.array(self.live))
+        return t.append_column("_rowaddr", pa.array(self.addresses()))
+
+
+def read_columns(
     storage: Storage, meta: Any, field_ids: Mapping[str, int], columns: Sequence[str], expect: pa.Schema | None = None
-) -> pa.Table | None:
-    """The live rows of flat ``columns`` of one fragment and their ``_rowaddr``, or None.
+) -> FragmentColumns | None:
+    """Flat ``columns`` of one fragment, every stored row, and its deleted rows; or None.
 
     Args:
         storage: The dataset's storage (its root holds ``data/`` and ``_deletions/``).
@@ -117,8 +145,8 @@ def read_live_columns(
         expect: The dataset's schema: a file whose column types differ falls back.
 
     Returns:
-        A table of ``columns`` then ``_rowaddr`` (``fragment id << 32 | offset``), in row
-        order, or None when this route cannot prove it reads what Lance would.
+        The :class:`FragmentColumns`, or None when this route cannot prove it reads what
+        Lance would.
     """
     try:
         ids = [field_ids[c] for c in columns]
@@ -139,7 +167,7 @@ def read_live_columns(
         t = t.rename_columns(list(columns))
         if expect is not None and any(t.schema.field(c).type != expect.field(c).type for c in columns):
             return None
-        live = _live(storage, meta, rows)
+        return FragmentColumns(t, _live(storage, meta, rows), int(meta.id))
     except (_Fallback, MemWalError, KeyError, OSError, ValueError, RuntimeError) as err:
         log.debug("fragment %s of %s: direct read failed (%s); Lance reads it", meta.id, storage.uri, err)
         return None
@@ -147,9 +175,12 @@ def read_live_columns(
         if not is_panic(err):
             raise
         return None
-    start = np.uint64(meta.id) << np.uint64(32)
-    if live is None:
-        return t.append_column("_rowaddr", pa.array(np.arange(rows, dtype=np.uint64) + start))
-    addrs = np.flatnonzero(live).view(np.uint64)
-    addrs += start
-    return t.filter(pa.array(live)).append_column("_rowaddr", pa.array(addrs))
+
+
+def read_live_columns(
+    storage: Storage, meta: Any, field_ids: Mapping[str, int], columns: Sequence[str], expect: pa.Schema | None = None
+) -> pa.Table | None:
+    """The live rows of flat ``columns`` of one fragment and their ``_rowaddr``, or None
+    (arguments as :func:`read_columns`)."""
+    got = read_columns(storage, meta, field_ids, columns, expect)
+    return got.live_table() if got is not None else None

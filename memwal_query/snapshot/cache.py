@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import lance
 import pyarrow as pa
 
+from memwal_query.format.fragment_files import FragmentColumns
 from memwal_query.format.model import RegionManifest
 from memwal_query.format.wal import WalEntry
 from memwal_query.snapshot.model import GenerationSource
@@ -31,9 +32,10 @@ class SnapshotCache:
     wal_entries: dict[tuple[str, int], WalEntry] = field(default_factory=dict)
     manifests: dict[str, RegionManifest] = field(default_factory=dict)
     generation_keys: dict[str, pa.Table] = field(default_factory=dict)
-    #: Key columns and ``_rowaddr`` of base fragments the lazy base mask read, by
+    #: Key columns and ``_rowaddr`` of base fragments the lazy base mask read (or the key
+    #: columns of every stored row and which are deleted, read from the data files), by
     #: fragment identity (``base_mask.fragment_identity``): a refresh reuses them.
-    base_runs: dict[tuple[object, ...], pa.Table] = field(default_factory=dict)
+    base_runs: dict[tuple[object, ...], pa.Table | FragmentColumns] = field(default_factory=dict)
     #: Decoded columns of Lance fragments (base and generations), by
     #: :func:`memwal_query.scan.arrays.fragment_cache_key`: column name -> array, plus
     #: ``_rowaddr``. Fragments never change, so they are decoded once (bounded in size).
