@@ -34,7 +34,8 @@ from memwal_query.base_mask import BaseMask
 from memwal_query.format.storage import Storage
 from memwal_query.format.wal import TOMBSTONE
 from memwal_query.snapshot.cache import SnapshotCache
-from memwal_query.snapshot.model import GenerationSource, MemTableSource, Snapshot
+from memwal_query.snapshot.generations import generation_keys
+from memwal_query.snapshot.model import GenerationSource, MemTableSource, RegionSnapshot, Snapshot
 
 __all__ = [
     "NewerKeys",
@@ -290,17 +291,6 @@ def first_of_group(sorted_keys: Sequence[pa.ChunkedArray | pa.Array]) -> np.ndar
     return out
 
 
-def _generation_keys(ds: object, pk: Sequence[str], cache: SnapshotCache, uri: str) -> pa.Table:
-    with cache.lock:
-        hit = cache.generation_keys.get(uri)
-    if hit is not None:
-        return hit
-    t = ds.to_table(columns=[*pk, TOMBSTONE], with_row_address=True)  # type: ignore[attr-defined]
-    with cache.lock:
-        cache.generation_keys[uri] = t
-    return t
-
-
 @dataclass(frozen=True)
 class RankedLevels:
     """Key rows of one region's levels sorted by key, then newest first.
@@ -328,7 +318,7 @@ def rank_levels(
     """Rank the key rows of ``generations`` (and ``memtable``) of one region; None if empty."""
     parts: list[pa.Table] = []
     for lvl, g in enumerate(generations):
-        kt = _generation_keys(g.dataset, pk, cache, g.uri)
+        kt = generation_keys(g.dataset, pk, cache, g.uri)
         n = kt.num_rows
         parts.append(
             pa.table(
@@ -374,6 +364,44 @@ def rank_levels(
     )
 
 
+@dataclass(frozen=True)
+class _RegionMerge:
+    """One region's part of the merge (see :func:`compute_merge`)."""
+
+    generation_drop: dict[str, np.ndarray]
+    memtable: pa.Table | None
+    newest: pa.Table
+    stats: RegionMergeStats
+
+
+def _merge_region(
+    region: RegionSnapshot, pk: list[str], key_schema: pa.Schema, cache: SnapshotCache
+) -> _RegionMerge | None:
+    ranked = rank_levels(region.generations, region.memtable, pk, key_schema, cache)
+    if ranked is None:
+        return None
+    s, first, tomb, lvl, seq = ranked.sorted, ranked.first, ranked.tombstone, ranked.level, ranked.seq
+    keep = first & ~tomb
+    mem = region.memtable
+    gen_drop: dict[str, np.ndarray] = {}
+    for i, g in enumerate(region.generations):
+        drop = seq[(lvl == i) & ~keep]
+        if drop.size:
+            gen_drop[g.uri] = np.sort(drop.astype(np.uint64))
+    memtable = None
+    if mem is not None and mem.table.num_rows:
+        mem_rows = s.column("_idx").to_numpy()[(lvl == -1) & keep]
+        memtable = mem.table.take(pa.array(np.sort(mem_rows - ranked.memtable_offset)))
+    stats = RegionMergeStats(
+        newer_rows=s.num_rows,
+        live_keys=int(keep.sum()),
+        deleted_keys=int((first & tomb).sum()),
+        superseded_rows=int((~first).sum()),
+    )
+    newest = s.filter(pa.array(first)).select([*pk, TOMBSTONE, "_gen", "_seq", "_lvl"])
+    return _RegionMerge(gen_drop, memtable, newest, stats)
+
+
 def compute_merge(snapshot: Snapshot, cache: SnapshotCache, storage: Storage | None = None) -> MergeState:
     """Decide, once per snapshot, which rows of which level are live.
 
@@ -387,41 +415,28 @@ def compute_merge(snapshot: Snapshot, cache: SnapshotCache, storage: Storage | N
     """
     t0 = time.perf_counter()
     pk = list(snapshot.primary_key)
+    key_schema = pa.schema([snapshot.schema.field(k) for k in pk])
+    gens = [g for r in snapshot.regions for g in r.generations]
+    with cache.lock:
+        unread = [g for g in gens if g.uri not in cache.generation_keys]
+    if len(unread) > 1:  # one small Lance read each: overlap them (rank_levels then finds them cached)
+        with ThreadPoolExecutor(min(4, len(unread))) as pool:
+            list(pool.map(lambda g: generation_keys(g.dataset, pk, cache, g.uri), unread))
+    regions = snapshot.regions
+    parts = [_merge_region(r, pk, key_schema, cache) for r in regions]  # threads measured no faster
     gen_drop: dict[str, np.ndarray] = {}
     memtables: dict[str, pa.Table] = {}
     stats: dict[str, RegionMergeStats] = {}
-    newer_keys: list[pa.Table] = []
     newest: dict[str, pa.Table] = {}
-    key_schema = pa.schema([snapshot.schema.field(k) for k in pk])
-    gens = [g for r in snapshot.regions for g in r.generations]
-    if len(gens) > 1:  # one small Lance read each: overlap them (rank_levels then finds them cached)
-        with ThreadPoolExecutor(min(4, len(gens))) as pool:
-            list(pool.map(lambda g: _generation_keys(g.dataset, pk, cache, g.uri), gens))
-    for region in snapshot.regions:
-        ranked = rank_levels(region.generations, region.memtable, pk, key_schema, cache)
-        if ranked is None:
+    for region, part in zip(regions, parts, strict=True):
+        if part is None:
             continue
-        s, first, tomb, lvl, seq = ranked.sorted, ranked.first, ranked.tombstone, ranked.level, ranked.seq
-        keep = first & ~tomb
-        mem = region.memtable
-        for i, g in enumerate(region.generations):
-            in_lvl = lvl == i
-            drop = seq[in_lvl & ~keep]
-            if drop.size:
-                gen_drop[g.uri] = np.sort(drop.astype(np.uint64))
-        if mem is not None and mem.table.num_rows:
-            mem_rows = s.column("_idx").to_numpy()[(lvl == -1) & keep]
-            offset = ranked.memtable_offset
-            idx = np.sort(mem_rows - offset)
-            memtables[region.region_id] = mem.table.take(pa.array(idx))
-        newest[region.region_id] = s.filter(pa.array(first)).select([*pk, TOMBSTONE, "_gen", "_seq", "_lvl"])
-        newer_keys.append(newest[region.region_id].select(pk))
-        stats[region.region_id] = RegionMergeStats(
-            newer_rows=s.num_rows,
-            live_keys=int(keep.sum()),
-            deleted_keys=int((first & tomb).sum()),
-            superseded_rows=int((~first).sum()),
-        )
+        gen_drop.update(part.generation_drop)
+        if part.memtable is not None:
+            memtables[region.region_id] = part.memtable
+        newest[region.region_id] = part.newest
+        stats[region.region_id] = part.stats
+    newer_keys = [t.select(pk) for t in newest.values()]
     newer = NewerKeys(newest, pk)
     cross = 0
     if len(newer_keys) > 1:

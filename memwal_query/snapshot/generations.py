@@ -4,16 +4,19 @@ garbage-collect a merged generation at any time)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import replace
 
 import lance
+import pyarrow as pa
 
 from memwal_query.format.paths import generation_rel
 from memwal_query.format.storage import Storage
+from memwal_query.format.wal import TOMBSTONE
 from memwal_query.snapshot.cache import SnapshotCache
 from memwal_query.snapshot.model import GenerationSource, SkippedGeneration
 
-__all__ = ["open_generation", "generation_intact"]
+__all__ = ["open_generation", "generation_intact", "generation_keys", "prefetch_generation_keys"]
 
 log = logging.getLogger("memwal_query")
 
@@ -64,3 +67,25 @@ def generation_intact(storage: Storage, rel: str, ds: lance.LanceDataset, *, man
             if not storage.exists(f"{rel}/data/{f.path}"):
                 return False
     return True
+
+
+def generation_keys(ds: lance.LanceDataset, pk: Sequence[str], cache: SnapshotCache, uri: str) -> pa.Table:
+    """A flushed generation's key columns, tombstone flags and ``_rowaddr`` (read once, cached by URI)."""
+    with cache.lock:
+        hit = cache.generation_keys.get(uri)
+    if hit is not None:
+        return hit
+    t = ds.to_table(columns=[*pk, TOMBSTONE], with_row_address=True)
+    with cache.lock:
+        cache.generation_keys[uri] = t
+    return t
+
+
+def prefetch_generation_keys(gens: Sequence[GenerationSource], pk: Sequence[str], cache: SnapshotCache) -> None:
+    """Read the keys the merge will rank while the region's loader thread is at hand; a
+    generation that fails here is read again (and its error handled) by the merge."""
+    for g in gens:
+        try:
+            generation_keys(g.dataset, pk, cache, g.uri)
+        except (OSError, ValueError, RuntimeError):
+            return

@@ -23,7 +23,7 @@ from memwal_query.format.names import lance_manifest_file_name
 from memwal_query.format.storage import Storage
 from memwal_query.format.wal import TOMBSTONE, WalTail, replay_wal_tail, wal_entry_path
 from memwal_query.snapshot.cache import SnapshotCache
-from memwal_query.snapshot.generations import open_generation
+from memwal_query.snapshot.generations import open_generation, prefetch_generation_keys
 from memwal_query.snapshot.manifests import latest_region_manifest, list_regions, manifest_path
 from memwal_query.snapshot.memtables import memtable_from_live, memtable_from_wal
 from memwal_query.snapshot.model import (
@@ -57,6 +57,7 @@ def _load_region(
     consistency: Consistency,
     live: Sequence[LiveMemTable],
     cache: SnapshotCache,
+    pk: Sequence[str] = (),
 ) -> RegionSnapshot:
     with cache.lock:
         known = cache.manifests.get(region_id)
@@ -78,6 +79,8 @@ def _load_region(
                 continue
             got = open_generation(storage, region_id, fg.generation, fg.path, cache)
             (gens if isinstance(got, GenerationSource) else skipped).append(got)  # type: ignore[arg-type]
+        if pk:  # the merge ranks these keys next: read them on this region's thread
+            prefetch_generation_keys(gens, pk, cache)
         if consistency == "strong":
             tail = replay_wal_tail(
                 storage,
@@ -207,7 +210,7 @@ def _load_once(
     workers = max(1, min(max_workers, len(region_ids)))
 
     def load(region_id: str) -> RegionSnapshot:
-        return _load_region(storage, region_id, index, data_schema, consistency, live, cache)
+        return _load_region(storage, region_id, index, data_schema, consistency, live, cache, pk)
 
     with ThreadPoolExecutor(workers) as pool:
         by_id = {r.region_id: r for r in pool.map(load, region_ids)}
