@@ -17,6 +17,7 @@ fragments that did not change), or one Lance read of the key columns.
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -54,11 +55,17 @@ class MaskStatus:
         fragments: Base fragments of the snapshot.
         decided: Fragments whose drop list is known.
         masked_rows: Base rows shadowed in the decided fragments.
+        key_sources: How the decided fragments' keys were found, as (source, fragments)
+            pairs: ``"data files"`` (read straight from the data and deletion files),
+            ``"Lance scanner"`` (the direct read could not prove it sees Lance's rows),
+            ``"earlier snapshot"`` (kept by a refresh), ``"scan"`` (columns a query decoded,
+            or the rows a first full scan left out).
     """
 
     fragments: int
     decided: int
     masked_rows: int
+    key_sources: tuple[tuple[str, int], ...] = ()
 
     @property
     def complete(self) -> bool:
@@ -140,6 +147,7 @@ class BaseMask:
         self._fragments: list[lance.fragment.LanceFragment] | None = None
         self._all: np.ndarray | None = None
         self._field_ids: dict[str, int] | None = None
+        self._sources: dict[int, str] = {}
         self._dense: tuple[int, np.ndarray | None] | None = None
 
     @classmethod
@@ -266,12 +274,15 @@ class BaseMask:
         if cache is not None:
             with cache.lock:
                 hit = cache.base_runs.get(ident)
+                source = "earlier snapshot"
                 decoded = cache.fragment_columns.get(fragment_cache_key(self.uri, frag), {})
                 if hit is None and all(n in decoded for n in names):
-                    hit = pa.table({n: decoded[n] for n in names})  # a scan decoded them
+                    hit, source = pa.table({n: decoded[n] for n in names}), "scan"  # a scan decoded them
             if hit is not None:
+                self._note_source(frag, source)
                 return hit
         t = self._read_direct(frag)
+        self._note_source(frag, "data files" if t is not None else "Lance scanner")
         if t is None and frag.metadata.deletion_file is None:
             # every row of the fragment, in order: addresses are id << 32 | offset (not decoded)
             t = frag.to_table(columns=self.primary_key)
@@ -283,6 +294,10 @@ class BaseMask:
             with cache.lock:
                 cache.base_runs[ident] = t
         return t
+
+    def _note_source(self, frag: lance.fragment.LanceFragment, source: str) -> None:
+        with self._lock:
+            self._sources.setdefault(frag.fragment_id, source)
 
     def _read_direct(self, frag: lance.fragment.LanceFragment) -> FragmentColumns | None:
         """The key columns from the fragment's data file (~4x faster than Lance's scanner), or None."""
@@ -319,6 +334,7 @@ class BaseMask:
         if self.newer is None:
             return MaskStatus(len(frags), len(frags), 0)
         with self._lock:
-            drops = dict(self._drops)
-        decided = [drops[f.fragment_id] for f in frags if f.fragment_id in drops]
-        return MaskStatus(len(frags), len(decided), sum(int(d.size) for d in decided))
+            drops, sources = dict(self._drops), dict(self._sources)
+        ids = [f.fragment_id for f in frags if f.fragment_id in drops]
+        counts = Counter(sources.get(i, "scan") for i in ids)
+        return MaskStatus(len(frags), len(ids), sum(int(drops[i].size) for i in ids), tuple(sorted(counts.items())))

@@ -289,7 +289,8 @@ def describe_table(source: HasView, *, predicate: str | None = None) -> dict[str
         "base_mask": {
             "fragments": mask.fragments,
             "decided_by_queries": mask.decided,
-            "text": _mask_text(mask.fragments, mask.decided),
+            "key_sources": dict(mask.key_sources),
+            "text": _mask_text(mask.fragments, mask.decided, dict(mask.key_sources)),
         },
         "live_rows": table.dataset().count_rows(),
         "primary_key": list(table.snapshot.primary_key),
@@ -331,13 +332,14 @@ def describe_table(source: HasView, *, predicate: str | None = None) -> dict[str
     }
 
 
-def _mask_text(fragments: int, decided: int) -> str:
-    """How the lazy base mask stood when the table was described."""
+def _mask_text(fragments: int, decided: int, sources: dict[str, int]) -> str:
+    """How the lazy base mask stood when the table was described (and where its keys came from)."""
     noun = "fragment" if fragments == 1 else "fragments"
+    how = f" (keys from {', '.join(f'{k}: {v}' for k, v in sources.items())})" if sources else ""
     if decided == fragments:
-        return f"base mask decided for all {fragments} {noun}"
+        return f"base mask decided for all {fragments} {noun}{how}"
     return (
-        f"base mask decided lazily: {decided} of {fragments} base {noun} read by queries so far "
+        f"base mask decided lazily: {decided} of {fragments} base {noun} read by queries so far{how} "
         "(the rest decided for this description's live count)"
     )
 

@@ -171,12 +171,18 @@ def test_count_reads_base_keys_from_the_data_files(table: ModelTable, monkeypatc
     assert t.sql("SELECT count(*) AS n FROM t").to_arrow_table().column("n")[0].as_py() == len(table.model)
     assert spy.reads == []
     direct = t.merge_state.base_mask.all().tolist()
+    assert t.merge_state.base_mask.status().key_sources == (("data files", len(fragments)),)
+    assert f"keys from data files: {len(fragments)}" in t.explain()
+    again = t.refresh()
+    assert again.count_rows() == len(table.model)  # a refresh reuses the keys read
+    assert again.merge_state.base_mask.status().key_sources == (("earlier snapshot", len(fragments)),)
     monkeypatch.setattr(base_mask_module, "read_columns", lambda *a, **k: None)  # Lance's way
     t = mq.open_table(table.uri)
     t.view.cache.base_runs.clear()
     assert t.count_rows() == len(table.model)
     assert spy.reads and all(cols == ["id"] for _, cols in spy.reads)
     assert t.merge_state.base_mask.all().tolist() == direct
+    assert t.merge_state.base_mask.status().key_sources == (("Lance scanner", len(fragments)),)
 
 
 class _Keys:
