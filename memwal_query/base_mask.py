@@ -291,8 +291,7 @@ class BaseMask:
         elif t is None:
             t = frag.to_table(columns=self.primary_key, with_row_address=True)
         if cache is not None:
-            with cache.lock:
-                cache.base_runs[ident] = t
+            cache.store_base_run(ident, t)
         return t
 
     def _note_source(self, frag: lance.fragment.LanceFragment, source: str) -> None:

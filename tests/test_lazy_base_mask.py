@@ -22,6 +22,7 @@ import pytest
 
 import memwal_query as mq
 import memwal_query.base_mask as base_mask_module
+import memwal_query.snapshot.cache as snapshot_cache
 from memwal_query.base_mask import BaseMask
 from memwal_query.scan.balance import ChainFragment
 from memwal_query.scan.group import SMALL_SOURCE_ROWS
@@ -178,11 +179,34 @@ def test_count_reads_base_keys_from_the_data_files(table: ModelTable, monkeypatc
     assert again.merge_state.base_mask.status().key_sources == (("earlier snapshot", len(fragments)),)
     monkeypatch.setattr(base_mask_module, "read_columns", lambda *a, **k: None)  # Lance's way
     t = mq.open_table(table.uri)
-    t.view.cache.base_runs.clear()
+    t.view.cache.keep_base_runs(set())
     assert t.count_rows() == len(table.model)
     assert spy.reads and all(cols == ["id"] for _, cols in spy.reads)
     assert t.merge_state.base_mask.all().tolist() == direct
     assert t.merge_state.base_mask.status().key_sources == (("Lance scanner", len(fragments)),)
+
+
+def test_key_runs_kept_for_refresh_stay_within_their_budget(table: ModelTable, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Base key runs are kept for refreshed snapshots only up to a byte budget; the ones left
+    out are read again by the refreshed snapshot, with the same answers."""
+    t = mq.open_table(table.uri)
+    assert t.count_rows() == len(table.model)
+    cache = t.view.cache
+    sizes = sorted(snapshot_cache.run_bytes(r) for r in cache.base_runs.values())
+    assert len(sizes) > 2 and cache.base_runs_bytes == sum(sizes)
+    fresh = mq.open_table(table.uri)
+    budget = sizes[0] + sizes[1]  # room for the two smallest runs at most
+    monkeypatch.setattr(snapshot_cache, "BASE_RUNS_MAX_BYTES", budget)
+    assert fresh.count_rows() == len(table.model)
+    kept = fresh.view.cache
+    assert 0 < len(kept.base_runs) < len(sizes) and kept.base_runs_bytes <= budget
+    again = fresh.refresh()
+    assert again.count_rows() == len(table.model)
+    sources = dict(again.merge_state.base_mask.status().key_sources)
+    assert sources["earlier snapshot"] == len(kept.base_runs) and sources["data files"] == len(sizes) - len(
+        kept.base_runs
+    )
+    assert again.merge_state.base_mask.all().tolist() == t.merge_state.base_mask.all().tolist()
 
 
 class _Keys:

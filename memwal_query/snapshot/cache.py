@@ -13,7 +13,7 @@ from memwal_query.format.model import RegionManifest
 from memwal_query.format.wal import WalEntry
 from memwal_query.snapshot.model import GenerationSource
 
-__all__ = ["SnapshotCache", "fragment_cache_key"]
+__all__ = ["SnapshotCache", "fragment_cache_key", "BASE_RUNS_MAX_BYTES", "run_bytes"]
 
 
 def fragment_cache_key(source_uri: str, frag: lance.fragment.LanceFragment) -> tuple[object, ...]:
@@ -22,6 +22,18 @@ def fragment_cache_key(source_uri: str, frag: lance.fragment.LanceFragment) -> t
     d = meta.deletion_file
     deletion = None if d is None else (d.read_version, d.id, d.num_deleted_rows)
     return (source_uri, int(frag.fragment_id), tuple(f.path for f in frag.data_files()), deletion)
+
+
+BASE_RUNS_MAX_BYTES = 256 * 1024 * 1024
+"""Memory for base key runs kept across refreshes (~28M int64 keys; reading them again costs
+~8 ms per million keys)."""
+
+
+def run_bytes(run: pa.Table | FragmentColumns) -> int:
+    """Memory a base key run holds."""
+    if isinstance(run, FragmentColumns):
+        return int(run.table.nbytes) + (int(run.live.nbytes) if run.live is not None else 0)
+    return int(run.nbytes)
 
 
 @dataclass
@@ -36,6 +48,7 @@ class SnapshotCache:
     #: columns of every stored row and which are deleted, read from the data files), by
     #: fragment identity (``base_mask.fragment_identity``): a refresh reuses them.
     base_runs: dict[tuple[object, ...], pa.Table | FragmentColumns] = field(default_factory=dict)
+    base_runs_bytes: int = 0
     #: Decoded columns of Lance fragments (base and generations), by
     #: :func:`memwal_query.scan.arrays.fragment_cache_key`: column name -> array, plus
     #: ``_rowaddr``. Fragments never change, so they are decoded once (bounded in size).
@@ -80,7 +93,20 @@ class SnapshotCache:
         """Forget the key runs of base fragments the newest snapshot does not have."""
         with self.lock:
             for ident in [i for i in self.base_runs if i not in identities]:
-                del self.base_runs[ident]
+                self.base_runs_bytes -= run_bytes(self.base_runs.pop(ident))
+
+    def store_base_run(self, ident: tuple[object, ...], run: pa.Table | FragmentColumns) -> bool:
+        """Keep a base fragment's key run for refreshed snapshots, within :data:`BASE_RUNS_MAX_BYTES`
+        (beyond it a refresh reads the fragment's keys again). Returns whether it was kept."""
+        nbytes = run_bytes(run)
+        with self.lock:
+            if ident in self.base_runs:
+                return True
+            if self.base_runs_bytes + nbytes > BASE_RUNS_MAX_BYTES:
+                return False
+            self.base_runs[ident] = run
+            self.base_runs_bytes += nbytes
+            return True
 
     def keep_fragments(self, keys: set[tuple[object, ...]]) -> None:
         """Forget decoded columns of fragments the newest snapshot does not read."""
