@@ -228,6 +228,12 @@ class BaseMask:
             hit[_sorted_hits(k[order], order, numeric).astype(np.int64)] = True
         return hit
 
+    @property
+    def lookup_table_bytes(self) -> int:
+        """Memory of the table over the newer keys' span (0 until built, or none was)."""
+        dense = self._dense
+        return int(dense[1].nbytes) if dense is not None and dense[1] is not None else 0
+
     def _dense_hits(self, k: np.ndarray, numeric: np.ndarray) -> np.ndarray | None:
         """Which of integer keys ``k`` (any order) are newer keys, by one gather from a table
         of the newer keys' span (None when the span is too sparse or large to hold one)."""

@@ -300,7 +300,7 @@ def describe_table(source: HasView, *, predicate: str | None = None) -> dict[str
         "cut": _cut_text(snap),
         "merge_seconds": merge.seconds,
         "newer_keys": len(merge.newer),
-        "newer_keys_bytes": merge.newer.nbytes,
+        "newer_keys_bytes": merge.newer.nbytes + merge.base_mask.lookup_table_bytes,
         "lookup_rows_bytes": table.cache.generation_rows_bytes,
         "cross_region_keys": merge.cross_region_keys,
         "lost_generations": _lost_generations(snap),

@@ -24,6 +24,7 @@ import memwal_query as mq
 import memwal_query.base_mask as base_mask_module
 import memwal_query.snapshot.cache as snapshot_cache
 from memwal_query.base_mask import BaseMask
+from memwal_query.describe import describe_table
 from memwal_query.scan.balance import ChainFragment
 from memwal_query.scan.group import SMALL_SOURCE_ROWS
 from memwal_query.scan.indexed_base import IndexedBaseFragment
@@ -173,6 +174,10 @@ def test_count_reads_base_keys_from_the_data_files(table: ModelTable, monkeypatc
     assert spy.reads == []
     direct = t.merge_state.base_mask.all().tolist()
     assert t.merge_state.base_mask.status().key_sources == (("data files", len(fragments)),)
+    table_bytes = t.merge_state.base_mask.lookup_table_bytes  # the newer keys' span, one byte per value
+    newer = t.merge_state.newer.sorted_numeric()
+    assert newer is not None and table_bytes == int(newer[-1]) - int(newer[0]) + 1
+    assert describe_table(t)["newer_keys_bytes"] == t.merge_state.newer.nbytes + table_bytes
     assert f"keys from data files: {len(fragments)}" in t.explain()
     again = t.refresh()
     assert again.count_rows() == len(table.model)  # a refresh reuses the keys read
