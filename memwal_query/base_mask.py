@@ -287,7 +287,7 @@ class BaseMask:
             if hit is not None:
                 self._note_source(frag, source)
                 return hit
-        t = self._read_direct(frag)
+        t = self._read_columns(frag, self.primary_key)
         self._note_source(frag, "data files" if t is not None else "Lance scanner")
         if t is None and frag.metadata.deletion_file is None:
             # every row of the fragment, in order: addresses are id << 32 | offset (not decoded)
@@ -300,17 +300,24 @@ class BaseMask:
             cache.store_base_run(ident, t)
         return t
 
+    def read_rows(self, frag: lance.fragment.LanceFragment, columns: Sequence[str]) -> pa.Table | None:
+        """The live rows of flat ``columns`` of base fragment ``frag`` and their ``_rowaddr``, read
+        straight from its data and deletion files (2-4x faster than Lance's fragment scanner on a
+        fresh process); None when that read cannot prove it sees Lance's rows."""
+        got = self._read_columns(frag, columns)
+        return got.live_table() if got is not None else None
+
     def _note_source(self, frag: lance.fragment.LanceFragment, source: str) -> None:
         with self._lock:
             self._sources.setdefault(frag.fragment_id, source)
 
-    def _read_direct(self, frag: lance.fragment.LanceFragment) -> FragmentColumns | None:
-        """The key columns from the fragment's data file (~4x faster than Lance's scanner), or None."""
+    def _read_columns(self, frag: lance.fragment.LanceFragment, columns: Sequence[str]) -> FragmentColumns | None:
+        """Columns of the fragment straight from its data file (~4x faster than Lance's scanner), or None."""
         if self.storage is None or self.base is None:
             return None
         if self._field_ids is None:
             self._field_ids = {name: i for i, name in lance_field_ids(self.base).items()}
-        return read_columns(self.storage, frag.metadata, self._field_ids, self.primary_key, self.base.schema)
+        return read_columns(self.storage, frag.metadata, self._field_ids, list(columns), self.base.schema)
 
     def all(self) -> np.ndarray:
         """Every shadowed base row address, sorted (decides every fragment once)."""

@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 import pytest
 
 import memwal_query as mq
+import memwal_query.base_mask as base_mask_module
 import memwal_query.scan.lance_fragment as sources_mod
 from memwal_query.scan.arrays import fragment_cache_key
 
@@ -225,7 +226,8 @@ def test_drop_mask_on_ordered_and_unordered_batches() -> None:
 def _count_decodes(
     monkeypatch: pytest.MonkeyPatch, methods: tuple[str, ...] = ("to_table",)
 ) -> list[tuple[str, tuple[str, ...]]]:
-    """Calls of ``methods`` of Lance fragments (whole-fragment decodes; ``scanner``: streams)."""
+    """Calls of ``methods`` of Lance fragments (whole-fragment decodes; ``scanner``: streams),
+    and base fragments read straight from their data files."""
     reads: list[tuple[str, tuple[str, ...]]] = []
 
     def counter(real: Any) -> Any:
@@ -237,6 +239,15 @@ def _count_decodes(
 
     for name in methods:
         monkeypatch.setattr(lance.fragment.LanceFragment, name, counter(getattr(lance.fragment.LanceFragment, name)))
+    real_direct = base_mask_module.read_columns
+
+    def direct(storage, meta, field_ids, columns, *a, **k):  # type: ignore[no-untyped-def]
+        got = real_direct(storage, meta, field_ids, columns, *a, **k)
+        if got is not None:  # a base fragment read straight from its data file, not through Lance
+            reads.append((storage.uri, tuple(columns)))
+        return got
+
+    monkeypatch.setattr(base_mask_module, "read_columns", direct)
     return reads
 
 

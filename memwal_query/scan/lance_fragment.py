@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
+from functools import partial
 
 import lance
 import numpy as np
@@ -65,6 +66,7 @@ def cached_columns(
     names: list[str],
     decode: bool,
     gone: Callable[[BaseException], MemWalError],
+    direct: Callable[[list[str]], pa.Table | None] | None = None,
 ) -> pa.Table | None:
     """Rows of ``fragment``'s columns ``names`` (and ``_rowaddr``) from the cache, the missing
     ones decoded and kept (``decode=False``: ``None`` unless all are cached already).
@@ -73,6 +75,7 @@ def cached_columns(
     columns are kept in the table's :class:`SnapshotCache` (shared with refreshed
     snapshots, bounded by ``RESIDENT_MAX_BYTES``); ``LanceFragment.survivors`` applies the
     snapshot's drop list. A query then filters memory instead of decoding Lance pages.
+    ``direct`` reads columns straight from the fragment's files (base fragments), or None.
     """
     with cache.lock:
         if key in cache.over_budget:
@@ -87,8 +90,10 @@ def cached_columns(
             if cache.resident_bytes + size > RESIDENT_MAX_BYTES:
                 cache.over_budget.add(key)  # it would not be kept: read Lance (filters pushed down) instead
                 return None
+        t = direct(missing) if direct is not None else None  # straight from the data file
         try:
-            t = fragment.to_table(columns=missing, with_row_address=True)
+            if t is None:
+                t = fragment.to_table(columns=missing, with_row_address=True)
         except (ValueError, OSError, RuntimeError, pa.ArrowException) as err:
             if is_gone(err):
                 raise gone(err) from err
@@ -235,7 +240,8 @@ class LanceFragment(SourceFragment):
         """Rows of columns ``names`` (and ``_rowaddr``), decoded once per table lineage (:func:`cached_columns`)."""
         if self.resident is None:
             return None
-        return cached_columns(self.resident, self._cache_key(), self.fragment, names, decode, self._gone)
+        direct = partial(self.mask.read_rows, self.fragment) if self.mask is not None else None
+        return cached_columns(self.resident, self._cache_key(), self.fragment, names, decode, self._gone, direct)
 
     def _cache_key(self) -> tuple[object, ...]:
         if self._key is None:
