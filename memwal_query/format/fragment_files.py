@@ -132,6 +132,38 @@ class FragmentColumns:
         return t.append_column("_rowaddr", pa.array(self.addresses()))
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """A direct read proven to see Lance's rows: the file's reader, names and row count."""
+
+    reader: LanceFileReader
+    columns: list[str]
+    rows: int
+    live: np.ndarray | None
+    fragment_id: int
+
+
+def _plan(
+    storage: Storage, meta: Any, field_ids: Mapping[str, int], columns: Sequence[str], expect: pa.Schema | None
+) -> _Plan | None:
+    ids = [field_ids[c] for c in columns]
+    f = _data_file(meta, ids)
+    if f is None:
+        return None
+    uri = storage.child_uri(f"data/{f.path}")
+    options = storage.storage_options or None
+    info = LanceFileReader(uri, storage_options=options).metadata()
+    schema, rows = info.schema, int(meta.physical_rows)
+    where = _file_positions(schema, list(f.fields))
+    if where is None or any(i not in where for i in ids) or int(info.num_rows) != rows:
+        return None
+    stored = [schema.field(where[i]) for i in ids]  # a renamed column keeps its old name here
+    if expect is not None and any(s.type != expect.field(c).type for s, c in zip(stored, columns, strict=True)):
+        return None
+    reader = LanceFileReader(uri, storage_options=options, columns=[s.name for s in stored])
+    return _Plan(reader, list(columns), rows, _live(storage, meta, rows), int(meta.id))
+
+
 def read_columns(
     storage: Storage, meta: Any, field_ids: Mapping[str, int], columns: Sequence[str], expect: pa.Schema | None = None
 ) -> FragmentColumns | None:
@@ -148,26 +180,15 @@ def read_columns(
         The :class:`FragmentColumns`, or None when this route cannot prove it reads what
         Lance would.
     """
+
     try:
-        ids = [field_ids[c] for c in columns]
-        f = _data_file(meta, ids)
-        if f is None:
+        plan = _plan(storage, meta, field_ids, columns, expect)
+        if plan is None:
             return None
-        uri = storage.child_uri(f"data/{f.path}")
-        options = storage.storage_options or None
-        schema = LanceFileReader(uri, storage_options=options).metadata().schema
-        where = _file_positions(schema, list(f.fields))
-        if where is None or any(i not in where for i in ids):
+        t = plan.reader.read_all(batch_size=_BATCH).to_table()
+        if t.num_rows != plan.rows:
             return None
-        stored = [schema.field(where[i]).name for i in ids]  # a renamed column keeps its old name here
-        rows = int(meta.physical_rows)
-        t = LanceFileReader(uri, storage_options=options, columns=stored).read_all(batch_size=_BATCH).to_table()
-        if t.num_rows != rows or t.column_names != stored:
-            return None
-        t = t.rename_columns(list(columns))
-        if expect is not None and any(t.schema.field(c).type != expect.field(c).type for c in columns):
-            return None
-        return FragmentColumns(t, _live(storage, meta, rows), int(meta.id))
+        return FragmentColumns(t.rename_columns(plan.columns), plan.live, plan.fragment_id)
     except (_Fallback, MemWalError, KeyError, OSError, ValueError, RuntimeError) as err:
         log.debug("fragment %s of %s: direct read failed (%s); Lance reads it", meta.id, storage.uri, err)
         return None
