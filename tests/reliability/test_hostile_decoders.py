@@ -23,6 +23,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import lance
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -33,6 +35,7 @@ from memwal_proto import mem_wal_pb2
 from memwal_query.errors import MemWalError
 from memwal_query.format.bloom import read_bloom_filter
 from memwal_query.format.decode import bitrev64_name, lance_manifest_file_name
+from memwal_query.format.deletions import deleted_offsets
 from memwal_query.format.inline_snapshots import decode_inline_snapshots
 from memwal_query.format.memwal_index import read_memwal_index
 from memwal_query.format.storage import Storage
@@ -349,7 +352,50 @@ def _bloom_strategy(real: Hostile) -> st.SearchStrategy[bytes]:
 # --------------------------------------------------------------------------- #
 
 
-DECODERS = ["region_manifest", "version_hint", "lance_manifest", "inline_snapshots", "wal_entry", "bloom_filter"]
+# --------------------------------------------------------------------------- #
+# Deletion files (base fragments' deleted rows, read for the base mask)
+# --------------------------------------------------------------------------- #
+
+
+def _deletion_files(tmp: Path) -> list[tuple[str, bytes]]:
+    """Real deletion files pylance wrote: an Arrow array of offsets and a roaring bitmap."""
+    ds = lance.write_dataset(pa.table({"id": pa.array(range(20_000), pa.int64())}), str(tmp / "deletions"))
+    ds.delete("id % 997 = 0")
+    ds = lance.dataset(ds.uri)
+    small = ds.get_fragments()[0].metadata.deletion_file
+    files = [(small.file_type, Path(ds.uri, small.path(0)).read_bytes())]
+    ds.delete("id % 3 = 0")
+    big = lance.dataset(ds.uri).get_fragments()[0].metadata.deletion_file
+    files.append((big.file_type, Path(ds.uri, big.path(0)).read_bytes()))
+    assert {k for k, _ in files} == {"array", "bitmap"}
+    return files
+
+
+def _deletion_case(tmp: Path) -> tuple[st.SearchStrategy[bytes], Callable[[bytes], None]]:
+    files = _deletion_files(tmp)
+    what = "_deletions/0-9-123.bin"
+
+    def check(data: bytes) -> None:
+        for kind, _ in files:
+            try:
+                got = deleted_offsets(data, kind, what)
+            except MemWalError as err:
+                assert what in str(err) and "\n" not in str(err), str(err)
+            else:  # whatever decodes is a set of row offsets
+                assert got.dtype == np.uint64 and bool(np.all(got[1:] > got[:-1]))
+
+    return st.one_of(*(mutated(data) for _, data in files)), check
+
+
+DECODERS = [
+    "region_manifest",
+    "version_hint",
+    "lance_manifest",
+    "inline_snapshots",
+    "wal_entry",
+    "bloom_filter",
+    "deletion_file",
+]
 
 
 def _case(
@@ -367,6 +413,7 @@ def _case(
         "inline_snapshots": lambda: (st.one_of(mutated(inline), _inline_edit(tmp)), _check_inline),
         "wal_entry": lambda: (st.one_of(mutated(wal), _wal_edit(wal)), _check_wal(storage)),
         "bloom_filter": lambda: (_bloom_strategy(real), _check_bloom(storage)),
+        "deletion_file": lambda: _deletion_case(tmp),
     }[name]()
 
 
