@@ -113,7 +113,7 @@ def _roaring(data: bytes, what: str) -> np.ndarray:
 def _arrow(data: bytes, what: str) -> np.ndarray:
     try:
         t = pa.ipc.open_file(pa.BufferReader(data)).read_all()
-    except (pa.ArrowInvalid, OSError) as err:
+    except (pa.ArrowException, OSError) as err:  # invalid, unsupported or absurdly large
         msg = f"deletion file {what} is not a readable Arrow file: {err}"
         raise MemWalCorruptionError(msg) from err
     if t.num_columns != 1 or not pa.types.is_integer(t.schema.field(0).type) or t.column(0).null_count:

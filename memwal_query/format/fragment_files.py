@@ -155,7 +155,7 @@ def _plan(
     info = LanceFileReader(uri, storage_options=options).metadata()
     schema, rows = info.schema, int(meta.physical_rows)
     where = _file_positions(schema, list(f.fields))
-    if where is None or any(i not in where for i in ids) or int(info.num_rows) != rows:
+    if where is None or any(i not in where for i in ids) or int(info.num_rows) != rows or rows >= 1 << 32:
         return None
     stored = [schema.field(where[i]) for i in ids]  # a renamed column keeps its old name here
     if expect is not None and any(s.type != expect.field(c).type for s, c in zip(stored, columns, strict=True)):
@@ -189,7 +189,7 @@ def read_columns(
         if t.num_rows != plan.rows:
             return None
         return FragmentColumns(t.rename_columns(plan.columns), plan.live, plan.fragment_id)
-    except (_Fallback, MemWalError, KeyError, OSError, ValueError, RuntimeError) as err:
+    except (_Fallback, MemWalError, KeyError, OSError, ValueError, RuntimeError, pa.ArrowException) as err:
         log.debug("fragment %s of %s: direct read failed (%s); Lance reads it", meta.id, storage.uri, err)
         return None
     except BaseException as err:
