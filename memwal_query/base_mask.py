@@ -11,7 +11,10 @@ A fragment's keys come from, in order: the decoded-column cache (a scan that dec
 fragment's columns decodes its key column with them and hands it over through
 :meth:`BaseMask.decide`), the key runs kept per fragment identity in the
 :class:`~memwal_query.snapshot.cache.SnapshotCache` (a refresh reuses them for the
-fragments that did not change), or one Lance read of the key columns.
+fragments that did not change, within a byte budget), or one read of the key columns:
+straight from the fragment's data and deletion files
+(:mod:`memwal_query.format.fragment_files`), else through Lance. Integer keys are looked
+up in a table over the newer keys' span when it is small enough (one gather per key).
 """
 
 from __future__ import annotations
