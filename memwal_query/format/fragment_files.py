@@ -76,10 +76,13 @@ def _file_positions(schema: pa.Schema, fields: Sequence[int]) -> dict[int, int] 
 
 
 def _data_file(meta: Any, ids: Sequence[int]) -> Any | None:
+    """The one data file of the fragment holding fields ``ids``, if its ``i``-th listed field is
+    its ``i``-th column (what :func:`_file_positions` relies on) and it lives in this dataset."""
     files = [f for f in meta.files if all(i in f.fields for i in ids)]
     if len(files) != 1 or getattr(files[0], "base_id", None) is not None:
         return None
-    return files[0]
+    f = files[0]
+    return f if list(f.column_indices) == list(range(len(f.fields))) else None
 
 
 def _live(storage: Storage, meta: Any, rows: int) -> np.ndarray | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import struct
 from pathlib import Path
+from types import SimpleNamespace
 
 import lance
 import numpy as np
@@ -14,7 +15,7 @@ import pytest
 
 from memwal_query.errors import MemWalCorruptionError
 from memwal_query.format.deletions import deleted_offsets
-from memwal_query.format.fragment_files import read_live_columns
+from memwal_query.format.fragment_files import read_columns, read_live_columns
 from memwal_query.format.storage import Storage
 from memwal_query.regionspec.spec import lance_field_ids
 
@@ -216,3 +217,20 @@ def test_malformed_deletion_files_raise_naming_the_file(damage: str) -> None:
         kind = "array"
     with pytest.raises(MemWalCorruptionError, match="_deletions/7-1-2"):
         deleted_offsets(data, kind, "_deletions/7-1-2")
+
+
+def test_a_data_file_listing_fields_out_of_column_order_falls_back(tmp_path: Path) -> None:
+    """Field ids are matched to file columns by position: a file whose ``column_indices`` are
+    not 0, 1, 2, ... is left to Lance (the same file with them in order is read directly)."""
+    ds = _dataset(tmp_path / "d")
+    storage, meta = Storage.open(ds.uri), ds.get_fragments()[0].metadata
+    f = meta.files[0]
+
+    def fragment(order: list[int]) -> SimpleNamespace:
+        file = SimpleNamespace(path=f.path, fields=f.fields, column_indices=order, base_id=None)
+        return SimpleNamespace(files=[file], physical_rows=meta.physical_rows, deletion_file=None, id=meta.id)
+
+    in_order = list(f.column_indices)
+    assert in_order == list(range(len(f.fields)))
+    assert read_columns(storage, fragment(in_order), _ids(ds), ["id"], ds.schema) is not None
+    assert read_columns(storage, fragment(in_order[::-1]), _ids(ds), ["id"], ds.schema) is None
