@@ -224,10 +224,8 @@ class LanceFragment(SourceFragment):
         return self.mask.primary_key if self.mask is not None else []
 
     def _live_by_key(self, batch: pa.RecordBatch, dropped: list[np.ndarray] | None = None) -> pa.RecordBatch:
-        """Rows of ``batch`` whose key has no newer version (an undecided base fragment).
-
-        ``dropped``: collects the addresses of the rows left out (``batch`` has ``_rowaddr``).
-        """
+        """Rows of ``batch`` whose key has no newer version (an undecided base fragment);
+        ``dropped`` collects the addresses of the rows left out (``batch`` has ``_rowaddr``)."""
         assert self.mask is not None
         keys = pa.Table.from_batches([batch]).select(self.mask.primary_key)
         live = self.mask.live(keys)
