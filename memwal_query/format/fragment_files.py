@@ -150,7 +150,7 @@ def _plan(
     storage: Storage, meta: Any, field_ids: Mapping[str, int], columns: Sequence[str], expect: pa.Schema | None
 ) -> _Plan | None:
     ids = [field_ids[c] for c in columns]
-    f = _data_file(meta, ids)
+    f = _data_file(meta, ids) if ids else None
     if f is None:
         return None
     uri = storage.child_uri(f"data/{f.path}")
