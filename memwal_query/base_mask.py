@@ -315,8 +315,12 @@ class BaseMask:
             self._sources.setdefault(frag.fragment_id, source)
 
     def _read_columns(self, frag: lance.fragment.LanceFragment, columns: Sequence[str]) -> FragmentColumns | None:
-        """Columns of the fragment straight from its data file (~4x faster than Lance's scanner), or None."""
-        if self.storage is None or self.base is None:
+        """Columns of the fragment straight from its data file (~4x faster than Lance's scanner), or None.
+
+        Local tables only: on an object store each file reader would open its own client
+        (credentials, connections) where Lance's scanner reuses the dataset's; not measured
+        against a real object store, so Lance reads those."""
+        if self.storage is None or self.base is None or self.storage.local_path("") is None:
             return None
         if self._field_ids is None:
             self._field_ids = {name: i for i, name in lance_field_ids(self.base).items()}
