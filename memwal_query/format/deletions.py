@@ -114,10 +114,12 @@ def _arrow(data: bytes, what: str) -> np.ndarray:
     try:
         t = pa.ipc.open_file(pa.BufferReader(data)).read_all()
     except (pa.ArrowException, OSError) as err:  # invalid, unsupported or absurdly large
-        msg = f"deletion file {what} is not a readable Arrow file: {err}"
+        first = (str(err).splitlines() or [type(err).__name__])[0]
+        msg = f"deletion file {what} is not a readable Arrow file: {first}"
         raise MemWalCorruptionError(msg) from err
     if t.num_columns != 1 or not pa.types.is_integer(t.schema.field(0).type) or t.column(0).null_count:
-        msg = f"deletion file {what} does not hold one column of row offsets ({t.schema})"
+        columns = ", ".join(f"{f.name}: {f.type}" for f in t.schema)
+        msg = f"deletion file {what} does not hold one column of row offsets ({columns})"
         raise MemWalCorruptionError(msg)
     out = t.column(0).to_numpy()
     if out.size and int(out.min()) < 0:

@@ -192,7 +192,16 @@ def test_roaring_containers_of_every_kind(layout: int) -> None:
 
 @pytest.mark.parametrize(
     "damage",
-    ["cookie", "truncated", "bitmap-cardinality", "run-cardinality", "unsorted-keys", "unsorted-values", "arrow"],
+    [
+        "cookie",
+        "truncated",
+        "bitmap-cardinality",
+        "run-cardinality",
+        "unsorted-keys",
+        "unsorted-values",
+        "arrow",
+        "arrow-columns",
+    ],
 )
 def test_malformed_deletion_files_raise_naming_the_file(damage: str) -> None:
     low = np.arange(100, 200)
@@ -213,10 +222,17 @@ def test_malformed_deletion_files_raise_naming_the_file(damage: str) -> None:
         data = _roaring([(2, "array", low), (1, "array", low)], runs=False)
     elif damage == "unsorted-values":
         data = _roaring([(0, "array", low[::-1].copy())], runs=False)
+    elif damage == "arrow-columns":  # a readable Arrow file of two columns
+        sink = pa.BufferOutputStream()
+        t = pa.table({"a": pa.array([1], pa.uint32()), "b": ["x"]})
+        with pa.ipc.new_file(sink, t.schema) as w:
+            w.write_table(t)
+        data, kind = sink.getvalue().to_pybytes(), "array"
     else:
         kind = "array"
-    with pytest.raises(MemWalCorruptionError, match="_deletions/7-1-2"):
+    with pytest.raises(MemWalCorruptionError, match="_deletions/7-1-2") as err:
         deleted_offsets(data, kind, "_deletions/7-1-2")
+    assert "\n" not in str(err.value)
 
 
 def test_a_data_file_listing_fields_out_of_column_order_falls_back(tmp_path: Path) -> None:
