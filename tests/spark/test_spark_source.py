@@ -63,6 +63,32 @@ def _table(path: Path, base_rows: int = 900) -> tuple[str, Model]:
     return uri, m
 
 
+def _levels_of(uri: str, keys: list[int]) -> list[str]:
+    """Every stored version of ``keys`` in the newer levels (to diagnose a wrong merge)."""
+    t = mq.open_table(uri)
+    out = []
+    for r in t.snapshot.regions:
+        for g in r.generations:
+            rows = g.dataset.to_table(filter=pc.field("id").isin(keys), with_row_address=True).to_pylist()
+            out += [f"region {r.region_id[:8]} generation {g.generation}: {row}" for row in rows]
+        if r.memtable is not None:
+            m = r.memtable.table
+            rows = m.filter(pc.is_in(m.column("id"), pa.array(keys, pa.int64()))).to_pylist()
+            out += [f"region {r.region_id[:8]} memtable ({r.memtable.origin}): {row}" for row in rows]
+    return out
+
+
+def _assert_equals_model(uri: str, model: Any) -> None:
+    got, want = _sorted(mq.open_table(uri).to_arrow()), model.table()
+    if got.equals(want):
+        return
+    g = dict(zip(got.column("id").to_pylist(), got.to_pylist(), strict=True))
+    w = dict(zip(want.column("id").to_pylist(), want.to_pylist(), strict=True))
+    wrong = sorted(k for k in g.keys() | w.keys() if g.get(k) != w.get(k))[:5]
+    detail = [f"{k}: memwal {g.get(k)} model {w.get(k)}" for k in wrong] + _levels_of(uri, wrong)
+    pytest.fail("merged table differs from the model:\n" + "\n".join(detail))
+
+
 def _sorted(t: pa.Table) -> pa.Table:
     return sort_table(t.select(SCHEMA.names).cast(SCHEMA), ["id"])
 
@@ -205,14 +231,14 @@ def test_stream_sink_restart_after_failure_equals_model(registered: Any, tmp_pat
     assert memwal_write.committed_batches(uri, "s1") == [0]
     _run_sink(spark, src, uri, ckpt)  # restart from the checkpoint: batch 1 replayed whole
     assert memwal_write.committed_batches(uri, "s1") == [0, 1, 2]
-    assert _sorted(mq.open_table(uri).to_arrow()).equals(model.table())
+    _assert_equals_model(uri, model)
     ups = _rows(rng.choice(1500, 100, replace=False), 9.0)
     _changes_file(src, 3, ups, [1, 2, 3])
     model.put(ups)
     model.delete([1, 2, 3])
     _run_sink(spark, src, uri, ckpt)
     assert memwal_write.committed_batches(uri, "s1") == [0, 1, 2, 3]
-    assert _sorted(mq.open_table(uri).to_arrow()).equals(model.table())
+    _assert_equals_model(uri, model)
 
 
 def _run_source(spark: Any, uri: str, ckpt: Path, seen: list[pa.Table], start: str | None = None) -> None:
