@@ -154,7 +154,7 @@ def decode_region_manifest(data: bytes) -> RegionManifest:
 
     Raises:
         ValueError: The bytes are not a region manifest (protobuf decode error,
-            or no 16-byte region UUID).
+            no 16-byte region UUID, a field out of range, a flushed generation listed twice).
     """
     pb = mem_wal_pb2.ShardManifest()
     _parse(pb, data, "region manifest")
@@ -163,8 +163,12 @@ def decode_region_manifest(data: bytes) -> RegionManifest:
     _check_range("version", pb.version, 1, MAX_VERSION)
     _check_range("current generation", pb.current_generation, 0, MAX_VERSION)
     _check_range("replay-after WAL position", pb.replay_after_wal_entry_position, 0, MAX_WAL_POSITION)
+    seen: set[int] = set()
     for s in pb.sstables:
         _check_range("flushed generation", s.generation, 1, MAX_VERSION)
+        if s.generation in seen:  # newest-wins ranks by generation: a repeat would be a coin toss
+            raise ValueError(f"region manifest lists flushed generation {s.generation} twice")
+        seen.add(s.generation)
     return RegionManifest(
         region_id=_uuid_str(pb.shard_id.uuid, "region manifest region id"),
         version=pb.version,

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 from lance.mem_wal import CompactedSsTable
 
+from memwal_proto import mem_wal_pb2
 from memwal_query.format.decode import (
     MEM_WAL_INDEX_NAME,
     bitrev64_name,
@@ -335,6 +336,18 @@ def test_truncated_region_manifest_raises(written: Written) -> None:
     data = max(written.region_manifests().values(), key=len)
     with pytest.raises(ValueError, match="region manifest"):
         decode_region_manifest(data[:-3])
+
+
+def test_region_manifest_listing_a_generation_twice_raises(written: Written) -> None:
+    """Newest wins by generation number: two flushed generations of one number cannot be ordered."""
+    data = max(written.region_manifests().values(), key=lambda b: len(decode_region_manifest(b).flushed_generations))
+    pb = mem_wal_pb2.ShardManifest()
+    pb.ParseFromString(data)
+    assert len(pb.sstables) >= 2
+    decode_region_manifest(pb.SerializeToString())  # as written: distinct numbers
+    pb.sstables[1].generation = pb.sstables[0].generation
+    with pytest.raises(ValueError, match=f"flushed generation {pb.sstables[0].generation} twice"):
+        decode_region_manifest(pb.SerializeToString())
 
 
 def test_garbage_mem_wal_details_raises() -> None:
