@@ -290,13 +290,11 @@ class BaseMask:
             if hit is not None:
                 self._note_source(frag, source)
                 return hit
-        t = self._read_columns(frag, self.primary_key)
+        t: pa.Table | FragmentColumns | None = self._read_columns(frag, self.primary_key)
         self._note_source(frag, "data files" if t is not None else "Lance scanner")
         if t is None and frag.metadata.deletion_file is None:
-            # every row of the fragment, in order: addresses are id << 32 | offset (not decoded)
-            t = frag.to_table(columns=self.primary_key)
-            start = np.uint64(frag.fragment_id) << np.uint64(32)
-            t = t.append_column("_rowaddr", pa.array(np.arange(t.num_rows, dtype=np.uint64) + start))
+            # every row of the fragment, in order: its addresses follow from the row offsets
+            t = FragmentColumns(frag.to_table(columns=self.primary_key), None, frag.fragment_id)
         elif t is None:
             t = frag.to_table(columns=self.primary_key, with_row_address=True)
         if cache is not None:

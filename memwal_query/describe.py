@@ -273,6 +273,7 @@ def describe_table(source: HasView, *, predicate: str | None = None) -> dict[str
     snap = table.snapshot
     merge = table.merge
     mask = merge.base_mask.status()  # before the live count below decides every fragment
+    key_sources = dict(mask.key_sources)
     index = snap.index
     values = table.region_values()
     catchup: dict[str, dict[str, int]] = {}
@@ -289,8 +290,8 @@ def describe_table(source: HasView, *, predicate: str | None = None) -> dict[str
         "base_mask": {
             "fragments": mask.fragments,
             "decided_by_queries": mask.decided,
-            "key_sources": dict(mask.key_sources),
-            "text": _mask_text(mask.fragments, mask.decided, dict(mask.key_sources)),
+            "key_sources": key_sources,
+            "text": _mask_text(mask.fragments, mask.decided, key_sources),
         },
         "live_rows": table.dataset().count_rows(),
         "primary_key": list(table.snapshot.primary_key),
