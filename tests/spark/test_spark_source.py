@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -185,7 +186,11 @@ def _changes_file(path: Path, i: int, ups: pa.Table, dels: list[int]) -> None:
     t = pa.concat_tables([ups, keys.cast(SCHEMA)]).append_column("_change", change)
     import pyarrow.parquet as pq
 
-    pq.write_table(t, str(path / f"part-{i:03d}.parquet"))
+    name = str(path / f"part-{i:03d}.parquet")
+    pq.write_table(t, name)
+    # Spark's file source takes files in modification-time order, ties in directory-listing
+    # order (not by name): files written within one clock tick could be applied out of order
+    os.utime(name, (1_700_000_000 + i, 1_700_000_000 + i))
 
 
 def _run_sink(spark: Any, src: Path, uri: str, ckpt: Path, **opts: str) -> None:
