@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 from importlib.metadata import PackageNotFoundError, version
 
 from memwal_query.errors import UnsupportedVersionError
@@ -25,6 +26,7 @@ LANCE_FFI_DATAFUSION_MAJOR = {"14": 54}
 SUPPORTED_DATAFUSION = (54, 55)
 
 
+@functools.cache  # read once: parsing a package's metadata costs ~0.5 ms, on every SQL call before
 def _version(pkg: str) -> str:
     try:
         return version(pkg)
