@@ -155,7 +155,11 @@ def _plan(
         return None
     uri = storage.child_uri(f"data/{f.path}")
     options = storage.storage_options or None
-    info = LanceFileReader(uri, storage_options=options).metadata()
+    try:  # one open when the file keeps the columns' names (its metadata covers every column)
+        reader: LanceFileReader | None = LanceFileReader(uri, storage_options=options, columns=list(columns))
+        info = reader.metadata()
+    except OSError:  # a name the file does not have (renamed since): open it for its schema
+        reader, info = None, LanceFileReader(uri, storage_options=options).metadata()
     schema, rows = info.schema, int(meta.physical_rows)
     where = _file_positions(schema, list(f.fields))
     if where is None or any(i not in where for i in ids) or int(info.num_rows) != rows or rows >= 1 << 32:
@@ -163,7 +167,9 @@ def _plan(
     stored = [schema.field(where[i]) for i in ids]  # a renamed column keeps its old name here
     if expect is not None and any(s.type != expect.field(c).type for s, c in zip(stored, columns, strict=True)):
         return None
-    reader = LanceFileReader(uri, storage_options=options, columns=[s.name for s in stored])
+    names = [s.name for s in stored]
+    if reader is None or names != list(columns):  # the names are another column's: read by the stored ones
+        reader = LanceFileReader(uri, storage_options=options, columns=names)
     return _Plan(reader, list(columns), rows, _live(storage, meta, rows), int(meta.id))
 
 
