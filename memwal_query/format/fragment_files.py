@@ -156,8 +156,9 @@ def _plan(
     uri = storage.child_uri(f"data/{f.path}")
     options = storage.storage_options or None
     try:  # one open when the file keeps the columns' names (its metadata covers every column)
-        reader: LanceFileReader | None = LanceFileReader(uri, storage_options=options, columns=list(columns))
-        info = reader.metadata()
+        named = LanceFileReader(uri, storage_options=options, columns=list(columns))
+        info = named.metadata()
+        reader: LanceFileReader | None = named
     except OSError:  # a name the file does not have (renamed since): open it for its schema
         reader, info = None, LanceFileReader(uri, storage_options=options).metadata()
     schema, rows = info.schema, int(meta.physical_rows)

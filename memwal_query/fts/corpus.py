@@ -7,9 +7,12 @@ also holds rows that are not live any more. So, per source:
 * **indexed** (the base index, each flushed generation's own index): the index files'
   totals (:mod:`memwal_query.fts.index_files`) minus its *non-live documents*: indexed
   rows that are deleted (a merge replaced them; a newer version inside the generation)
-  or dropped by the snapshot's merge (a newer level holds their key). Those rows are
-  read back from the data files (deleted rows included) and tokenized with the index's
-  analyzer; their cost grows with the rows that left the index, not with the table.
+  or dropped by the snapshot's merge (a newer level holds their key). Their count and
+  lengths come from the index's docs file; a query token's document frequency among them
+  from its posting list, until the rows, read back from the data files (deleted rows
+  included), are tokenized with the index's analyzer on the background thread
+  (:class:`~memwal_query.fts.nonlive.NonLiveFreq`); that cost grows with the rows that
+  left the index, not with the table.
 * **flat** (MemTable rows, base fragments the index does not cover yet, a dataset with
   stable row ids (its index's row ids are not row addresses), a generation
   without an index): every live row tokenized.
@@ -40,7 +43,7 @@ from memwal_query.format.sets import unique
 from memwal_query.fts.analyzer import Analyzer, Doc
 from memwal_query.fts.bm25 import CorpusStats
 from memwal_query.fts.index_files import InvertedIndexFiles, read_index_files
-from memwal_query.fts.nonlive import TokenCounts
+from memwal_query.fts.nonlive import NonLiveCounts, NonLiveFreq, TokenCounts
 from memwal_query.fts.pool import PostingsPool
 from memwal_query.fts.postings import Postings
 from memwal_query.regionspec.spec import lance_field_ids
@@ -76,12 +79,16 @@ class IndexedSource:
     indexed_only: bool  # restrict Lance's search to indexed fragments (the base)
     num_docs: int
     total_tokens: int
-    nonlive_df: Mapping[str, int] = field(repr=False)
-    unreadable_rows: int = 0  # non-live rows whose text could not be read (stats approximate)
+    nonlive: NonLiveFreq = field(repr=False)
+
+    @property
+    def unreadable_rows(self) -> int:
+        """Non-live rows whose text could not be read when counted from text (statistics approximate)."""
+        return self.nonlive.unreadable_rows
 
     def doc_freq(self, token: str) -> int:
         """Live documents of this source holding ``token``."""
-        return sum(f.doc_freq(token) for f in self.files) - self.nonlive_df.get(token, 0)
+        return sum(f.doc_freq(token) for f in self.files) - self.nonlive.get(token)
 
     def index_stats(self, tokens: Sequence[str]) -> CorpusStats:
         """The statistics Lance itself scores this source with (every indexed row)."""
@@ -269,11 +276,12 @@ def _indexed_source(
     rowids = unique(np.concatenate([f.rowids for f in files])) if files else np.empty(0, np.uint64)
     nonlive = np.setdiff1d(rowids, kept, assume_unique=True)
     older = max((int(s.dataset_version_at_last_update) for s in desc.segments), default=None)
-    counts = _token_counts((ds.uri, ctx.column, ctx.analyzer)).of(
-        ctx.analyzer, nonlive, lambda a: _read_texts(ds, ctx.column, a, ctx.options, older)
-    )
     lengths = sum((f.doc_lengths(nonlive) for f in files), np.zeros(nonlive.size, np.int64))
-    unreadable = int(np.count_nonzero(lengths != counts.lengths))
+    counts = _token_counts((ds.uri, ctx.column, ctx.analyzer))
+
+    def count_all() -> NonLiveCounts:
+        return counts.of(ctx.analyzer, nonlive, lambda a: _read_texts(ds, ctx.column, a, ctx.options, older))
+
     return IndexedSource(
         name=name,
         region_id=region_id,
@@ -283,8 +291,7 @@ def _indexed_source(
         indexed_only=indexed_only,
         num_docs=sum(f.num_docs for f in files) - int(nonlive.size),
         total_tokens=sum(f.total_tokens for f in files) - int(lengths.sum()),
-        nonlive_df=counts.doc_freq,
-        unreadable_rows=unreadable,
+        nonlive=NonLiveFreq(files, nonlive, lengths, count_all),
     )
 
 
@@ -431,6 +438,8 @@ def corpus_of(view: TableView, column: str) -> Corpus:
         if key not in _corpora:
             _corpora[key] = corpus
             weakref.finalize(merge, _forget, key)
+    for src in corpus.indexed:  # later queries look their non-live statistics up
+        src.nonlive.count_later()
     return corpus
 
 

@@ -29,7 +29,9 @@ import pyarrow as pa
 from lance.file import LanceFileReader
 
 from memwal_query.errors import MemWalCorruptionError
+from memwal_query.format.sets import member
 from memwal_query.fts.fst import FstMap
+from memwal_query.fts.posting_codec import UnsupportedPostings, decode_doc_ids, layout_supported
 
 __all__ = ["InvertedIndexFiles", "read_index_files"]
 
@@ -43,12 +45,44 @@ _lock = threading.Lock()
 class _Partition:
     tokens: FstMap | dict[str, int]
     lengths: np.ndarray = field(repr=False)
+    doc_rowids: np.ndarray = field(repr=False)  # the docs file's row ids, in its order
+    invert: str = ""  # its ``invert.lance`` when its posting lists decode here (else "")
+    options: Mapping[str, str] | None = field(default=None, repr=False)
+    _reader: list[LanceFileReader] = field(default_factory=list, repr=False, compare=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def doc_freq(self, token: str) -> int:
         tid = self.tokens.get(token)
         if tid is None or tid >= self.lengths.size:
             return 0
         return int(self.lengths[tid])
+
+    def posting_rowids(self, token: str) -> np.ndarray:
+        """Row ids of the documents holding ``token``, decoded from its posting list.
+
+        Raises:
+            UnsupportedPostings: The postings are in a layout not decoded here, or do not add up.
+        """
+        if not self.invert:
+            raise UnsupportedPostings("this partition's posting layout is not decoded here")
+        tid = self.tokens.get(token)
+        if tid is None or tid >= self.lengths.size or not self.lengths[tid]:
+            return np.empty(0, np.uint64)
+        with self._lock:
+            if not self._reader:
+                opts = dict(self.options) if self.options else None
+                self._reader.append(LanceFileReader(self.invert, storage_options=opts, columns=["_posting"]))
+            reader = self._reader[0]
+        try:
+            col = reader.take_rows([int(tid)]).to_table().column(0)
+        except (OSError, ValueError, RuntimeError, pa.ArrowException) as err:
+            raise UnsupportedPostings(f"cannot read the postings of token id {tid} in {self.invert}: {err}") from err
+        lists = col.combine_chunks()
+        if len(lists) != 1 or lists.null_count:
+            raise UnsupportedPostings(f"no posting list for token id {tid} in {self.invert}")
+        blocks = lists.values[lists.offsets[0].as_py() : lists.offsets[1].as_py()]
+        ids = decode_doc_ids(blocks, int(self.lengths[tid]), self.doc_rowids.size)
+        return np.asarray(self.doc_rowids[ids], dtype=np.uint64)
 
 
 @dataclass(frozen=True)
@@ -77,6 +111,19 @@ class InvertedIndexFiles:
                 self._df.clear()
         return hit
 
+    @property
+    def postings_decodable(self) -> bool:
+        """Whether every partition's posting lists are in the layout :mod:`~memwal_query.fts.posting_codec` decodes."""
+        return all(p.invert for p in self.partitions)
+
+    def doc_freq_among(self, token: str, rowids: np.ndarray) -> int:
+        """Documents holding ``token`` among sorted, distinct ``rowids``, from the posting lists.
+
+        Raises:
+            UnsupportedPostings: See :meth:`_Partition.posting_rowids`.
+        """
+        return sum(int(member(p.posting_rowids(token), rowids).sum()) for p in self.partitions)
+
     def doc_lengths(self, rowids: np.ndarray) -> np.ndarray:
         """Token counts of ``rowids`` (0 for a row the index does not hold)."""
         pos = np.searchsorted(self.rowids, rowids)
@@ -103,11 +150,13 @@ def _partition(uri: str, prefix: str, options: Mapping[str, str] | None) -> tupl
     else:
         msg = f"{uri}: token dictionary {prefix}tokens.lance has neither an FST nor a _token column"
         raise MemWalCorruptionError(msg)
-    inv, _ = _read(f"{uri}/{prefix}invert.lance", options, ["_length"])
+    inv, inv_meta = _read(f"{uri}/{prefix}invert.lance", options, ["_length"])
     docs, meta = _read(f"{uri}/{prefix}docs.lance", options)
     total = int(meta.get("total_tokens", 0)) or int(docs.column("_num_tokens").to_numpy().sum())
     lengths = inv.column("_length").to_numpy().astype(np.int64)
-    return _Partition(dictionary, lengths), docs, total
+    rowids = docs.column("_rowid").to_numpy().astype(np.uint64)
+    invert = f"{uri}/{prefix}invert.lance" if layout_supported(inv_meta) else ""
+    return _Partition(dictionary, lengths, rowids, invert, dict(options or {}) or None), docs, total
 
 
 def read_index_files(uri: str, storage_options: Mapping[str, str] | None = None) -> InvertedIndexFiles:

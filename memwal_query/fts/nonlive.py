@@ -2,9 +2,15 @@
 
 An INVERTED index still counts rows a newer level replaced or deleted. To score as one
 index over the live rows, their document count, lengths and document frequencies are
-subtracted. Those rows are never search results, so only their token counts are kept:
-per dataset, column and analyzer, flat arrays of (row, distinct token) pairs and row
-lengths, grown as refreshed snapshots meet new non-live rows (each row tokenized once).
+subtracted. The count and lengths come from the index's docs file; a query token's
+document frequency among them (:class:`NonLiveFreq`) from the token's posting list
+(:mod:`memwal_query.fts.posting_codec`: what Lance itself reads for the query), while the
+non-live rows are tokenized on the background thread; once they are, every token is a
+lookup. Where the postings cannot be decoded, the rows are tokenized on first use.
+
+Tokenized rows are kept as token counts only (they are never search results): per
+dataset, column and analyzer, flat arrays of (row, distinct token) pairs and row lengths,
+grown as refreshed snapshots meet new non-live rows (each row tokenized once).
 
 Example:
     >>> import numpy as np
@@ -25,10 +31,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from memwal_query import vector_background as background
 from memwal_query.format.sets import difference, member, unique
 from memwal_query.fts.analyzer import Analyzer
+from memwal_query.fts.index_files import InvertedIndexFiles
+from memwal_query.fts.posting_codec import UnsupportedPostings
 
-__all__ = ["NonLiveCounts", "TokenCounts"]
+__all__ = ["NonLiveCounts", "NonLiveFreq", "TokenCounts"]
+
+_MEMO_TOKENS = 100_000
 
 _EMPTY_U64 = np.empty(0, np.uint64)
 
@@ -95,3 +106,79 @@ class TokenCounts:
             got = self._ids[word] = len(self.vocab)
             self.vocab.append(word)
         return got
+
+
+class NonLiveFreq:
+    """Document frequency of a token among an index's non-live rows.
+
+    Args:
+        files: The index's directories.
+        nonlive: The non-live row ids, sorted and distinct.
+        lengths: Their token counts in the index (to tell rows whose text could not be read).
+        count_all: Tokenizes every non-live row (:meth:`TokenCounts.of`).
+    """
+
+    def __init__(
+        self,
+        files: Sequence[InvertedIndexFiles],
+        nonlive: np.ndarray,
+        lengths: np.ndarray,
+        count_all: Callable[[], NonLiveCounts],
+    ) -> None:
+        self._files = tuple(files)
+        self._nonlive = nonlive
+        self._lengths = lengths
+        self._count_all = count_all
+        self._lock = threading.Lock()
+        self._memo: dict[str, int] = {}
+        self._counts: NonLiveCounts | None = None
+        self._postings = bool(nonlive.size) and all(f.postings_decodable for f in self._files)
+        self.unreadable_rows = 0  # rows whose text could not be read, when counting from text
+
+    @property
+    def from_text(self) -> bool:
+        """Whether the counts come from the tokenized rows (else from posting lists, per token)."""
+        return self._counts is not None
+
+    def get(self, token: str) -> int:
+        """Non-live documents holding ``token``."""
+        if not self._nonlive.size:
+            return 0
+        counts = self._counts
+        if counts is not None:
+            return counts.doc_freq.get(token, 0)
+        if self._postings:
+            hit = self._memo.get(token)
+            if hit is not None:
+                return hit
+            try:
+                got = sum(f.doc_freq_among(token, self._nonlive) for f in self._files)
+            except UnsupportedPostings:
+                self._postings = False  # from now on, from the rows' text
+            else:
+                with self._lock:
+                    if len(self._memo) >= _MEMO_TOKENS:
+                        self._memo.clear()
+                    self._memo[token] = got
+                return got
+        return self._from_text().doc_freq.get(token, 0)
+
+    def count_later(self) -> None:
+        """Tokenize the non-live rows on the background thread (then every token is a lookup)."""
+        if self._postings and self._counts is None:
+            background.later(self._settle)
+
+    def _settle(self) -> None:
+        counts = self._count_all()
+        if not np.array_equal(counts.lengths, self._lengths):
+            return  # some rows' text is gone: the posting lists stay exact, keep them
+        with self._lock:
+            self._counts = counts
+
+    def _from_text(self) -> NonLiveCounts:
+        with self._lock:
+            if self._counts is None:
+                counts = self._count_all()
+                self.unreadable_rows = int(np.count_nonzero(counts.lengths != self._lengths))
+                self._counts = counts
+            return self._counts

@@ -330,12 +330,13 @@ def search_text(
     t0 = time.perf_counter()
     out = _check(view, column, query, k, columns)
     corpus = corpus_of(view, column)
-    stats = TextSearchStats(approximate_rows=sum(s.unreadable_rows for s in corpus.indexed))
+    stats = TextSearchStats()
     if phrase and not corpus.analyzer.with_position:
         msg = f"phrase queries need positions: index {corpus.index_name} on {column!r} of {view.uri} has none"
         raise InvalidArgumentError(msg)
     tokens = corpus.analyzer.query(query)
     q = _Query(corpus, query, tokens, phrase, corpus.stats(tokens.tokens), filter, k)
+    stats.approximate_rows = sum(s.unreadable_rows for s in corpus.indexed)  # known once the statistics are
     pruned = _pruned(view, filter, in_query)
     stats.pruned_regions = sorted(pruned)
     hits: list[_Hits] = []

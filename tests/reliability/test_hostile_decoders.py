@@ -29,6 +29,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from lance.file import LanceFileReader
 
 import memwal_query as mq
 from memwal_proto import mem_wal_pb2
@@ -40,6 +41,7 @@ from memwal_query.format.inline_snapshots import decode_inline_snapshots
 from memwal_query.format.memwal_index import read_memwal_index
 from memwal_query.format.storage import Storage
 from memwal_query.format.wal import read_wal_entry, wal_entry_path
+from memwal_query.fts.posting_codec import UnsupportedPostings, decode_doc_ids
 from memwal_query.snapshot import load as _load
 from memwal_query.snapshot import manifests as _manifests
 from memwal_query.snapshot import memtables as _memtables
@@ -387,6 +389,36 @@ def _deletion_case(tmp: Path) -> tuple[st.SearchStrategy[bytes], Callable[[bytes
     return st.one_of(*(mutated(data) for _, data in files)), check
 
 
+def _posting_case(tmp: Path) -> tuple[st.SearchStrategy[bytes], Callable[[bytes], None]]:
+    """A real posting list (full blocks and a tail) as one blob: block boundaries are kept,
+    so mutations hit headers, packed words and varints alike."""
+    words = [f"w{i % 7}" if i % 3 else "common" for i in range(1000)]
+    ds = lance.write_dataset(pa.table({"id": range(1000), "text": words}), str(tmp / "postings"))
+    ds.create_scalar_index("text", "INVERTED")
+    index = next(d for d in lance.dataset(ds.uri).describe_indices() if d.name == "text_idx")
+    folder = Path(ds.uri, "_indices", str(index.segments[0].uuid))
+    postings = LanceFileReader(str(folder / "part_0_invert.lance"), columns=["_posting", "_length"]).read_all()
+    table = postings.to_table()
+    lengths = table.column("_length").to_pylist()
+    tid = int(np.argmax(lengths))
+    blocks = table.column("_posting")[tid].values.to_pylist()
+    assert len(blocks) > 2 and lengths[tid] % 128  # full blocks and a tail
+    cuts = np.cumsum([len(b) for b in blocks])[:-1].tolist()
+    whole = decode_doc_ids(table.column("_posting")[tid].values, lengths[tid], 1000)
+    assert whole.tolist() == [i for i, w in enumerate(words) if w == "common"]  # the undamaged list decodes
+
+    def check(data: bytes) -> None:
+        bounds = [0, *(min(c, len(data)) for c in cuts), len(data)]
+        arr = pa.array([data[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)], pa.large_binary())
+        try:
+            got = decode_doc_ids(arr, lengths[tid], 1000)
+        except UnsupportedPostings:
+            return
+        assert got.size == lengths[tid] and bool(np.all(got[1:] > got[:-1])) and 0 <= got[0] and got[-1] < 1000
+
+    return mutated(b"".join(blocks)), check
+
+
 DECODERS = [
     "region_manifest",
     "version_hint",
@@ -395,6 +427,7 @@ DECODERS = [
     "wal_entry",
     "bloom_filter",
     "deletion_file",
+    "posting_list",
 ]
 
 
@@ -414,6 +447,7 @@ def _case(
         "wal_entry": lambda: (st.one_of(mutated(wal), _wal_edit(wal)), _check_wal(storage)),
         "bloom_filter": lambda: (_bloom_strategy(real), _check_bloom(storage)),
         "deletion_file": lambda: _deletion_case(tmp),
+        "posting_list": lambda: _posting_case(tmp),
     }[name]()
 
 
