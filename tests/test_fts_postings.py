@@ -8,6 +8,8 @@ text, and a search must score the same whichever route counted them.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -124,3 +126,29 @@ def test_later_searches_look_nonlive_counts_up_once_the_rows_are_tokenized(tmp_p
     assert src.nonlive.from_text  # the rows are tokenized: every token is a lookup now
     for query in QUERIES:
         assert_same(table.search_text("text", query, k=10, columns=["id"]), oracle_search(want, query, 10), 10)
+
+
+EXIT_SCRIPT = """
+import atexit, sys, time
+import memwal_query as mq
+from memwal_query.fts import nonlive
+nonlive._CHUNK = 1
+done = []
+add = nonlive.TokenCounts._add
+def slow_add(self, analyzer, addrs, texts):
+    time.sleep(0.02)
+    add(self, analyzer, addrs, texts)
+    done.append(len(addrs))
+nonlive.TokenCounts._add = slow_add
+mq.open_table(sys.argv[1]).search_text("text", "apple", k=3)
+atexit.register(lambda: print(sum(done), flush=True))  # atexit runs once threads are joined
+"""
+
+
+def test_an_exiting_process_does_not_wait_for_the_background_tokenizing(tmp_path: Path) -> None:
+    t = build(str(tmp_path / "t"), keep_open=False)
+    rows = corpus_mod.corpus_of(mq.open_table(t.uri).view, "text").indexed[0].nonlive.rows
+    assert rows > 100
+    proc = subprocess.run([sys.executable, "-c", EXIT_SCRIPT, t.uri], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-800:]
+    assert int(proc.stdout.split()[-1]) < rows  # stopped between chunks, not all of them tokenized

@@ -279,8 +279,8 @@ def _indexed_source(
     lengths = sum((f.doc_lengths(nonlive) for f in files), np.zeros(nonlive.size, np.int64))
     counts = _token_counts((ds.uri, ctx.column, ctx.analyzer))
 
-    def count_all() -> NonLiveCounts:
-        return counts.of(ctx.analyzer, nonlive, lambda a: _read_texts(ds, ctx.column, a, ctx.options, older))
+    def count_all(stop: Callable[[], bool] | None) -> NonLiveCounts | None:
+        return counts.of(ctx.analyzer, nonlive, lambda a: _read_texts(ds, ctx.column, a, ctx.options, older), stop)
 
     return IndexedSource(
         name=name,

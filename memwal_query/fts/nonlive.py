@@ -40,6 +40,7 @@ from memwal_query.fts.posting_codec import UnsupportedPostings
 __all__ = ["NonLiveCounts", "NonLiveFreq", "TokenCounts"]
 
 _MEMO_TOKENS = 100_000
+_CHUNK = 8192  # non-live rows read and tokenized at a time (a background read stops between them)
 
 _EMPTY_U64 = np.empty(0, np.uint64)
 
@@ -65,14 +66,25 @@ class TokenCounts:
         self._ids: dict[str, int] = {}
 
     def of(
-        self, analyzer: Analyzer, addrs: np.ndarray, read: Callable[[np.ndarray], Sequence[str | None]]
-    ) -> NonLiveCounts:
-        """Counts of the rows at ``addrs`` (their texts read by ``read`` the first time)."""
+        self,
+        analyzer: Analyzer,
+        addrs: np.ndarray,
+        read: Callable[[np.ndarray], Sequence[str | None]],
+        stop: Callable[[], bool] | None = None,
+    ) -> NonLiveCounts | None:
+        """Counts of the rows at ``addrs`` (their texts read by ``read`` the first time, a
+        chunk at a time); None when ``stop()`` turned true between chunks (what was read is kept)."""
         addrs = np.asarray(addrs, dtype=np.uint64)
         with self._lock:
             missing = difference(addrs, self.addrs)
-            if missing.size:
-                self._add(analyzer, missing, read(missing))
+        for lo in range(0, missing.size, _CHUNK):
+            if stop is not None and stop():
+                return None
+            with self._lock:
+                part = difference(missing[lo : lo + _CHUNK], self.addrs)  # another thread may have read some
+                if part.size:
+                    self._add(analyzer, part, read(part))
+        with self._lock:
             at = np.searchsorted(self.addrs, addrs)
             lengths = self.lengths[at] if addrs.size else np.empty(0, np.int64)
             picked = self.pair_token[member(self.pair_addr, unique(addrs))]
@@ -115,7 +127,8 @@ class NonLiveFreq:
         files: The index's directories.
         nonlive: The non-live row ids, sorted and distinct.
         lengths: Their token counts in the index (to tell rows whose text could not be read).
-        count_all: Tokenizes every non-live row (:meth:`TokenCounts.of`).
+        count_all: Tokenizes every non-live row (:meth:`TokenCounts.of`), stopping (None)
+            between chunks once the callable it is given returns true.
     """
 
     def __init__(
@@ -123,7 +136,7 @@ class NonLiveFreq:
         files: Sequence[InvertedIndexFiles],
         nonlive: np.ndarray,
         lengths: np.ndarray,
-        count_all: Callable[[], NonLiveCounts],
+        count_all: Callable[[Callable[[], bool] | None], NonLiveCounts | None],
     ) -> None:
         self._files = tuple(files)
         self._nonlive = nonlive
@@ -134,6 +147,11 @@ class NonLiveFreq:
         self._counts: NonLiveCounts | None = None
         self._postings = bool(nonlive.size) and all(f.postings_decodable for f in self._files)
         self.unreadable_rows = 0  # rows whose text could not be read, when counting from text
+
+    @property
+    def rows(self) -> int:
+        """The non-live rows."""
+        return int(self._nonlive.size)
 
     @property
     def from_text(self) -> bool:
@@ -169,16 +187,17 @@ class NonLiveFreq:
             background.later(self._settle)
 
     def _settle(self) -> None:
-        counts = self._count_all()
-        if not np.array_equal(counts.lengths, self._lengths):
-            return  # some rows' text is gone: the posting lists stay exact, keep them
+        counts = self._count_all(background.EXITING.is_set)  # an exiting interpreter does not wait for it
+        if counts is None or not np.array_equal(counts.lengths, self._lengths):
+            return  # stopped, or some rows' text is gone: the posting lists stay exact, keep them
         with self._lock:
             self._counts = counts
 
     def _from_text(self) -> NonLiveCounts:
         with self._lock:
             if self._counts is None:
-                counts = self._count_all()
+                counts = self._count_all(None)
+                assert counts is not None  # not stopped
                 self.unreadable_rows = int(np.count_nonzero(counts.lengths != self._lengths))
                 self._counts = counts
             return self._counts
