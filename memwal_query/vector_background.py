@@ -1,4 +1,6 @@
-"""Reads a vector search starts for later searches, on one background thread.
+"""Reads a vector search starts for later searches, on one background thread (a
+full-text search's tokenizing of non-live rows runs there too:
+:class:`memwal_query.fts.nonlive.NonLiveFreq`).
 
 After a search, what later searches use (the pooled small generations laid out by
 partition, the held large generations' rows, the lagging base's mask) is read on a
