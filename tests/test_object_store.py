@@ -8,6 +8,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import lance
 import pyarrow as pa
@@ -170,3 +171,44 @@ def test_s3_base_keys_are_read_through_lance(s3_options: dict[str, str], monkeyp
     assert direct == []
     assert dict(table.merge_state.base_mask.status().key_sources) == {"Lance scanner": len(base.get_fragments())}
     assert dict(zip(*table.to_arrow().to_pydict().values(), strict=True)) == model
+
+
+def test_s3_full_text_search_scores_as_one_index(s3_options: dict[str, str], tmp_path: Path) -> None:
+    """Index files, posting lists and non-live rows' texts read from S3; the oracle is one local
+    INVERTED index over the live rows."""
+    from lance.query import MatchQuery
+
+    from memwal_query.fts.corpus import corpus_of
+    from memwal_query.vector_background import wait_warm
+    from memwal_write import write_arrow
+
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("text", pa.string())])
+    words = ["apple", "banana", "cherry", "date", "elder", "fig"]
+    texts = {i: " ".join(words[j % 6] for j in range(i % 5, i % 5 + 1 + i % 4)) for i in range(300)}
+    uri = f"s3://{BUCKET}/fts-{uuid.uuid4().hex[:8]}"
+    base = pa.table({"id": list(texts), "text": list(texts.values())}, schema=schema)
+    ds = lance.write_dataset(base, uri, storage_options=s3_options)
+    ds.create_scalar_index("text", "INVERTED")
+    lance.dataset(uri, storage_options=s3_options).initialize_mem_wal(bucket_column="id", num_buckets=2)
+    newer = {i: "fig fig banana" for i in range(0, 300, 7)}  # supersedes indexed base rows
+    write_arrow(
+        uri, pa.table({"id": list(newer), "text": list(newer.values())}, schema=schema), storage_options=s3_options
+    )
+    texts.update(newer)
+    oracle = lance.write_dataset(
+        pa.table({"id": list(texts), "text": list(texts.values())}, schema=schema), str(tmp_path / "o")
+    )
+    oracle.create_scalar_index("text", "INVERTED")
+    table = mq.open_table(uri, storage_options=s3_options)
+    for query in ("banana", "apple fig", "cherry date"):
+        got = table.search_text("text", query, k=300, columns=["id"])
+        want = oracle.scanner(columns=["id", "_score"], full_text_query=MatchQuery(query, "text"), limit=300).to_table()
+        g = dict(zip(got["id"].to_pylist(), got["_score"].to_pylist(), strict=True))
+        w = dict(zip(want["id"].to_pylist(), want["_score"].to_pylist(), strict=True))
+        assert g.keys() == w.keys() and all(abs(g[i] - w[i]) <= 1e-3 * w[i] for i in w), query
+    base_source = corpus_of(table.view, "text").indexed[0]
+    assert base_source.files[0].postings_decodable and base_source.nonlive.rows == len(newer)
+    files = base_source.files[0]
+    assert files.partitions[0].posting_rowids("banana").size == files.doc_freq("banana") > 0  # read from S3
+    wait_warm()
+    assert base_source.nonlive.from_text  # the non-live rows' texts were read from S3 too
