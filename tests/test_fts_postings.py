@@ -71,6 +71,25 @@ def test_each_row_is_in_the_posting_lists_of_its_tokens(tmp_path: Path, fragment
     assert files.partitions[0].posting_rowids("not-a-token").size == 0
     picked = np.array(sorted(want)[::7], dtype=np.uint64)
     assert files.doc_freq_among("three", picked) == sum(1 for a in picked.tolist() if "three" in want[a])
+    # every posting at once (full blocks and tails), as in-memory postings: what tokenizing gives
+    from memwal_query.fts.postings import Postings
+
+    addrs = np.sort(rows.column("_rowaddr").to_numpy().astype(np.uint64))
+    tokenized = Postings.build(
+        addrs,
+        analyzer.tokenize_flat(
+            [
+                texts[i]
+                for i in (addrs & 0xFFFFFFFF).astype(np.int64)
+                + (addrs >> np.uint64(32)).astype(np.int64) * fragment_rows
+            ]
+        ),
+    )
+    indexed = Postings.from_index(addrs, files)
+    assert np.array_equal(indexed.lengths, tokenized.lengths)
+    for token in vocabulary:
+        (ir, i_f), (tr, tf) = indexed.term(token), tokenized.term(token)
+        assert np.array_equal(ir, tr) and np.array_equal(i_f, tf), token
 
 
 def _vocabulary(t: Any) -> set[str]:
@@ -164,3 +183,29 @@ def test_an_index_in_format_1_is_counted_from_text(tmp_path: Path) -> None:
         assert_same(table.search_text("text", query, k=10, columns=["id"]), oracle_search(want, query, 10), 10)
     base = corpus_mod.corpus_of(table.view, "text").indexed[0]
     assert not base.files[0].postings_decodable and base.nonlive.rows and base.nonlive.from_text
+
+
+def test_generation_postings_from_its_index_equal_its_tokenized_rows(tmp_path: Path) -> None:
+    """A small generation's in-memory postings, read from its own INVERTED index, hold what
+    tokenizing its rows gives: every token's rows and frequencies, every row's length."""
+    from memwal_query.fts.postings import Postings
+
+    t = build(str(tmp_path / "t"))
+    snap = mq.open_table(t.uri).view.snapshot
+    desc = corpus_mod.inverted_index(snap.base, "text")
+    analyzer = Analyzer.from_params(desc.details)
+    vocabulary = sorted(_vocabulary(t))
+    checked = 0
+    for g in (g for r in snap.regions for g in r.generations):
+        gdesc = corpus_mod.inverted_index(g.dataset, "text")
+        rows = g.dataset.to_table(columns=["text"], with_row_address=True).sort_by("_rowaddr")
+        addrs = rows.column("_rowaddr").to_numpy().astype(np.uint64)
+        want = Postings.build(addrs, analyzer.tokenize_flat(rows.column("text").to_pylist()))
+        files = read_index_files(f"{g.dataset.uri}/_indices/{gdesc.segments[0].uuid}")
+        got = Postings.from_index(addrs, files)
+        assert np.array_equal(got.lengths, want.lengths) and np.array_equal(got.rowaddrs, want.rowaddrs)
+        for token in vocabulary:
+            (gr, gf), (wr, wf) = got.term(token), want.term(token)
+            assert np.array_equal(gr, wr) and np.array_equal(gf, wf), (g.uri, token)
+        checked += 1
+    assert checked >= 4

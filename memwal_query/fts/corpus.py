@@ -24,6 +24,7 @@ across snapshots (a row address never changes its text).
 
 from __future__ import annotations
 
+import logging
 import threading
 import weakref
 from collections import OrderedDict
@@ -37,7 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from lance.file import LanceFileReader
 
-from memwal_query.errors import InvalidArgumentError, MemWalError
+from memwal_query.errors import InvalidArgumentError, MemWalCorruptionError, MemWalError
 from memwal_query.format.row_address import take_rows
 from memwal_query.format.sets import unique
 from memwal_query.fts.analyzer import Analyzer, Doc
@@ -45,6 +46,7 @@ from memwal_query.fts.bm25 import CorpusStats
 from memwal_query.fts.index_files import InvertedIndexFiles, read_index_files
 from memwal_query.fts.nonlive import NonLiveCounts, NonLiveFreq, TokenCounts
 from memwal_query.fts.pool import PostingsPool
+from memwal_query.fts.posting_codec import UnsupportedPostings
 from memwal_query.fts.postings import Postings
 from memwal_query.regionspec.spec import lance_field_ids
 from memwal_query.view.table_view import TableView
@@ -59,6 +61,8 @@ __all__ = [
     "inverted_index",
     "tokenize_rows",
 ]
+
+log = logging.getLogger(__name__)
 
 _INVERTED = "InvertedIndexDetails"
 #: Generations with at most this many rows are scored from in-memory postings (tokenized
@@ -307,8 +311,11 @@ def _flat_source(
     ctx: _Build,
     drop: np.ndarray | None,
     cache_key: str | None,
+    index: Any | None = None,
 ) -> FlatSource:
-    """A source scored from postings; ``cache_key`` names rows that never change (kept across snapshots)."""
+    """A source scored from postings; ``cache_key`` names rows that never change (kept across
+    snapshots). ``index``: the dataset's own INVERTED index (with the corpus's analyzer), whose
+    posting lists are read instead of tokenizing the rows where they decode here."""
     key = None if cache_key is None else (cache_key, ctx.column, ctx.analyzer)
     with _memo.lock:
         hit = _postings.get(key) if key is not None else None
@@ -319,7 +326,9 @@ def _flat_source(
         ).to_table()
         rows = rows.take(pc.sort_indices(rows.column("_rowaddr")))
         addrs = rows.column("_rowaddr").to_numpy().astype(np.uint64)
-        postings = Postings.build(addrs, ctx.analyzer.tokenize_flat(rows.column(ctx.column).to_pylist()))
+        postings = _indexed_postings(ds, index, addrs, ctx)
+        if postings is None:
+            postings = Postings.build(addrs, ctx.analyzer.tokenize_flat(rows.column(ctx.column).to_pylist()))
         rows = rows.drop_columns(["_rowaddr"])
         live = np.ones(len(postings), dtype=bool)
         if key is not None:
@@ -343,6 +352,21 @@ def _flat_source(
         num_docs=postings.num_docs(live),
         total_tokens=postings.total_tokens(live),
     )
+
+
+def _indexed_postings(ds: lance.LanceDataset, index: Any | None, addrs: np.ndarray, ctx: _Build) -> Postings | None:
+    """The postings of ``ds``'s rows ``addrs`` from its own index (one segment covering every
+    fragment, no positions, postings decoded here), or None."""
+    if index is None or ctx.analyzer.with_position or len(index.segments) != 1:
+        return None
+    seg = index.segments[0]
+    if {int(f) for f in seg.fragment_ids} != {f.fragment_id for f in ds.get_fragments()}:
+        return None
+    try:
+        return Postings.from_index(addrs, read_index_files(f"{ds.uri}/_indices/{seg.uuid}", ctx.options))
+    except (UnsupportedPostings, MemWalCorruptionError) as err:
+        log.debug("%s: postings tokenized (the index's do not decode here: %s)", ds.uri, err)
+        return None
 
 
 @dataclass(frozen=True)
@@ -399,10 +423,12 @@ def _build(view: TableView, column: str) -> Corpus:
             gdesc = inverted_index(g.dataset, column) if by_index else None
             drop = merge.generation_drop.get(g.uri)
             big = g.num_rows > POSTINGS_MAX_ROWS
-            if big and gdesc is not None and Analyzer.from_params(gdesc.details) == ctx.analyzer:
-                indexed.append(_indexed_source(what, rid, g.dataset, gdesc, ctx, drop, indexed_only=False))
+            own = gdesc if gdesc is not None and Analyzer.from_params(gdesc.details) == ctx.analyzer else None
+            if big and own is not None:
+                indexed.append(_indexed_source(what, rid, g.dataset, own, ctx, drop, indexed_only=False))
             else:
-                flat.append(_flat_source(what, rid, g.dataset, None, ctx, drop, None if g.rebuilt_from_wal else g.uri))
+                key = None if g.rebuilt_from_wal else g.uri
+                flat.append(_flat_source(what, rid, g.dataset, None, ctx, drop, key, own))
         mem = merge.memtables.get(rid)
         if mem is not None and mem.num_rows:
             ds = view.memtable_dataset(rid, mem)

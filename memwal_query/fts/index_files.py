@@ -31,7 +31,7 @@ from lance.file import LanceFileReader
 from memwal_query.errors import MemWalCorruptionError
 from memwal_query.format.sets import member
 from memwal_query.fts.fst import FstMap
-from memwal_query.fts.posting_codec import UnsupportedPostings, decode_doc_ids, layout_supported
+from memwal_query.fts.posting_codec import UnsupportedPostings, decode_all, decode_doc_ids, layout_supported
 
 __all__ = ["InvertedIndexFiles", "read_index_files"]
 
@@ -120,6 +120,24 @@ class InvertedIndexFiles:
             UnsupportedPostings: See :meth:`_Partition.posting_rowids`.
         """
         return sum(int(member(p.posting_rowids(token), rowids).sum()) for p in self.partitions)
+
+    def all_postings(self) -> tuple[FstMap | dict[str, int], np.ndarray, np.ndarray, np.ndarray]:
+        """Every posting of a one-partition index: (token -> token id, then token id, row id and
+        frequency per posting, sorted by token id).
+
+        Raises:
+            UnsupportedPostings: More than one partition, or postings not decoded here.
+        """
+        if len(self.partitions) != 1 or not self.partitions[0].invert:
+            raise UnsupportedPostings(f"{self.uri}: not one partition in the layout decoded here")
+        p = self.partitions[0]
+        opts = dict(p.options) if p.options else None
+        try:
+            lists = LanceFileReader(p.invert, storage_options=opts, columns=["_posting"]).read_all().to_table()
+        except (OSError, ValueError, RuntimeError, pa.ArrowException) as err:
+            raise UnsupportedPostings(f"cannot read the postings in {p.invert}: {err}") from err
+        tok, doc, freq = decode_all(lists.column(0).combine_chunks(), p.lengths, p.doc_rowids.size)
+        return p.tokens, tok, p.doc_rowids[doc], freq
 
     def doc_lengths(self, rowids: np.ndarray) -> np.ndarray:
         """Token counts of ``rowids`` (0 for a row the index does not hold)."""

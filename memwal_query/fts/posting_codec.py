@@ -138,3 +138,113 @@ def decode_doc_ids(blocks: pa.Array, length: int, num_docs: int) -> np.ndarray:
     if out.size and (out[0] < 0 or out[-1] >= num_docs or np.any(out[1:] <= out[:-1])):
         raise UnsupportedPostings("posting document ids are not increasing ids of the docs file")
     return out
+
+
+def _spans(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The indexes ``starts[0]..ends[0]-1``, ``starts[1]..ends[1]-1``, ... in one array."""
+    sizes = ends - starts
+    return np.repeat(starts - np.cumsum(sizes) + sizes, sizes) + np.arange(int(sizes.sum()))
+
+
+def _segment_cumsum(values: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Running sums of ``values`` restarting at each segment (``sizes`` values each)."""
+    total = np.cumsum(values)
+    first = np.cumsum(sizes) - sizes
+    return np.asarray(total - np.repeat(total[first] - values[first], sizes), dtype=np.int64)
+
+
+def _all_varints(data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every LEB128 varint of ``data`` (uint8, nothing else in it): (values, end offsets)."""
+    if not data.size:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    ends = np.flatnonzero(data < 0x80) + 1
+    if not ends.size or ends[-1] != data.size:
+        raise UnsupportedPostings("truncated varint in posting tails")
+    starts = np.concatenate([[0], ends[:-1]])
+    width = ends - starts
+    if np.any(width > 5):
+        raise UnsupportedPostings("oversized varint in posting tails")
+    shift = (np.arange(data.size) - np.repeat(starts, width)) * 7
+    parts = (data.astype(np.int64) & 0x7F) << shift
+    return np.add.reduceat(parts, starts), ends
+
+
+def _full_blocks(data: np.ndarray, at: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Document ids and frequencies of the full blocks at byte ranges ``at``..``end``, (n, 128) each."""
+    docs = np.empty((at.size, BLOCK), np.int64)
+    freqs = np.empty((at.size, BLOCK), np.int64)
+    if not at.size:
+        return docs, freqs
+    if np.any(end - at < _SCORE + 6):
+        raise UnsupportedPostings("a full posting block shorter than its header")
+    first = data[(at + _SCORE)[:, None] + np.arange(4)].astype(np.int64) @ (np.int64(1) << np.arange(0, 32, 8))
+    bits = data[at + _SCORE + 4].astype(np.int64)
+    freq_at = at + _SCORE + 5 + 16 * bits
+    if np.any(bits > 32) or np.any(freq_at >= end):
+        raise UnsupportedPostings("a posting block's bit width does not fit its length")
+    freq_bits = data[freq_at].astype(np.int64)
+    if np.any(freq_bits > 32) or np.any(freq_at + 1 + 16 * freq_bits != end):
+        raise UnsupportedPostings("a posting block's lengths do not add up")
+    for start, width, out in ((at + _SCORE + 5, bits, docs), (freq_at + 1, freq_bits, freqs)):
+        for b in np.unique(width).tolist():
+            sel = np.flatnonzero(width == b)
+            raw = data[(start[sel])[:, None] + np.arange(16 * b)]
+            out[sel] = _unpack(np.ascontiguousarray(raw).view("<u4").reshape(sel.size, 4 * b), b)
+    np.cumsum(docs, axis=1, out=docs)
+    docs += first[:, None]
+    return docs, freqs
+
+
+def decode_all(lists: pa.Array, lengths: np.ndarray, num_docs: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every posting of an ``invert.lance`` file: (token id, document id, frequency) arrays,
+    sorted by token id, then document id.
+
+    Args:
+        lists: Its ``_posting`` column (a list of blocks per token id).
+        lengths: Its ``_length`` column.
+        num_docs: Rows of the partition's ``docs`` file.
+
+    Raises:
+        UnsupportedPostings: As :func:`decode_doc_ids`, for any of the lists.
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    full, rem = np.divmod(lengths, BLOCK)
+    nblocks = full + (rem > 0)
+    if not pa.types.is_list(lists.type) or len(lists) != lengths.size or lists.null_count:
+        raise UnsupportedPostings("posting lists are not one list per token")
+    list_at = np.frombuffer(lists.buffers()[1], np.int32)[lists.offset : lists.offset + len(lists) + 1]
+    if np.any(np.diff(list_at) != nblocks):
+        raise UnsupportedPostings("posting lists do not hold one block per 128 documents")
+    blocks = lists.values.slice(int(list_at[0]), int(list_at[-1] - list_at[0]))
+    if not pa.types.is_large_binary(blocks.type) or blocks.null_count:
+        raise UnsupportedPostings("posting blocks are not binary")
+    offsets = np.frombuffer(blocks.buffers()[1], np.int64)[blocks.offset : blocks.offset + len(blocks) + 1]
+    raw = blocks.buffers()[2]
+    data = np.frombuffer(raw, np.uint8) if raw is not None else np.zeros(0, np.uint8)
+    token = np.repeat(np.arange(lengths.size), nblocks)
+    index = np.arange(token.size) - np.repeat(np.cumsum(nblocks) - nblocks, nblocks)
+    is_full = index < full[token]
+    docs, freqs = _full_blocks(data, offsets[:-1][is_full], offsets[1:][is_full])
+    # the tails: each one's documents (first absolute, then deltas) then frequencies, as varints
+    tail_tokens = token[~is_full]
+    n = rem[tail_tokens]
+    tail_at, tail_end = offsets[:-1][~is_full] + _SCORE, offsets[1:][~is_full]
+    if np.any(tail_end < tail_at):
+        raise UnsupportedPostings("a posting tail shorter than its score")
+    values, value_end = _all_varints(data[_spans(tail_at, tail_end)])
+    if values.size != int(2 * n.sum()) or (
+        n.size and np.any(value_end[np.cumsum(2 * n) - 1] != np.cumsum(tail_end - tail_at))
+    ):
+        raise UnsupportedPostings("posting tails do not hold their documents and frequencies")
+    in_tail = np.arange(values.size) - np.repeat(np.cumsum(2 * n) - 2 * n, 2 * n)
+    is_doc = in_tail < np.repeat(n, 2 * n)
+    tail_docs = _segment_cumsum(values[is_doc], n) if n.size else np.zeros(0, np.int64)
+    tok = np.concatenate([np.repeat(token[is_full], BLOCK), np.repeat(tail_tokens, n)])
+    doc = np.concatenate([docs.reshape(-1), tail_docs])
+    freq = np.concatenate([freqs.reshape(-1), values[~is_doc]])
+    order = np.argsort(tok, kind="stable")  # a token's full blocks in order, then its tail
+    tok, doc, freq = tok[order], doc[order], freq[order]
+    same = tok[1:] == tok[:-1]
+    if doc.size and (doc.min() < 0 or doc.max() >= num_docs or np.any(doc[1:][same] <= doc[:-1][same])):
+        raise UnsupportedPostings("posting document ids are not increasing ids of the docs file")
+    return tok, doc, freq

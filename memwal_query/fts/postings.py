@@ -28,6 +28,8 @@ import pyarrow as pa
 from memwal_query.format.sets import member, unique
 from memwal_query.fts.analyzer import Doc, Tokens
 from memwal_query.fts.bm25 import K1, B, CorpusStats, query_weights
+from memwal_query.fts.fst import FstMap
+from memwal_query.fts.index_files import InvertedIndexFiles
 
 __all__ = ["Postings", "bm25_from", "bm25_rows", "tf_weights"]
 
@@ -42,7 +44,7 @@ class Postings:
     lengths: np.ndarray = field(repr=False)
     tokens: Tokens = field(repr=False)  # in the order given to :meth:`build`
     order: np.ndarray = field(repr=False)  # row position -> index into ``tokens``
-    vocab: dict[str, int] = field(repr=False)  # token -> its posting list (a slice of the arrays below)
+    vocab: dict[str, int] | FstMap = field(repr=False)  # token -> its posting list (a slice of the arrays below)
     bounds: np.ndarray = field(repr=False)  # posting list i is rows[bounds[i]:bounds[i + 1]]
     rows: np.ndarray = field(repr=False)
     freqs: np.ndarray = field(repr=False)
@@ -69,6 +71,29 @@ class Postings:
         bounds = np.concatenate([[0], np.flatnonzero(np.diff(tok)) + 1, [tok.size]])
         vocab = dict(zip(encoded.dictionary.to_pylist(), range(len(encoded.dictionary)), strict=True))
         return cls(addrs, per_text[order], tokens, order, vocab, bounds, row, counts.astype(np.float64))
+
+    @classmethod
+    def from_index(cls, rowaddrs: np.ndarray, files: InvertedIndexFiles) -> Postings:
+        """Postings of the rows at ``rowaddrs`` (sorted) read from their INVERTED index instead of
+        tokenized (~10x faster): the same postings, frequencies and lengths, but without the
+        token stream, so only for an index without positions (no phrase query reaches them).
+        A row the index does not hold has no token (Lance leaves such rows out).
+
+        Raises:
+            UnsupportedPostings: The index's postings are not decoded here.
+        """
+        vocab, tok, rowid, freq = files.all_postings()
+        addrs = np.asarray(rowaddrs, dtype=np.uint64)
+        n = addrs.size
+        at = np.minimum(np.searchsorted(addrs, rowid), max(n - 1, 0))
+        held = addrs[at] == rowid if n else np.zeros(rowid.size, dtype=bool)  # rows deleted since drop out
+        order = np.lexsort((at[held], tok[held]))
+        tok, row, freq = tok[held][order], at[held][order], freq[held][order]
+        bounds = np.zeros(files.partitions[0].lengths.size + 1, dtype=np.int64)
+        np.cumsum(np.bincount(tok, minlength=bounds.size - 1), out=bounds[1:])
+        lengths = files.doc_lengths(addrs)
+        empty = Tokens(pa.array([], pa.string()), np.zeros(0, np.int64), np.zeros(n + 1, np.int64))
+        return cls(addrs, lengths, empty, np.arange(n), vocab, bounds, row, freq.astype(np.float64))
 
     def doc(self, row: int) -> Doc:
         """The tokens of row position ``row``."""
@@ -97,7 +122,7 @@ class Postings:
     def term(self, token: str) -> tuple[np.ndarray, np.ndarray]:
         """(row positions, frequencies) of ``token``."""
         i = self.vocab.get(token)
-        if i is None:
+        if i is None or i >= self.bounds.size - 1:
             return _NONE
         a, b = int(self.bounds[i]), int(self.bounds[i + 1])
         return self.rows[a:b], self.freqs[a:b]

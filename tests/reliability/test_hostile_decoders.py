@@ -41,7 +41,7 @@ from memwal_query.format.inline_snapshots import decode_inline_snapshots
 from memwal_query.format.memwal_index import read_memwal_index
 from memwal_query.format.storage import Storage
 from memwal_query.format.wal import read_wal_entry, wal_entry_path
-from memwal_query.fts.posting_codec import UnsupportedPostings, decode_doc_ids
+from memwal_query.fts.posting_codec import UnsupportedPostings, decode_all, decode_doc_ids
 from memwal_query.snapshot import load as _load
 from memwal_query.snapshot import manifests as _manifests
 from memwal_query.snapshot import memtables as _memtables
@@ -406,6 +406,8 @@ def _posting_case(tmp: Path) -> tuple[st.SearchStrategy[bytes], Callable[[bytes]
     cuts = np.cumsum([len(b) for b in blocks])[:-1].tolist()
     whole = decode_doc_ids(table.column("_posting")[tid].values, lengths[tid], 1000)
     assert whole.tolist() == [i for i, w in enumerate(words) if w == "common"]  # the undamaged list decodes
+    every = decode_all(table.column("_posting").combine_chunks(), np.array(lengths), 1000)
+    assert every[1][every[0] == tid].tolist() == whole.tolist()
 
     def check(data: bytes) -> None:
         bounds = [0, *(min(c, len(data)) for c in cuts), len(data)]
@@ -413,8 +415,15 @@ def _posting_case(tmp: Path) -> tuple[st.SearchStrategy[bytes], Callable[[bytes]
         try:
             got = decode_doc_ids(arr, lengths[tid], 1000)
         except UnsupportedPostings:
+            pass
+        else:
+            assert got.size == lengths[tid] and bool(np.all(got[1:] > got[:-1])) and 0 <= got[0] and got[-1] < 1000
+        lists = pa.ListArray.from_arrays(pa.array([0, len(arr)], pa.int32()), arr)
+        try:
+            tok, doc, freq = decode_all(lists, np.array([lengths[tid]]), 1000)
+        except UnsupportedPostings:
             return
-        assert got.size == lengths[tid] and bool(np.all(got[1:] > got[:-1])) and 0 <= got[0] and got[-1] < 1000
+        assert tok.size == doc.size == freq.size == lengths[tid] and bool(np.all(doc[1:] > doc[:-1]))
 
     return mutated(b"".join(blocks)), check
 
