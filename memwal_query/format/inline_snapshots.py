@@ -13,16 +13,14 @@ is corruption, never a path.
 
 from __future__ import annotations
 
-import os
-import tempfile
 import uuid
 from dataclasses import dataclass
 from typing import Any, Final
 
 import pyarrow as pa
-from lance.file import LanceFileReader
 
 from memwal_query.errors import MemWalCorruptionError, is_panic, one_line
+from memwal_query.format.isolated import read_isolated
 from memwal_query.format.paths import shown
 
 __all__ = ["InlineRegion", "decode_inline_snapshots", "MAX_INLINE_REGIONS"]
@@ -42,18 +40,8 @@ class InlineRegion:
 
 
 def _read_lance_file(data: bytes) -> pa.Table:
-    fd, path = tempfile.mkstemp(suffix=".lance", prefix="memwal-inline-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        reader = LanceFileReader(path)
-        rows = reader.num_rows()
-        if not 0 <= rows <= MAX_INLINE_REGIONS:
-            msg = f"claims {rows} regions, more than {MAX_INLINE_REGIONS}"
-            raise ValueError(msg)
-        return reader.read_all().to_table()
-    finally:
-        os.unlink(path)
+    # Lance aborts the process on some damaged files: read in a helper process
+    return read_isolated(data, max_rows=MAX_INLINE_REGIONS)
 
 
 def _region_id(raw: object) -> str:

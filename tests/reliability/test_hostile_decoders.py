@@ -526,3 +526,20 @@ def test_verify_reports_one_line_per_damaged_file(copy: Hostile, capsys: pytest.
     assert len(problems) == len(damaged), out
     for path in damaged:
         assert sum(str(path) in line for line in problems) == 1, (path, out)
+
+
+def test_inline_snapshots_that_make_lance_abort_are_corruption_errors(tmp_path: Path) -> None:
+    """Lance aborts the process on these (found by the fuzzing above): read in a helper
+    process, they are one-line errors naming the file, and the next read works."""
+    good = inline_snapshot_bytes(tmp_path, [REGION])
+    assert good.count(b"shard_spec_id") == 1
+    footer = len(good) - 40  # ..., u32 global buffers, u32 columns, u16 major, u16 minor, "LANC"
+    damaged = {
+        "a NUL in a field name": good.replace(b"shard_spec_id", b"shard_\x00pec_id"),
+        "2^31 global buffers": good[: footer + 24] + (0x7F000001).to_bytes(4, "little") + good[footer + 28 :],
+    }
+    for what, data in damaged.items():
+        with pytest.raises(MemWalError, match="X: inline region snapshots are not a readable Lance file") as err:
+            decode_inline_snapshots(data, where="X")
+        assert "\n" not in str(err.value), what
+        assert [r.region_id for r in decode_inline_snapshots(good)] == [REGION]
