@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc
 
-from memwal_query.errors import MemWalCorruptionError
+from memwal_query.errors import MemWalCorruptionError, one_line
 
 __all__ = ["deleted_offsets"]
 
@@ -114,8 +114,7 @@ def _arrow(data: bytes, what: str) -> np.ndarray:
     try:
         t = pa.ipc.open_file(pa.BufferReader(data)).read_all()
     except (pa.ArrowException, OSError) as err:  # invalid, unsupported or absurdly large
-        first = (str(err).splitlines() or [type(err).__name__])[0]
-        msg = f"deletion file {what} is not a readable Arrow file: {first}"
+        msg = f"deletion file {what} is not a readable Arrow file: {one_line(err)}"
         raise MemWalCorruptionError(msg) from err
     if t.num_columns != 1 or not pa.types.is_integer(t.schema.field(0).type) or t.column(0).null_count:
         columns = ", ".join(f"{f.name}: {f.type}" for f in t.schema)

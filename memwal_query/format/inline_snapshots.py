@@ -19,7 +19,7 @@ from typing import Any, Final
 
 import pyarrow as pa
 
-from memwal_query.errors import MemWalCorruptionError, is_panic, one_line
+from memwal_query.errors import MemWalCorruptionError, one_line
 from memwal_query.format.isolated import read_isolated
 from memwal_query.format.paths import shown
 
@@ -37,11 +37,6 @@ class InlineRegion:
     region_id: str
     spec_id: int
     values: dict[str, Any]
-
-
-def _read_lance_file(data: bytes) -> pa.Table:
-    # Lance aborts the process on some damaged files: read in a helper process
-    return read_isolated(data, max_rows=MAX_INLINE_REGIONS)
 
 
 def _region_id(raw: object) -> str:
@@ -91,15 +86,10 @@ def decode_inline_snapshots(data: bytes, *, where: str = "MemWAL index") -> list
         MemWalCorruptionError: The bytes are not a Lance file of the expected shape,
             or a region id is not a UUID (one line naming ``where``).
     """
-    try:
-        table = _read_lance_file(data)
+    try:  # by a helper process: Lance aborts the process on some damaged files (its panics stay there too)
+        table = read_isolated(data, max_rows=MAX_INLINE_REGIONS)
     except Exception as err:  # noqa: BLE001 - Lance raises several kinds
         msg = f"{where}: inline region snapshots are not a readable Lance file: {one_line(err)}"
-        raise MemWalCorruptionError(msg) from err
-    except BaseException as err:
-        if not is_panic(err):
-            raise
-        msg = f"{where}: inline region snapshots are not a readable Lance file (Lance panicked: {one_line(err)})"
         raise MemWalCorruptionError(msg) from err
     try:
         return _regions(table)

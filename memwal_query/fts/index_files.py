@@ -131,9 +131,8 @@ class InvertedIndexFiles:
         if len(self.partitions) != 1 or not self.partitions[0].invert:
             raise UnsupportedPostings(f"{self.uri}: not one partition in the layout decoded here")
         p = self.partitions[0]
-        opts = dict(p.options) if p.options else None
         try:
-            lists = LanceFileReader(p.invert, storage_options=opts, columns=["_posting"]).read_all().to_table()
+            lists, _ = _read(p.invert, p.options, ["_posting"])
         except (OSError, ValueError, RuntimeError, pa.ArrowException) as err:
             raise UnsupportedPostings(f"cannot read the postings in {p.invert}: {err}") from err
         tok, doc, freq = decode_all(lists.column(0).combine_chunks(), p.lengths, p.doc_rowids.size)

@@ -74,72 +74,6 @@ def _unpack(words: np.ndarray, bits: int) -> np.ndarray:
     return value.astype(np.int64).reshape(n, BLOCK)  # value index = row * 4 + lane
 
 
-def _varints(buf: bytes, pos: int, count: int) -> tuple[list[int], int]:
-    out = []
-    for _ in range(count):
-        value = shift = 0
-        while True:
-            if pos >= len(buf) or shift > 28:
-                raise UnsupportedPostings("truncated or oversized varint in a posting tail")
-            byte = buf[pos]
-            pos += 1
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                break
-            shift += 7
-        out.append(value)
-    return out, pos
-
-
-def decode_doc_ids(blocks: pa.Array, length: int, num_docs: int) -> np.ndarray:
-    """The sorted document ids of one posting list (its ``_posting`` blocks, ``_length`` documents).
-
-    Args:
-        blocks: The token's blocks (a ``large_binary`` array without nulls).
-        length: The token's ``_length``.
-        num_docs: Rows of the partition's ``docs`` file (every id is below it).
-
-    Raises:
-        UnsupportedPostings: The blocks do not decode to ``length`` increasing ids below ``num_docs``.
-    """
-    full, rem = divmod(int(length), BLOCK)
-    if not pa.types.is_large_binary(blocks.type) or blocks.null_count or len(blocks) != full + (rem > 0):
-        raise UnsupportedPostings(f"{len(blocks)} posting blocks for {length} documents")
-    offsets = np.frombuffer(blocks.buffers()[1], np.int64)[blocks.offset : blocks.offset + len(blocks) + 1]
-    data = np.frombuffer(blocks.buffers()[2], np.uint8) if blocks.buffers()[2] is not None else np.zeros(0, np.uint8)
-    out = np.empty(full * BLOCK + rem, np.int64)
-    if full:
-        at = offsets[:full]
-        if np.any(offsets[1 : full + 1] - at < _SCORE + 6):
-            raise UnsupportedPostings("a full posting block shorter than its header")
-        first = data[(at + _SCORE)[:, None] + np.arange(4)].astype(np.int64) @ (np.int64(1) << np.arange(0, 32, 8))
-        bits = data[at + _SCORE + 4].astype(np.int64)
-        freq_at = at + _SCORE + 5 + 16 * bits
-        if np.any(bits > 32) or np.any(freq_at >= offsets[1 : full + 1]):
-            raise UnsupportedPostings("a posting block's bit width does not fit its length")
-        freq_bits = data[freq_at].astype(np.int64)
-        if np.any(freq_bits > 32) or np.any(freq_at + 1 + 16 * freq_bits != offsets[1 : full + 1]):
-            raise UnsupportedPostings("a posting block's lengths do not add up")
-        ids = np.empty((full, BLOCK), np.int64)
-        for b in np.unique(bits).tolist():
-            sel = np.flatnonzero(bits == b)
-            raw = data[(at[sel] + _SCORE + 5)[:, None] + np.arange(16 * b)]
-            ids[sel] = _unpack(np.ascontiguousarray(raw).view("<u4").reshape(sel.size, 4 * b), b)
-        np.cumsum(ids, axis=1, out=ids)
-        ids += first[:, None]
-        out[: full * BLOCK] = ids.reshape(-1)
-    if rem:
-        tail = data[offsets[full] : offsets[full + 1]].tobytes()
-        deltas, pos = _varints(tail, _SCORE, rem)
-        _, pos = _varints(tail, pos, rem)  # the frequencies
-        if pos != len(tail):
-            raise UnsupportedPostings("trailing bytes after a posting tail")
-        out[full * BLOCK :] = np.cumsum(np.array(deltas, np.int64))
-    if out.size and (out[0] < 0 or out[-1] >= num_docs or np.any(out[1:] <= out[:-1])):
-        raise UnsupportedPostings("posting document ids are not increasing ids of the docs file")
-    return out
-
-
 def _spans(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """The indexes ``starts[0]..ends[0]-1``, ``starts[1]..ends[1]-1``, ... in one array."""
     sizes = ends - starts
@@ -169,12 +103,15 @@ def _all_varints(data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.add.reduceat(parts, starts), ends
 
 
-def _full_blocks(data: np.ndarray, at: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Document ids and frequencies of the full blocks at byte ranges ``at``..``end``, (n, 128) each."""
+def _full_blocks(
+    data: np.ndarray, at: np.ndarray, end: np.ndarray, *, freqs: bool = True
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Document ids and (with ``freqs``) frequencies of the full blocks at byte ranges
+    ``at``..``end``, (n, 128) each; every block's lengths are checked either way."""
     docs = np.empty((at.size, BLOCK), np.int64)
-    freqs = np.empty((at.size, BLOCK), np.int64)
+    tfs = np.empty((at.size, BLOCK), np.int64) if freqs else None
     if not at.size:
-        return docs, freqs
+        return docs, tfs
     if np.any(end - at < _SCORE + 6):
         raise UnsupportedPostings("a full posting block shorter than its header")
     first = data[(at + _SCORE)[:, None] + np.arange(4)].astype(np.int64) @ (np.int64(1) << np.arange(0, 32, 8))
@@ -185,14 +122,52 @@ def _full_blocks(data: np.ndarray, at: np.ndarray, end: np.ndarray) -> tuple[np.
     freq_bits = data[freq_at].astype(np.int64)
     if np.any(freq_bits > 32) or np.any(freq_at + 1 + 16 * freq_bits != end):
         raise UnsupportedPostings("a posting block's lengths do not add up")
-    for start, width, out in ((at + _SCORE + 5, bits, docs), (freq_at + 1, freq_bits, freqs)):
+    parts = [(at + _SCORE + 5, bits, docs)] + ([(freq_at + 1, freq_bits, tfs)] if tfs is not None else [])
+    for start, width, out in parts:
         for b in np.unique(width).tolist():
             sel = np.flatnonzero(width == b)
             raw = data[(start[sel])[:, None] + np.arange(16 * b)]
             out[sel] = _unpack(np.ascontiguousarray(raw).view("<u4").reshape(sel.size, 4 * b), b)
     np.cumsum(docs, axis=1, out=docs)
     docs += first[:, None]
-    return docs, freqs
+    return docs, tfs
+
+
+def _buffers(blocks: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """A ``large_binary`` array's value offsets (absolute) and data bytes."""
+    offsets = np.frombuffer(blocks.buffers()[1], np.int64)[blocks.offset : blocks.offset + len(blocks) + 1]
+    raw = blocks.buffers()[2]
+    return offsets, (np.frombuffer(raw, np.uint8) if raw is not None else np.zeros(0, np.uint8))
+
+
+def decode_doc_ids(blocks: pa.Array, length: int, num_docs: int) -> np.ndarray:
+    """The sorted document ids of one posting list (its ``_posting`` blocks, ``_length`` documents).
+
+    Args:
+        blocks: The token's blocks (a ``large_binary`` array without nulls).
+        length: The token's ``_length``.
+        num_docs: Rows of the partition's ``docs`` file (every id is below it).
+
+    Raises:
+        UnsupportedPostings: The blocks do not decode to ``length`` increasing ids below ``num_docs``.
+    """
+    full, rem = divmod(int(length), BLOCK)
+    if not pa.types.is_large_binary(blocks.type) or blocks.null_count or len(blocks) != full + (rem > 0):
+        raise UnsupportedPostings(f"{len(blocks)} posting blocks for {length} documents")
+    offsets, data = _buffers(blocks)
+    docs, _ = _full_blocks(data, offsets[:full], offsets[1 : full + 1], freqs=False)
+    out = docs.reshape(-1)
+    if rem:
+        tail_at, tail_end = offsets[full] + _SCORE, offsets[full + 1]
+        if tail_end < tail_at:
+            raise UnsupportedPostings("a posting tail shorter than its score")
+        values, _ = _all_varints(data[tail_at:tail_end])  # its documents, then their frequencies
+        if values.size != 2 * rem:
+            raise UnsupportedPostings("a posting tail does not hold its documents and frequencies")
+        out = np.concatenate([out, np.cumsum(values[:rem])])
+    if out.size and (out[0] < 0 or out[-1] >= num_docs or np.any(out[1:] <= out[:-1])):
+        raise UnsupportedPostings("posting document ids are not increasing ids of the docs file")
+    return out
 
 
 def decode_all(lists: pa.Array, lengths: np.ndarray, num_docs: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -218,13 +193,12 @@ def decode_all(lists: pa.Array, lengths: np.ndarray, num_docs: int) -> tuple[np.
     blocks = lists.values.slice(int(list_at[0]), int(list_at[-1] - list_at[0]))
     if not pa.types.is_large_binary(blocks.type) or blocks.null_count:
         raise UnsupportedPostings("posting blocks are not binary")
-    offsets = np.frombuffer(blocks.buffers()[1], np.int64)[blocks.offset : blocks.offset + len(blocks) + 1]
-    raw = blocks.buffers()[2]
-    data = np.frombuffer(raw, np.uint8) if raw is not None else np.zeros(0, np.uint8)
+    offsets, data = _buffers(blocks)
     token = np.repeat(np.arange(lengths.size), nblocks)
     index = np.arange(token.size) - np.repeat(np.cumsum(nblocks) - nblocks, nblocks)
     is_full = index < full[token]
     docs, freqs = _full_blocks(data, offsets[:-1][is_full], offsets[1:][is_full])
+    assert freqs is not None
     # the tails: each one's documents (first absolute, then deltas) then frequencies, as varints
     tail_tokens = token[~is_full]
     n = rem[tail_tokens]
