@@ -73,12 +73,14 @@ def build(
     params: dict[str, Any] | None = None,
     keep_open: bool = True,
     stable_row_ids: bool = False,
+    segmented: bool = False,
 ) -> ModelTable:
     """4 bucket regions; text-changing updates, deletes, re-inserts, a merged generation
     (deleted base rows in the base index, unindexed base fragments), a WAL tail.
 
     ``stable_row_ids``: the base keeps stable row ids and is compacted before it is
-    indexed, so its row ids are not its row addresses."""
+    indexed, so its row ids are not its row addresses. ``segmented``: the base index is
+    built one segment per two fragments (Lance's distributed build)."""
     rng = np.random.default_rng(seed)
     base = pa.Table.from_pylist(rows(range(1500), rng), schema=schema())
 
@@ -86,6 +88,14 @@ def build(
         if stable_row_ids:
             ds.optimize.compact_files(target_rows_per_fragment=1_000_000)
             ds = lance.dataset(path)
+        if segmented:
+            frags = [f.fragment_id for f in ds.get_fragments()]
+            parts = [frags[i : i + 2] for i in range(0, len(frags), 2)]
+            segments = [
+                ds.create_index_uncommitted("text", "INVERTED", fragment_ids=p, **(params or {})) for p in parts
+            ]
+            ds.commit_existing_index_segments("text_idx", "text", segments)
+            return
         ds.create_scalar_index("text", "INVERTED", **(params or {}))
 
     t = ModelTable(
@@ -95,7 +105,9 @@ def build(
         bucket=("id", 4),
         max_memtable_rows=120,
         prepare=prepare,
-        write_params={"enable_stable_row_ids": True, "max_rows_per_file": 300} if stable_row_ids else None,
+        write_params={"enable_stable_row_ids": stable_row_ids, "max_rows_per_file": 300}
+        if stable_row_ids or segmented
+        else None,
     )
     t.put(rows(rng.choice(1900, 300, replace=False), rng))
     t.delete([(int(k),) for k in rng.choice(1500, 40, replace=False)])

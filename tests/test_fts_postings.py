@@ -185,6 +185,23 @@ def test_an_index_in_format_1_is_counted_from_text(tmp_path: Path) -> None:
     assert not base.files[0].postings_decodable and base.nonlive.rows and base.nonlive.from_text
 
 
+@pytest.mark.parametrize("variant", ["segmented", "format 3"])
+def test_segmented_and_format_3_indexes_score_as_one_index(tmp_path: Path, variant: str) -> None:
+    """A base index built in segments (one per two fragments: each its own posting lists and
+    document ids) or written in format 3 (not decoded here: counted from text) scores like
+    one index over the live rows."""
+    segmented = variant == "segmented"
+    t = build(str(tmp_path / "t"), segmented=segmented, params=None if segmented else {"format_version": 3})
+    want = oracle(t, str(tmp_path / "oracle"))
+    table = mq.open_table(t.uri)
+    for query in QUERIES:
+        for k in (1, 10, 50):
+            assert_same(table.search_text("text", query, k=k, columns=["id"]), oracle_search(want, query, k), k)
+    base = corpus_mod.corpus_of(table.view, "text").indexed[0]
+    decodable = [f.postings_decodable for f in base.files]
+    assert decodable == ([True] * 3 if segmented else [False]), decodable
+
+
 def test_generation_postings_from_its_index_equal_its_tokenized_rows(tmp_path: Path) -> None:
     """A small generation's in-memory postings, read from its own INVERTED index, hold what
     tokenizing its rows gives: every token's rows and frequencies, every row's length."""

@@ -96,17 +96,41 @@ def _dels(*ranges: range) -> list[tuple[int]]:
     return [(k,) for r in ranges for k in r]
 
 
-def build_levels(uri: str, *, generation_vector_index: bool = False, stable_row_ids: bool = False) -> LevelTable:
+def _segmented_indexes(ds: lance.LanceDataset) -> None:
+    """Both indexes built one segment per fragment (Lance's distributed build), shared IVF centroids."""
+    frags = [f.fragment_id for f in ds.get_fragments()]
+    assert len(frags) > 1
+    centroids = np.random.default_rng(5).standard_normal((NUM_PARTITIONS, DIM)).astype(np.float32)
+    vec = [
+        ds.create_index_uncommitted(
+            "vec", "IVF_FLAT", num_partitions=NUM_PARTITIONS, ivf_centroids=centroids, fragment_ids=[f]
+        )
+        for f in frags
+    ]
+    ds.commit_existing_index_segments("vec_idx", "vec", vec)
+    ds = lance.dataset(ds.uri)
+    ds.commit_existing_index_segments(
+        "v_idx", "v", [ds.create_index_uncommitted("v", "BTREE", fragment_ids=[f]) for f in frags]
+    )
+
+
+def build_levels(
+    uri: str, *, generation_vector_index: bool = False, stable_row_ids: bool = False, segmented: bool = False
+) -> LevelTable:
     """The table described in the module docs; its writers of round 4 stay open.
 
     ``generation_vector_index``: the writers also maintain the vector index (each generation
     gets its own IVF_HNSW_SQ copy, searched approximately); by default they maintain only the
     BTREE index, so every vector search is exact. ``stable_row_ids``: the base keeps stable
     row ids and is compacted before it is indexed (its row ids are not its row addresses).
+    ``segmented``: the base has several fragments and each index one segment per fragment.
     """
     rng = np.random.default_rng(22)
 
     def indexes(ds: lance.LanceDataset) -> None:
+        if segmented:
+            _segmented_indexes(ds)
+            return
         if stable_row_ids:
             ds.optimize.compact_files(target_rows_per_fragment=1_000_000)
             ds = lance.dataset(uri)
@@ -121,7 +145,11 @@ def build_levels(uri: str, *, generation_vector_index: bool = False, stable_row_
         max_memtable_rows=1000,
         prepare=indexes,
         maintained_indexes=None if generation_vector_index else ["v_idx"],
-        write_params={"enable_stable_row_ids": True, "max_rows_per_file": 150} if stable_row_ids else None,
+        write_params={"enable_stable_row_ids": True, "max_rows_per_file": 150}
+        if stable_row_ids
+        else {"max_rows_per_file": 150}
+        if segmented
+        else None,
     )
     ids = np.arange
     # round 1 -> generation 1, merged into the base below (its directory stays)
@@ -172,6 +200,15 @@ def stable(tmp_path_factory: pytest.TempPathFactory) -> Any:
     ds = lance.dataset(t.uri)
     both = ds.scanner(columns=[], with_row_id=True, with_row_address=True).to_table()
     assert ds.has_stable_row_ids and both["_rowid"] != both["_rowaddr"]
+    yield t
+    t.flush()
+
+
+@pytest.fixture(scope="module")
+def segmented(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    t = build_levels(str(tmp_path_factory.mktemp("segmented") / "t"), segmented=True)
+    segments = {d.name: len(d.segments) for d in lance.dataset(t.uri).describe_indices()}
+    assert segments["vec_idx"] > 1 and segments["v_idx"] > 1, segments
     yield t
     t.flush()
 
@@ -244,7 +281,8 @@ def _open(uri: str, mode: str) -> mq.Table:
 # how the base is searched: its index + the unindexed rows flat / catch-up generations / no index;
 # "generation-index": a twin table whose generations carry their own (approximate) vector index;
 # "stable-row-ids": a twin whose base has stable row ids that are not its row addresses
-SEARCHES = ["never", "always", "noindex", "generation-index", "stable-row-ids"]
+# "segmented": a twin whose base indexes are made of one segment per fragment
+SEARCHES = ["never", "always", "noindex", "generation-index", "stable-row-ids", "segmented", "segmented-always"]
 
 
 def _table_for(search: str, request: pytest.FixtureRequest) -> tuple[mq.Table, LevelTable, bool]:
@@ -255,6 +293,9 @@ def _table_for(search: str, request: pytest.FixtureRequest) -> tuple[mq.Table, L
     if search == "stable-row-ids":
         twin = request.getfixturevalue("stable")
         return _open(twin.uri, "never"), twin, True
+    if search.startswith("segmented"):
+        twin = request.getfixturevalue("segmented")
+        return _open(twin.uri, "always" if search.endswith("always") else "never"), twin, True
     levels: LevelTable = request.getfixturevalue("levels")
     if search == "noindex":
         return _open(request.getfixturevalue("noindex"), "never"), levels, True
@@ -371,6 +412,24 @@ def test_nearest_filtered_exact(search: str, request: pytest.FixtureRequest) -> 
         assert_knn(got, levels.model, q, k, where, f"{search}: {sql}, k={k}", exact=exact)
     got = table.nearest("vec", rng.standard_normal(DIM), k=3, filter="cat = 'nope'", nprobes=NUM_PARTITIONS)
     assert got.num_rows == 0
+
+
+def test_segmented_indexes_cover_the_union_of_their_segments(segmented: LevelTable) -> None:
+    """An index Lance lists once per segment is one index over all their fragments: the catch-up
+    plan leaves out only the fragments no segment covers, and explain names each index once."""
+    ds = lance.dataset(segmented.uri)
+    want = {d.name: {int(f) for s in d.segments for f in s.fragment_ids} for d in ds.describe_indices()}
+    table = _open(segmented.uri, "always")
+    assert {i.name: set(i.fragment_ids) for i in table.base_indexes()} == {
+        "vec_idx": want["vec_idx"],
+        "v_idx": want["v_idx"],
+    }
+    assert len(table.base_indexes()) == 2
+    uncovered = [f.fragment_id for f in ds.get_fragments() if f.fragment_id not in want["vec_idx"]]
+    table.nearest("vec", np.zeros(DIM, dtype=np.float32), k=5, nprobes=NUM_PARTITIONS)
+    coverage = table.last_nearest_stats.coverage  # type: ignore[union-attr]
+    assert coverage is not None and list(coverage.unindexed_fragments) == uncovered and coverage.plan_used
+    assert table.explain().count("index v_idx") == 1
 
 
 def test_memwal_knn_sql_exact(levels: LevelTable) -> None:

@@ -92,22 +92,32 @@ def base_indexes(snapshot: Snapshot) -> list[BaseIndex]:
             raw = snapshot.base.list_indices()
     except Exception:  # noqa: BLE001 - no index metadata at all
         return []
-    out = []
+    out: dict[str, BaseIndex] = {}
     for idx in raw:
         info: dict[str, Any] = dict(idx) if isinstance(idx, dict) else dict(getattr(idx, "__dict__", {}))
         name = str(info.get("name", ""))
         if not name or name.startswith("__"):
             continue
-        out.append(
-            BaseIndex(
-                name=name,
-                columns=tuple(str(c) for c in info.get("fields", [])),
-                index_type=str(info.get("type", info.get("index_type", ""))),
-                dataset_version=int(info.get("version", 0) or 0),
-                fragment_ids=frozenset(int(f) for f in (info.get("fragment_ids") or [])),
+        segment = BaseIndex(
+            name=name,
+            columns=tuple(str(c) for c in info.get("fields", [])),
+            index_type=str(info.get("type", info.get("index_type", ""))),
+            dataset_version=int(info.get("version", 0) or 0),
+            fragment_ids=frozenset(int(f) for f in (info.get("fragment_ids") or [])),
+        )
+        first = out.get(name)
+        # an index built in segments (Lance's distributed build) is listed once per segment:
+        # it covers their fragments together; its oldest segment says how far it caught up
+        out[name] = (
+            segment
+            if first is None
+            else dataclasses.replace(
+                first,
+                dataset_version=min(first.dataset_version, segment.dataset_version),
+                fragment_ids=first.fragment_ids | segment.fragment_ids,
             )
         )
-    return out
+    return list(out.values())
 
 
 @dataclass(frozen=True)
