@@ -94,6 +94,7 @@ def _generation(g: GenerationSource, merge: MergeState) -> dict[str, Any]:
         "dropped": int(d.size) if (d := merge.generation_drop.get(g.uri)) is not None else 0,
         "rebuilt_from_wal": list(g.wal_positions or ()) if g.rebuilt_from_wal else None,
         "lost_uri": g.lost_uri or None,
+        "conformed_from": g.conformed_from or None,
     }
 
 

@@ -88,6 +88,11 @@ def _region_lines(r: Mapping[str, Any], *, eventual: bool, hint: str) -> list[st
         )
         if g["rebuilt_from_wal"] is not None:
             lines.append(f"      {_rebuilt_text(g, hint)}")
+        if g.get("conformed_from"):
+            lines.append(
+                "      written before the base's columns changed: read into memory with the current columns "
+                "(searched without its own indexes until merged)"
+            )
     for s in r["skipped_generations"]:
         lines.append(f"    generation {s['generation']}: skipped: {s['reason']}")
     mt = r["memtable"]

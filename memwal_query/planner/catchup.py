@@ -49,7 +49,7 @@ from memwal_query.format.paths import generation_rel
 from memwal_query.format.storage import Storage
 from memwal_query.merge import rank_levels
 from memwal_query.snapshot.cache import SnapshotCache
-from memwal_query.snapshot.generations import generation_intact, open_generation
+from memwal_query.snapshot.generations import BaseColumns, generation_intact, open_generation
 from memwal_query.snapshot.model import GenerationSource, Snapshot
 
 __all__ = [
@@ -216,6 +216,7 @@ def plan_catchup(snap: Snapshot, storage: Storage, cache: SnapshotCache, index: 
     caught, origin = progress
     pk = list(snap.primary_key)
     key_schema = pa.schema([snap.schema.field(k) for k in pk])
+    columns = BaseColumns.of(snap.base, pk)
     sources: list[CatchupSource] = []
     live_total = 0
     for region in snap.regions:
@@ -233,7 +234,7 @@ def plan_catchup(snap: Snapshot, storage: Storage, cache: SnapshotCache, index: 
             rel = generation_rel(storage, region.region_id, path, what=f"flushed generation {g}")
             if not storage.exists(f"{rel}/_versions"):
                 return plan((), False, f"generation {g} of region {region.region_id} was garbage-collected")
-            got = open_generation(storage, region.region_id, g, path, cache)
+            got = open_generation(storage, region.region_id, g, path, cache, columns)
             if not isinstance(got, GenerationSource):
                 return plan((), False, f"generation {g} of region {region.region_id}: {got.reason}")
             gens.append(got)

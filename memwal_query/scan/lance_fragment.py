@@ -9,6 +9,7 @@ filter memory instead of decoding Lance pages again.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable, Iterator
 from functools import partial
 
@@ -166,6 +167,37 @@ def keeps_decoded(
         return key() not in cache.over_budget
 
 
+def _gone(frag: LanceFragment, err: BaseException) -> MemWalError:
+    """The error for a fragment whose files a merger garbage-collected after the snapshot opened."""
+    where = f"generation {frag.gen} of region {frag.region}" if frag.gen else "base fragment"
+    msg = (
+        f"{where} ({frag.label}) of {frag.context.uri} is no longer readable: it was merged and "
+        f"garbage-collected after this snapshot was opened; refresh() the table and retry ({err})"
+    )
+    return MemWalError(msg)
+
+
+def _shipped(ds: lance.LanceDataset, frag: lance.fragment.LanceFragment) -> dict[str, object]:
+    """What replaces a fragment's dataset when shipped: nothing, or the rows of a dataset held
+    in this process only (a generation rebuilt from the WAL or read with the base's current
+    columns), written again in the same layout where it lands (:func:`_landed`)."""
+    if not str(ds.uri).startswith("memory://"):
+        return {}
+    return {"dataset": None, "fragment": None, "_memory": (ds.to_table(), frag.fragment_id)}
+
+
+def _landed(state: dict[str, object]) -> dict[str, object]:
+    """A shipped fragment's state with its in-memory dataset written again (see :func:`_shipped`)."""
+    memory = state.pop("_memory", None)
+    if not isinstance(memory, tuple):
+        return state
+    rows, fragment_id = memory
+    ds = lance.write_dataset(rows, f"memory://memwal-shipped-{uuid.uuid4().hex}")
+    frag = ds.get_fragment(int(fragment_id))
+    assert frag is not None  # the same layout as the shipped dataset
+    return {**state, "dataset": ds, "fragment": frag}
+
+
 class LanceFragment(SourceFragment):
     """A Lance fragment (base or flushed generation) minus a sorted drop list."""
 
@@ -204,7 +236,11 @@ class LanceFragment(SourceFragment):
 
     def __getstate__(self) -> dict[str, object]:
         # shipped fragments (Spark tasks) carry their drop list, no process-local cache
-        return {**self.__dict__, "_drop": self.drop, "mask": None, "resident": None, "_keep": None, "_surviving": {}}
+        state = {**self.__dict__, "_drop": self.drop, "mask": None, "resident": None, "_keep": None, "_surviving": {}}
+        return {**state, **_shipped(self.dataset, self.fragment)}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(_landed(state))
 
     @property
     def drop(self) -> np.ndarray:
@@ -239,7 +275,9 @@ class LanceFragment(SourceFragment):
         if self.resident is None:
             return None
         direct = partial(self.mask.read_rows, self.fragment) if self.mask is not None else None
-        return cached_columns(self.resident, self._cache_key(), self.fragment, names, decode, self._gone, direct)
+        return cached_columns(
+            self.resident, self._cache_key(), self.fragment, names, decode, partial(_gone, self), direct
+        )
 
     def _cache_key(self) -> tuple[object, ...]:
         if self._key is None:
@@ -367,20 +405,12 @@ class LanceFragment(SourceFragment):
     def live_rows(self) -> int:
         return int(self.fragment.count_rows()) - int(self.drop.size)
 
-    def _gone(self, err: BaseException) -> MemWalError:
-        where = f"generation {self.gen} of region {self.region}" if self.gen else "base fragment"
-        msg = (
-            f"{where} ({self.label}) of {self.context.uri} is no longer readable: it was merged and "
-            f"garbage-collected after this snapshot was opened; refresh() the table and retry ({err})"
-        )
-        return MemWalError(msg)
-
     def guard(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         try:
             yield from batches
         except (ValueError, OSError, RuntimeError, pa.ArrowException) as err:
             if is_gone(err):
-                raise self._gone(err) from err
+                raise _gone(self, err) from err
             raise
 
     def rows_hint(self) -> int:
@@ -448,7 +478,7 @@ class LanceFragment(SourceFragment):
             first = next(it, None)
         except (ValueError, OSError, RuntimeError, pa.ArrowException) as err:
             if is_gone(err):
-                raise self._gone(err) from err
+                raise _gone(self, err) from err
             if lance_filter is None:
                 raise
             log.debug("Lance rejected filter %s (%s); filtering in memory", lance_filter, err)

@@ -4,8 +4,8 @@ garbage-collect a merged generation at any time)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 import lance
 import pyarrow as pa
@@ -14,17 +14,35 @@ from memwal_query.format.paths import generation_rel
 from memwal_query.format.storage import Storage
 from memwal_query.format.wal import TOMBSTONE
 from memwal_query.snapshot.cache import SnapshotCache
+from memwal_query.snapshot.evolution import column_ids, conformed_copy, conformed_uri, stale_columns
 from memwal_query.snapshot.model import GenerationSource, SkippedGeneration
 
-__all__ = ["open_generation", "generation_intact", "generation_keys", "prefetch_generation_keys"]
+__all__ = ["BaseColumns", "open_generation", "generation_intact", "generation_keys", "prefetch_generation_keys"]
 
 log = logging.getLogger("memwal_query")
 
 
+@dataclass(frozen=True)
+class BaseColumns:
+    """The base's columns as a generation must present them (see :mod:`.evolution`)."""
+
+    names: Mapping[int, str]  # Lance field id -> column name
+    schema: pa.Schema
+    primary_key: tuple[str, ...]
+
+    @classmethod
+    def of(cls, base: lance.LanceDataset, primary_key: Sequence[str]) -> BaseColumns:
+        """The columns of base dataset ``base``."""
+        return cls(column_ids(base), base.schema, tuple(primary_key))
+
+
 def open_generation(
-    storage: Storage, region_id: str, gen: int, path: str, cache: SnapshotCache
+    storage: Storage, region_id: str, gen: int, path: str, cache: SnapshotCache, columns: BaseColumns | None = None
 ) -> GenerationSource | SkippedGeneration:
-    """Generation ``gen`` of a region, or why it cannot be read (cached datasets are re-checked)."""
+    """Generation ``gen`` of a region, or why it cannot be read (cached datasets are re-checked).
+
+    ``columns``: when the generation was written with other columns than these (the base's
+    changed since), its rows are read into a copy with these columns (:mod:`.evolution`)."""
     rel = generation_rel(storage, region_id, path, what=f"flushed generation {gen}")
     uri = storage.child_uri(rel)
     gone = SkippedGeneration(region_id, gen, "directory missing", uri, missing=True)
@@ -55,13 +73,33 @@ def open_generation(
             cache.generation_keys.pop(uri, None)
         log.info("region %s: flushed generation %d at %s is (partly) deleted", region_id, gen, uri)
         return replace(gone, reason="partly deleted (data files missing)")
+    if columns is not None and stale_columns(ds, columns.names):
+        return _conformed(region_id, gen, uri, ds, columns, cache)
     return GenerationSource(region_id, gen, uri, ds, ds.count_rows())
+
+
+def _conformed(
+    region_id: str, gen: int, uri: str, ds: lance.LanceDataset, columns: BaseColumns, cache: SnapshotCache
+) -> GenerationSource:
+    """The generation read into a copy with the base's columns (kept while snapshots read it)."""
+    name = conformed_uri(uri, columns.names)
+    with cache.lock:
+        copy = cache.generations.get(name)
+    if copy is None:
+        what = f"region {region_id} flushed generation {gen} ({uri})"
+        copy = conformed_copy(ds, columns.names, columns.schema, columns.primary_key, what)
+        log.info("%s predates a change of the base's columns: read into memory with the current ones", what)
+        with cache.lock:
+            cache.generations[name] = copy
+    return GenerationSource(region_id, gen, name, copy, copy.count_rows(), conformed_from=uri)
 
 
 def generation_intact(storage: Storage, rel: str, ds: lance.LanceDataset, *, manifest_checked: bool) -> bool:
     """Its manifest and every data file still exist (a handful of existence probes)."""
     if not manifest_checked and not storage.exists(f"{rel}/_versions"):
         return False
+    if str(ds.uri).startswith("memory://"):
+        return True  # its rows were read into memory (a conformed copy)
     for frag in ds.get_fragments():
         for f in frag.data_files():
             if not storage.exists(f"{rel}/data/{f.path}"):

@@ -23,7 +23,7 @@ from memwal_query.format.names import lance_manifest_file_name
 from memwal_query.format.storage import Storage
 from memwal_query.format.wal import TOMBSTONE, WalTail, replay_wal_tail, wal_entry_path
 from memwal_query.snapshot.cache import SnapshotCache
-from memwal_query.snapshot.generations import open_generation, prefetch_generation_keys
+from memwal_query.snapshot.generations import BaseColumns, open_generation, prefetch_generation_keys
 from memwal_query.snapshot.manifests import latest_region_manifest, list_regions, manifest_path
 from memwal_query.snapshot.memtables import memtable_from_live, memtable_from_wal
 from memwal_query.snapshot.model import (
@@ -58,6 +58,7 @@ def _load_region(
     live: Sequence[LiveMemTable],
     cache: SnapshotCache,
     pk: Sequence[str] = (),
+    columns: BaseColumns | None = None,
 ) -> RegionSnapshot:
     with cache.lock:
         known = cache.manifests.get(region_id)
@@ -77,7 +78,7 @@ def _load_region(
                     SkippedGeneration(region_id, fg.generation, f"merged into base (merged generation {merged})")
                 )
                 continue
-            got = open_generation(storage, region_id, fg.generation, fg.path, cache)
+            got = open_generation(storage, region_id, fg.generation, fg.path, cache, columns)
             (gens if isinstance(got, GenerationSource) else skipped).append(got)  # type: ignore[arg-type]
         if pk:  # the merge ranks these keys next: read them on this region's thread
             prefetch_generation_keys(gens, pk, cache)
@@ -93,7 +94,7 @@ def _load_region(
     origin = []
     positions = None
     if tail is not None and tail.entries:
-        wal_t = memtable_from_wal(region_id, tail, data_schema)
+        wal_t = memtable_from_wal(region_id, tail, data_schema, columns.names if columns else None)
         if wal_t is not None:
             parts.append(wal_t)
             origin.append("WAL tail")
@@ -198,6 +199,7 @@ def _load_once(
         raise NoPrimaryKeyError(msg)
     index = read_memwal_index(storage, base.version)
     data_schema = pa.schema(list(schema) + [pa.field(TOMBSTONE, pa.bool_())])
+    columns = BaseColumns.of(base, pk)
     inline = _inline_regions(index, storage, base.version)
     if consistency == "eventual" and inline is not None:
         # Eventual reads discover regions from the index's point-in-time snapshot
@@ -210,7 +212,7 @@ def _load_once(
     workers = max(1, min(max_workers, len(region_ids)))
 
     def load(region_id: str) -> RegionSnapshot:
-        return _load_region(storage, region_id, index, data_schema, consistency, live, cache, pk)
+        return _load_region(storage, region_id, index, data_schema, consistency, live, cache, pk, columns)
 
     with ThreadPoolExecutor(workers) as pool:
         by_id = {r.region_id: r for r in pool.map(load, region_ids)}

@@ -90,6 +90,9 @@ class GenerationSource:
     lost_uri: str = ""
     #: First and last WAL position the rebuilt rows come from.
     wal_positions: tuple[int, int] | None = None
+    #: The generation's directory when it was written before the base's columns changed and
+    #: ``dataset`` holds its rows with the current columns (:mod:`memwal_query.snapshot.evolution`).
+    conformed_from: str = ""
 
     @property
     def rebuilt_from_wal(self) -> bool:

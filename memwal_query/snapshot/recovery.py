@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Mapping
 from dataclasses import replace
 
 import lance
@@ -36,8 +37,9 @@ from memwal_query.conform import conform
 from memwal_query.errors import GenerationLostError, MemWalCorruptionError
 from memwal_query.format.model import FlushedGeneration
 from memwal_query.format.storage import Storage
-from memwal_query.format.wal import TOMBSTONE, GenerationWal, scan_generations
+from memwal_query.format.wal import GenerationWal, scan_generations
 from memwal_query.snapshot.cache import SnapshotCache
+from memwal_query.snapshot.evolution import column_ids, generation_schema
 from memwal_query.snapshot.model import (
     GenerationSource,
     MissingGenerationPolicy,
@@ -157,13 +159,13 @@ def _resolve_region(
     )
 
 
-def _rebuilt_schema(schema: pa.Schema, primary_key: tuple[str, ...]) -> pa.Schema:
-    """A generation's columns (base columns + ``_tombstone``); tombstones leave non-key columns NULL."""
-    fields = [f if f.name in primary_key else f.with_nullable(True) for f in schema]
-    return pa.schema([*fields, pa.field(TOMBSTONE, pa.bool_(), nullable=False)])
-
-
-def rebuild_rows(found: GenerationWal, region_id: str, schema: pa.Schema, primary_key: tuple[str, ...]) -> pa.Table:
+def rebuild_rows(
+    found: GenerationWal,
+    region_id: str,
+    schema: pa.Schema,
+    primary_key: tuple[str, ...],
+    field_ids: Mapping[int, str] | None = None,
+) -> pa.Table:
     """The rows of a flushed generation from its WAL entries, oldest first (duplicates kept).
 
     Args:
@@ -171,11 +173,13 @@ def rebuild_rows(found: GenerationWal, region_id: str, schema: pa.Schema, primar
         region_id: Region UUID string (for error messages).
         schema: The base table schema.
         primary_key: The primary key columns.
+        field_ids: The base's Lance field id -> column name (entries' columns are matched
+            by field id: renamed, added or dropped since they were logged).
 
     Returns:
         The base columns plus ``_tombstone``, in WAL order (a later row of a key wins).
     """
-    target = _rebuilt_schema(schema, primary_key)
+    target = generation_schema(schema, primary_key)
     parts = [
         conform(
             e.table,
@@ -183,6 +187,7 @@ def rebuild_rows(found: GenerationWal, region_id: str, schema: pa.Schema, primar
             what=f"region {region_id} WAL position {e.position}",
             strict=False,
             error=MemWalCorruptionError,
+            field_ids=field_ids,
         )
         for e in found.entries
     ]
@@ -202,7 +207,7 @@ def _rebuilt_source(
         hit = cache.rebuilt.get(key)
     if hit is not None:
         return hit
-    rows = rebuild_rows(found, lost.region_id, snap.schema, snap.primary_key)
+    rows = rebuild_rows(found, lost.region_id, snap.schema, snap.primary_key, column_ids(snap.base))
     uri = f"memory://memwal-rebuilt-{uuid.uuid4().hex}"
     ds = lance.write_dataset(rows, uri)
     src = GenerationSource(
@@ -214,7 +219,12 @@ def _rebuilt_source(
 
 
 def wal_generation_rows(
-    storage: Storage, region_id: str, gen: FlushedGeneration, schema: pa.Schema, primary_key: tuple[str, ...]
+    storage: Storage,
+    region_id: str,
+    gen: FlushedGeneration,
+    schema: pa.Schema,
+    primary_key: tuple[str, ...],
+    field_ids: Mapping[int, str] | None = None,
 ) -> pa.Table:
     """A flushed generation's live rows rebuilt from the WAL: what its dataset would read.
 
@@ -227,6 +237,7 @@ def wal_generation_rows(
         gen: The flushed generation as the region manifest lists it.
         schema: The base table schema.
         primary_key: The primary key columns.
+        field_ids: The base's Lance field id -> column name (see :func:`rebuild_rows`).
 
     Returns:
         The base columns plus ``_tombstone``.
@@ -242,7 +253,7 @@ def wal_generation_rows(
             f"and the WAL cannot rebuild it: {found.describe()}"
         )
         raise GenerationLostError(msg)
-    rows = rebuild_rows(found, region_id, schema, primary_key)
+    rows = rebuild_rows(found, region_id, schema, primary_key, field_ids)
     order = pa.array(np.arange(rows.num_rows, dtype=np.int64))
     newest = (
         rows.select(list(primary_key)).append_column("_i", order).group_by(list(primary_key)).aggregate([("_i", "max")])

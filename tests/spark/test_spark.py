@@ -284,6 +284,22 @@ def test_read_spark_equals_single_process(spark: Any, tmp_path: Path) -> None:
     assert _read(uri).num_rows == single.num_rows + 100
 
 
+def test_read_spark_ships_generations_held_in_memory(spark: Any, tmp_path: Path) -> None:
+    """Generations flushed before the base's columns changed are read into memory with the new
+    columns (test_schema_evolution); Spark tasks get their rows shipped and read the model."""
+    from test_schema_evolution import build_evolved
+
+    t = build_evolved(str(tmp_path / "t"))
+    try:
+        snap = mq.open_table(t.uri).view.snapshot
+        assert any(g.dataset.uri.startswith("memory://") for r in snap.regions for g in r.generations)
+        cols = ["id", "x2", "y", "cat"]
+        got = sort_table(memwal_write.read_spark(spark, t.uri, columns=cols).toArrow(), ["id"]).to_pylist()
+        assert got == [{c: r[c] for c in cols} for r in sorted(t.model.values(), key=lambda r: r["id"])]
+    finally:
+        t.flush()
+
+
 def test_to_datafusion_joins_merged_table(spark: Any, tmp_path: Path) -> None:
     uri, model = _table(tmp_path, base_rows=300)
     ctx = datafusion.SessionContext()
