@@ -47,6 +47,7 @@ from memwal_query.vector_base_rows import held_base, hold_base_later
 from memwal_query.vector_levels import (
     Job,
     generation_jobs,
+    index_metric,
     knn_memory,
     pool_ready,
     search_memtables,
@@ -81,6 +82,8 @@ class IndexCoverage:
     source: str
     plan: CatchupPlan | None = None
     plan_used: bool = False
+    #: Why a usable plan was not used, when it is not a matter of cost.
+    flat_reason: str = ""
 
     def describe(self) -> str:
         """One line for ``explain``."""
@@ -93,7 +96,9 @@ class IndexCoverage:
             )
         else:
             why = ""
-            if self.plan is not None:
+            if self.flat_reason:
+                why = f" ({self.flat_reason})"
+            elif self.plan is not None:
                 why = (
                     " (catch-up generations usable, but cheaper to search these rows flat: index_catchup='auto')"
                     if self.plan.usable
@@ -302,6 +307,17 @@ def nearest(
     stats.pruned_regions = sorted(pruned)
     plan = stats.coverage.plan if stats.coverage is not None else None
     catchup = plan is not None and view.uses_catchup(plan)
+    built_for = index_metric(view.snapshot.base, stats.coverage.index_name, view.cache) if catchup else None
+    if catchup and built_for != spec.metric:
+        # Lance searches the base flat for a distance its index was not built for (and finds
+        # nothing with fast_search): the unindexed rows are read there, not from catch-up generations
+        assert stats.coverage is not None
+        catchup = False
+        why = (
+            f"the index is built for {built_for or 'another'} distance, this search asks {spec.metric}: "
+            "Lance searches every base row"
+        )
+        stats.coverage = dataclasses.replace(stats.coverage, plan_used=False, flat_reason=why)
     if catchup:
         assert plan is not None and stats.coverage is not None
         plan = view.recheck_catchup(plan)  # a merger may have deleted a generation

@@ -59,6 +59,7 @@ __all__ = [
     "Job",
     "UNPARTITIONED",
     "index_centroids",
+    "index_metric",
     "knn_memory",
     "partitioning",
     "pool_ready",
@@ -79,23 +80,38 @@ _ENV_LOCK = threading.Lock()
 
 def index_centroids(ds: lance.LanceDataset, index_name: str, cache: SnapshotCache) -> np.ndarray | None:
     """The IVF centroids of a base vector index (None: not an IVF index), read once per index."""
+    return _index_facts(ds, index_name, cache)[0]
+
+
+def index_metric(ds: lance.LanceDataset, index_name: str, cache: SnapshotCache) -> str | None:
+    """The distance a base vector index was built for (``"l2"``, ``"cosine"``, ``"dot"``; None: unknown).
+
+    A search with another distance is not served by the index: Lance searches every row flat
+    instead, and with ``fast_search`` (indexed fragments only) it finds nothing at all."""
+    return _index_facts(ds, index_name, cache)[1]
+
+
+def _index_facts(ds: lance.LanceDataset, index_name: str, cache: SnapshotCache) -> tuple[np.ndarray | None, str | None]:
+    """(IVF centroids, metric) of a base vector index, read once per index version."""
     key = ("centroids", ds.uri, index_name, ds.version)
     with cache.lock:
         if key in cache.vector_parts:
             hit = cache.vector_parts[key]
-            return hit if isinstance(hit, np.ndarray) else None
-    found: np.ndarray | None = None
+            return hit if isinstance(hit, tuple) else (None, None)  # type: ignore[return-value]
+    found: tuple[np.ndarray | None, str | None] = (None, None)
     with _ENV_LOCK:  # a background read and a search may ask at once: one restores what it set
         old = os.environ.get("LANCE_INCLUDE_VECTOR_CENTROIDS")
         os.environ["LANCE_INCLUDE_VECTOR_CENTROIDS"] = "true"  # pylance 14 prints a warning otherwise
         try:
             stats = ds.stats.index_stats(index_name)
             segments = stats.get("indices") or []
+            metrics = {str(s.get("metric_type", "")).lower() for s in segments}
+            metric = metrics.pop() if len(metrics) == 1 else None
             cents = [np.asarray(s["centroids"], dtype=np.float32) for s in segments if s.get("centroids") is not None]
-            if len(cents) == 1 and cents[0].ndim == 2 and cents[0].shape[0] > 1:
-                found = cents[0]
+            one = len(cents) == 1 and cents[0].ndim == 2 and cents[0].shape[0] > 1
+            found = (cents[0] if one else None, metric or None)
         except (ValueError, OSError, RuntimeError, KeyError, TypeError):
-            found = None  # an index without IVF centroids: the pool is searched flat
+            found = (None, None)  # an index without IVF centroids: the pool is searched flat
         finally:
             if old is None:
                 os.environ.pop("LANCE_INCLUDE_VECTOR_CENTROIDS", None)
@@ -117,6 +133,8 @@ def _partition_key(view: TableView, spec: SearchSpec, index_name: str | None) ->
     if index_name is None or spec.metric == "dot":
         return UNPARTITIONED.key
     base = view.snapshot.base
+    if index_metric(base, index_name, view.cache) != spec.metric:
+        return UNPARTITIONED.key  # Lance searches the base flat for this distance: so is the pool
     return f"{base.uri}@{base.version}/{index_name}/{spec.metric}"
 
 

@@ -432,6 +432,36 @@ def test_segmented_indexes_cover_the_union_of_their_segments(segmented: LevelTab
     assert table.explain().count("index v_idx") == 1
 
 
+def _lance_distance(vecs: np.ndarray, q: np.ndarray, metric: str) -> np.ndarray:
+    """Lance's distances: squared L2, 1 - cosine similarity, 1 - dot product."""
+    if metric == "cosine":
+        return 1.0 - (vecs @ q) / (np.linalg.norm(vecs, axis=1) * np.linalg.norm(q))
+    return 1.0 - vecs @ q
+
+
+@pytest.mark.parametrize("metric", ["cosine", "dot"])
+@pytest.mark.parametrize("search", SEARCHES)
+def test_nearest_with_a_distance_the_index_was_not_built_for(
+    search: str, metric: str, request: pytest.FixtureRequest
+) -> None:
+    """The base index (and the generations' own) are built for L2: Lance searches them flat for
+    another distance, so every search is exact, with catch-up generations or without."""
+    table, levels, _ = _table_for(search, request)
+    rows = list(levels.model.values())
+    vecs = np.array([r["vec"] for r in rows], dtype=np.float64)
+    rng = np.random.default_rng(11)
+    for _ in range(6):
+        q = rng.standard_normal(DIM)
+        d = _lance_distance(vecs, q, metric)
+        order = np.argsort(d, kind="stable")[:8]
+        got = table.nearest("vec", q, k=8, nprobes=NUM_PARTITIONS, distance=metric)
+        what = f"{search}, {metric}"
+        assert got.column("id").to_pylist() == [rows[i]["id"] for i in order], what
+        np.testing.assert_allclose(got.column("_distance").to_numpy(), d[order], rtol=1e-4, atol=1e-5, err_msg=what)
+    coverage = table.last_nearest_stats.coverage  # type: ignore[union-attr]
+    assert coverage is None or not coverage.plan_used
+
+
 def test_memwal_knn_sql_exact(levels: LevelTable) -> None:
     """The SQL table function against numpy over the model (not against Table.nearest)."""
     table = _open(levels.uri, "never")
