@@ -247,6 +247,27 @@ def _read_later(view: TableView, spec: SearchSpec, index_name: str | None, poole
     hold_base_later(view, spec.column, wanted=by_address)  # the base's live rows, when the budget has room
 
 
+def _catchup(view: TableView, spec: SearchSpec, stats: NearestStats) -> tuple[CatchupPlan | None, bool]:
+    """The base index's catch-up plan and whether this search uses it (``stats.coverage`` says so)."""
+    coverage = stats.coverage
+    plan = coverage.plan if coverage is not None else None
+    if coverage is None or plan is None or not view.uses_catchup(plan):
+        return plan, False
+    built_for = index_metric(view.snapshot.base, coverage.index_name, view.cache)
+    if built_for != spec.metric:
+        # Lance searches the base flat for a distance its index was not built for (and finds
+        # nothing with fast_search): the unindexed rows are read there, not from catch-up generations
+        why = (
+            f"the index is built for {built_for or 'another'} distance, this search asks {spec.metric}: "
+            "Lance searches every base row"
+        )
+        stats.coverage = dataclasses.replace(coverage, plan_used=False, flat_reason=why)
+        return plan, False
+    plan = view.recheck_catchup(plan)  # a merger may have deleted a generation
+    stats.coverage = dataclasses.replace(coverage, plan=plan, plan_used=plan.usable)
+    return plan, plan.usable
+
+
 def _by_address(view: TableView) -> bool:
     """Whether the base's hits are told live by address: newer keys >= half the base rows."""
     newer = len(view.merge.newer)
@@ -305,24 +326,7 @@ def nearest(
     stats = NearestStats(coverage=index_coverage(view, column))
     pruned = _pruned(view, filter, in_query)
     stats.pruned_regions = sorted(pruned)
-    plan = stats.coverage.plan if stats.coverage is not None else None
-    catchup = plan is not None and view.uses_catchup(plan)
-    built_for = index_metric(view.snapshot.base, stats.coverage.index_name, view.cache) if catchup else None
-    if catchup and built_for != spec.metric:
-        # Lance searches the base flat for a distance its index was not built for (and finds
-        # nothing with fast_search): the unindexed rows are read there, not from catch-up generations
-        assert stats.coverage is not None
-        catchup = False
-        why = (
-            f"the index is built for {built_for or 'another'} distance, this search asks {spec.metric}: "
-            "Lance searches every base row"
-        )
-        stats.coverage = dataclasses.replace(stats.coverage, plan_used=False, flat_reason=why)
-    if catchup:
-        assert plan is not None and stats.coverage is not None
-        plan = view.recheck_catchup(plan)  # a merger may have deleted a generation
-        catchup = plan.usable
-        stats.coverage = dataclasses.replace(stats.coverage, plan=plan, plan_used=catchup)
+    plan, catchup = _catchup(view, spec, stats)
     cands = Candidates(spec, schema)
     index_name = stats.coverage.index_name if stats.coverage is not None else None
     pooled = filter is None and pool_ready(view, spec, index_name)

@@ -97,7 +97,7 @@ def _index_facts(ds: lance.LanceDataset, index_name: str, cache: SnapshotCache) 
     with cache.lock:
         if key in cache.vector_parts:
             hit = cache.vector_parts[key]
-            return hit if isinstance(hit, tuple) else (None, None)  # type: ignore[return-value]
+            return hit if isinstance(hit, tuple) else (None, None)
     found: tuple[np.ndarray | None, str | None] = (None, None)
     with _ENV_LOCK:  # a background read and a search may ask at once: one restores what it set
         old = os.environ.get("LANCE_INCLUDE_VECTOR_CENTROIDS")
