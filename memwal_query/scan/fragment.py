@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 
 from memwal_query.engine_errors import recorded
 from memwal_query.errors import InvalidArgumentError
+from memwal_query.planner.nan_order import nan_ordered
 from memwal_query.scan.arrays import drop_mask, zero_column_batches
 from memwal_query.scan_gate import guarded
 from memwal_query.snapshot.model import GenerationSource
@@ -125,7 +126,9 @@ class SourceFragment:
         cols = list(out.names)
         if not cols and filter is None:
             return Scan(out, zero_column_batches(self.live_rows()))
-        return Scan(out, self.batches(cols, filter, out, batch_size))
+        # in memory (pyarrow) as in Lance: DataFusion's order of NaN
+        filt = nan_ordered(filter, self.context.data_schema) if filter is not None else None
+        return Scan(out, self.batches(cols, filt, out, batch_size))
 
     def live_rows(self) -> int:
         """Rows this fragment contributes to the merged table."""
