@@ -68,7 +68,7 @@ PREDICATES = [
     "f > 1", "f < 1", "f >= 0", "f <= 0", "f = 0", "f = -0.0", "f != 1.5", "NOT (f > 1)", "f = 'NaN'",
     "f != 'NaN'", "f > 'NaN'", "f >= 'NaN'", "f < 'NaN'", "f <= 'Infinity'", "f > '-Infinity'",
     "f BETWEEN -3 AND 2", "f NOT BETWEEN -3 AND 2", "f IN (0.0, 1.5)", "f NOT IN (0.0, 1.5)", "f IS NULL",
-    "isnan(f)", "g > 1", "g = 'NaN'", "NOT (g <= 1.5)", "f > 1 OR n > 2", "id > 100 AND f >= 0",
+    "isnan(f)", "f > g", "f = g", "f <= g", "f >= f", "f = f", "f > f", "NOT (f >= f)", "f != f", "g > 1", "g = 'NaN'", "NOT (g <= 1.5)", "f > 1 OR n > 2", "id > 100 AND f >= 0",
     "s = 'a'", "s != 'a'", "s > 'a'", "s LIKE 'a%'", "s LIKE 'a\\_b'", "s LIKE 'a_b'", "s ILIKE 'a%'",
     "s NOT LIKE '%b'", "s IN ('a', 'b', NULL)", "s NOT IN ('a', 'b')", "s NOT IN ('a', NULL)", "s = ''",
     "s IS DISTINCT FROM 'a'", "n > 0", "n IN (1, 2)", "n NOT IN (1, 2)", "NOT (n > 0 AND n < 3)",

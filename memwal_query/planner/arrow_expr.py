@@ -21,7 +21,7 @@ import pyarrow.ipc as ipc
 
 from memwal_query.planner.predicates import And, Compare, InSet, IsNull, Not, Or, Predicate, Unknown
 
-__all__ = ["from_arrow_expression"]
+__all__ = ["Call", "Field", "Lit", "Tree", "expression_tree", "from_arrow_expression"]
 
 _LINE = re.compile(r"^(call|field_ref|literal|options|end): '(.*)'$")
 _CMP = {
@@ -51,33 +51,45 @@ class _Tokens:
         return self.items[self.i] if self.i < len(self.items) else None
 
 
-class _Field:
+class Field:
     __slots__ = ("name",)
 
     def __init__(self, name: str) -> None:
         self.name = name
 
 
-class _Lit:
+class Lit:
     __slots__ = ("value",)
 
     def __init__(self, value: pa.Scalar) -> None:
         self.value = value
 
 
-_Node = Predicate | _Field | _Lit
+class Call:
+    """A function call of an expression tree (see :func:`expression_tree`)."""
+
+    __slots__ = ("name", "args", "options")
+
+    def __init__(self, name: str, args: list[Tree], options: pa.Scalar | None) -> None:
+        self.name = name
+        self.args = args
+        self.options = options
 
 
-def _parse(t: _Tokens) -> _Node:
+Tree = Call | Field | Lit | Unknown
+_Node = Predicate | Field | Lit
+
+
+def _parse(t: _Tokens) -> Tree:
     kind, value = t.next()
     if kind == "field_ref":
-        return _Field(value) if value in t.columns else Unknown(f"field {value}")
+        return Field(value) if value in t.columns else Unknown(f"field {value}")
     if kind == "literal":
-        return _Lit(t.batch.column(int(value))[0])
+        return Lit(t.batch.column(int(value))[0])
     if kind != "call":
         raise ValueError(f"unexpected token {kind}")
     name = value
-    args: list[_Node] = []
+    args: list[Tree] = []
     options: pa.Scalar | None = None
     while True:
         nxt = t.peek()
@@ -91,7 +103,13 @@ def _parse(t: _Tokens) -> _Node:
             options = t.batch.column(int(nxt[1]))[0]
             continue
         args.append(_parse(t))
-    return _build(name, args, options)
+    return Call(name, args, options)
+
+
+def _ir(n: Tree) -> _Node:
+    if isinstance(n, Call):
+        return _build(n.name, [_ir(a) for a in n.args], n.options)
+    return n
 
 
 def _build(name: str, args: list[_Node], options: pa.Scalar | None) -> Predicate:
@@ -101,7 +119,7 @@ def _build(name: str, args: list[_Node], options: pa.Scalar | None) -> Predicate
         return Or(tuple(_pred(a) for a in args))
     if name == "invert" and len(args) == 1:
         return Not(_pred(args[0]))
-    if name in ("is_null", "is_valid") and len(args) == 1 and isinstance(args[0], _Field):
+    if name in ("is_null", "is_valid") and len(args) == 1 and isinstance(args[0], Field):
         if name == "is_null" and options is not None:
             nan_is_null = options.as_py().get("nan_is_null") if isinstance(options, pa.StructScalar) else False
             if nan_is_null:
@@ -109,11 +127,11 @@ def _build(name: str, args: list[_Node], options: pa.Scalar | None) -> Predicate
         return IsNull(args[0].name, name == "is_valid")
     if name in _CMP and len(args) == 2:
         a, b = args
-        if isinstance(a, _Field) and isinstance(b, _Lit):
+        if isinstance(a, Field) and isinstance(b, Lit):
             return Compare(a.name, _CMP[name], b.value)  # type: ignore[arg-type]
-        if isinstance(a, _Lit) and isinstance(b, _Field):
+        if isinstance(a, Lit) and isinstance(b, Field):
             return Compare(b.name, _FLIP[_CMP[name]], a.value)  # type: ignore[arg-type]
-    if name == "is_in" and len(args) == 1 and isinstance(args[0], _Field) and isinstance(options, pa.StructScalar):
+    if name == "is_in" and len(args) == 1 and isinstance(args[0], Field) and isinstance(options, pa.StructScalar):
         value_set = options.get("value_set") if hasattr(options, "get") else options["value_set"]
         values = tuple(value_set.values) if value_set is not None and value_set.is_valid else ()
         if values and all(v.is_valid for v in values):
@@ -125,9 +143,33 @@ def _build(name: str, args: list[_Node], options: pa.Scalar | None) -> Predicate
 
 
 def _pred(n: _Node) -> Predicate:
-    if isinstance(n, (_Field, _Lit)):
+    if isinstance(n, (Field, Lit)):
         return Unknown("bare value")
     return n
+
+
+def expression_tree(expr: pc.Expression, columns: Collection[str]) -> Tree:
+    """The call tree of ``expr``: :class:`Call` nodes over fields (``.name``) and literals
+    (``.value``); :class:`Unknown` when it cannot be read (or names a field not in ``columns``)."""
+    try:
+        buf = expr.__reduce__()[1][0]
+        table = ipc.open_file(buf).read_all()
+        text = table.schema.to_string(show_schema_metadata=True, truncate_metadata=False, show_field_metadata=False)
+        meta = text.split("-- schema metadata --", 1)[1].strip().splitlines()
+        items = []
+        for line in meta:
+            m = _LINE.match(line.strip())
+            if m is None:
+                return Unknown(str(expr))
+            items.append((m.group(1), m.group(2)))
+        batch = table.combine_chunks().to_batches()[0] if table.num_rows else None
+        if batch is None:
+            batch = pa.RecordBatch.from_pylist([], schema=table.schema)
+        tokens = _Tokens(items, batch, set(columns))
+        node = _parse(tokens)
+        return node if tokens.peek() is None else Unknown(str(expr))
+    except (IndexError, ValueError, KeyError, TypeError, pa.ArrowException):
+        return Unknown(str(expr))
 
 
 def from_arrow_expression(expr: pc.Expression | None, columns: Collection[str]) -> Predicate:
@@ -145,23 +187,6 @@ def from_arrow_expression(expr: pc.Expression | None, columns: Collection[str]) 
     if expr is None:
         return Unknown("no filter")
     try:
-        buf = expr.__reduce__()[1][0]
-        table = ipc.open_file(buf).read_all()
-        text = table.schema.to_string(show_schema_metadata=True, truncate_metadata=False, show_field_metadata=False)
-        meta = text.split("-- schema metadata --", 1)[1].strip().splitlines()
-        items = []
-        for line in meta:
-            m = _LINE.match(line.strip())
-            if m is None:
-                return Unknown(str(expr))
-            items.append((m.group(1), m.group(2)))
-        batch = table.combine_chunks().to_batches()[0] if table.num_rows else None
-        if batch is None:
-            batch = pa.RecordBatch.from_pylist([], schema=table.schema)
-        tokens = _Tokens(items, batch, set(columns))
-        node = _parse(tokens)
-        if tokens.peek() is not None:
-            return Unknown(str(expr))
-        return _pred(node)
+        return _pred(_ir(expression_tree(expr, columns)))
     except (IndexError, ValueError, KeyError, TypeError, pa.ArrowException):
         return Unknown(str(expr))

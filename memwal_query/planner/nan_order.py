@@ -8,8 +8,9 @@ then answer a query differently from the Lance scan of the same rows, and from D
 :func:`nan_ordered` rewrites a pushed filter's comparisons on floating-point columns so
 that both engines give DataFusion's answer: ``f > c`` becomes ``f > c OR is_nan(f)``,
 ``f = NaN`` becomes ``is_nan(f)``, and so on (NULLs stay NULL, so ``NOT`` stays right).
-A filter this module cannot read whole (a comparison of two columns, a function) is
-left as it is.
+Comparisons of two float columns follow the same order. A filter this module cannot read
+whole is left as it is (DataFusion pushes only comparisons, AND/OR/NOT, IS [NOT] NULL,
+BETWEEN and IN lists of literals).
 
 Example:
     >>> import pyarrow as pa, pyarrow.compute as pc
@@ -30,8 +31,7 @@ from functools import reduce
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from memwal_query.planner.arrow_expr import from_arrow_expression
-from memwal_query.planner.predicates import And, Compare, InSet, IsNull, Not, Or, Predicate
+from memwal_query.planner.arrow_expr import Call, Field, Lit, Tree, expression_tree
 
 __all__ = ["nan_ordered"]
 
@@ -53,7 +53,7 @@ def nan_ordered(expr: pc.Expression, schema: pa.Schema) -> pc.Expression:
         hit = _cache.get(key)
     if hit is not None:
         return hit
-    rebuilt = _rebuild(from_arrow_expression(expr, schema.names), set(floats))
+    rebuilt = _rebuild(expression_tree(expr, schema.names), set(floats))
     out = rebuilt if rebuilt is not None else expr
     with _lock:
         _cache[key] = out
@@ -62,52 +62,91 @@ def nan_ordered(expr: pc.Expression, schema: pa.Schema) -> pc.Expression:
     return out
 
 
-def _rebuild(p: Predicate, floats: set[str]) -> pc.Expression | None:
-    """``p`` as an Expression with DataFusion's float order (None: part of it is not understood)."""
-    if isinstance(p, (And, Or)):
-        parts = [x for x in (_rebuild(c, floats) for c in p.children) if x is not None]
-        if len(parts) != len(p.children) or not parts:
-            return None
-        both = (lambda a, b: a & b) if isinstance(p, And) else (lambda a, b: a | b)
-        return reduce(both, parts)
-    if isinstance(p, Not):
-        inner = _rebuild(p.child, floats)
-        return None if inner is None else ~inner
-    if isinstance(p, IsNull):
-        return pc.field(p.column).is_valid() if p.negated else pc.field(p.column).is_null()
-    if isinstance(p, InSet):
-        found = pc.field(p.column).isin(pa.array([v.as_py() for v in p.values], p.values[0].type))
-        return ~found if p.negated else found
-    if isinstance(p, Compare):
-        return _compare(p, p.column in floats)
+_COMPARE = {"equal", "not_equal", "less", "less_equal", "greater", "greater_equal"}
+_SWAP = {"less": "greater", "less_equal": "greater_equal"}
+
+
+def _rebuild(n: Tree, floats: set[str]) -> pc.Expression | None:
+    """``n`` as an Expression with DataFusion's float order (None: part of it is not understood)."""
+    if isinstance(n, Field):
+        return pc.field(n.name)
+    if isinstance(n, Lit):
+        return pc.scalar(n.value)
+    if not isinstance(n, Call):
+        return None
+    args = [_rebuild(a, floats) for a in n.args]
+    if any(a is None for a in args):
+        return None
+    done = [a for a in args if a is not None]
+    if n.name in _COMPARE and len(n.args) == 2:
+        return _compare(n.name, n.args[0], n.args[1], floats)
+    if n.name in ("and_kleene", "and") and done:
+        return reduce(lambda a, b: a & b, done)
+    if n.name in ("or_kleene", "or") and done:
+        return reduce(lambda a, b: a | b, done)
+    if n.name == "invert" and len(done) == 1:
+        return ~done[0]
+    if n.name == "is_valid" and len(done) == 1:
+        return done[0].is_valid()
+    if n.name == "is_null" and len(done) == 1:
+        nan_is_null = isinstance(n.options, pa.StructScalar) and bool(n.options.as_py().get("nan_is_null"))
+        return done[0].is_null(nan_is_null=nan_is_null)
+    if n.name == "is_in" and len(done) == 1 and isinstance(n.options, pa.StructScalar):
+        value_set = n.options["value_set"]
+        return done[0].isin(value_set.values) if isinstance(value_set, pa.ListScalar) and value_set.is_valid else None
     return None
 
 
-def _compare(p: Compare, floating: bool) -> pc.Expression:
-    f = pc.field(p.column)
-    value = p.value.as_py()
-    if not floating or not isinstance(value, float | int):
-        return _CMP[p.op](f, pc.scalar(p.value))
-    nan = pc.is_nan(f)
-    if isinstance(value, float) and math.isnan(value):
-        # nothing is above NaN, NaN is only equal to itself (each NULL where f is)
+def _compare(name: str, left: Tree, right: Tree, floats: set[str]) -> pc.Expression | None:
+    """One comparison in DataFusion's order: NaN above every number, equal to itself."""
+    if isinstance(left, Lit) and isinstance(right, Field):  # the field first: c < f is f > c
+        return _compare(_FLIP[name], right, left, floats)
+    a, b = _rebuild(left, floats), _rebuild(right, floats)
+    if a is None or b is None:
+        return None
+    plain = _CMP[name](a, b)
+    if not (isinstance(left, Field) and left.name in floats):
+        return plain
+    nan_a = pc.is_nan(a)
+    if isinstance(right, Lit):
+        v = right.value.as_py()
+        if not (isinstance(v, float) and math.isnan(v)):
+            return plain | nan_a if name in ("greater", "greater_equal") else plain  # NaN is above every number
+        # nothing is above NaN, NaN is only equal to itself (each NULL where the field is)
         return {
-            "=": nan,
-            "!=": ~nan,
-            ">": nan & ~nan,
-            ">=": nan,
-            "<": ~nan,
-            "<=": nan | ~nan,
-        }[p.op]
-    plain = _CMP[p.op](f, pc.scalar(p.value))
-    return plain | nan if p.op in (">", ">=") else plain  # NaN is above every number
+            "equal": nan_a,
+            "not_equal": ~nan_a,
+            "greater": nan_a & ~nan_a,
+            "greater_equal": nan_a,
+            "less": ~nan_a,
+            "less_equal": nan_a | ~nan_a,
+        }[name]
+    if not (isinstance(right, Field) and right.name in floats):
+        return None
+    if name in _SWAP:  # a < b is b > a
+        return _compare(_SWAP[name], right, left, floats)
+    nan_b = pc.is_nan(b)
+    if name == "greater":
+        return plain | (nan_a & ~nan_b)
+    if name == "greater_equal":
+        return plain | nan_a
+    same = (a == b) | (nan_a & nan_b)
+    return same if name == "equal" else ~same
 
 
+_FLIP = {
+    "equal": "equal",
+    "not_equal": "not_equal",
+    "less": "greater",
+    "less_equal": "greater_equal",
+    "greater": "less",
+    "greater_equal": "less_equal",
+}
 _CMP = {
-    "=": lambda a, b: a == b,
-    "!=": lambda a, b: a != b,
-    "<": lambda a, b: a < b,
-    "<=": lambda a, b: a <= b,
-    ">": lambda a, b: a > b,
-    ">=": lambda a, b: a >= b,
+    "equal": lambda a, b: a == b,
+    "not_equal": lambda a, b: a != b,
+    "less": lambda a, b: a < b,
+    "less_equal": lambda a, b: a <= b,
+    "greater": lambda a, b: a > b,
+    "greater_equal": lambda a, b: a >= b,
 }
