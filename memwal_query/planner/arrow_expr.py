@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
-from memwal_query.planner.predicates import And, Compare, InSet, IsNull, Not, Or, Predicate, Unknown
+from memwal_query.planner.predicates import And, Compare, InSet, IsNull, Not, Or, Predicate, Unknown, needed_columns
 
 __all__ = ["Call", "Field", "Lit", "Tree", "expression_tree", "from_arrow_expression"]
 
@@ -139,7 +139,18 @@ def _build(name: str, args: list[_Node], options: pa.Scalar | None) -> Predicate
             # its negation keeps NULL rows. Spell that out for negation to stay right.
             col = args[0].name
             return And((InSet(col, tuple(values)), IsNull(col, negated=True)))
-    return Unknown(name)
+    return Unknown(name, _reads(args))
+
+
+def _reads(args: list[_Node]) -> frozenset[str] | None:
+    """The columns a call over ``args`` reads (None: not known)."""
+    out: set[str] = set()
+    for a in args:
+        got = frozenset((a.name,)) if isinstance(a, Field) else frozenset() if isinstance(a, Lit) else needed_columns(a)
+        if got is None:
+            return None
+        out |= got
+    return frozenset(out)
 
 
 def _pred(n: _Node) -> Predicate:

@@ -6,8 +6,8 @@ pyarrow's compute kernels follow IEEE 754, where every comparison with NaN is fa
 scan that filters rows in memory with pyarrow (decoded column caches, MemTables) would
 then answer a query differently from the Lance scan of the same rows, and from DataFusion.
 :func:`nan_ordered` rewrites a pushed filter's comparisons on floating-point columns so
-that both engines give DataFusion's answer: ``f > c`` becomes ``f > c OR is_nan(f)``,
-``f = NaN`` becomes ``is_nan(f)``, and so on (NULLs stay NULL, so ``NOT`` stays right).
+that both engines give DataFusion's answer: ``f > c`` becomes ``NOT (f <= c)`` (true for a
+NaN ``f``), ``f = NaN`` becomes ``is_nan(f)``, and so on (NULLs stay NULL, so ``NOT`` stays right).
 Comparisons of two float columns follow the same order. A filter this module cannot read
 whole is left as it is (DataFusion pushes only comparisons, AND/OR/NOT, IS [NOT] NULL,
 BETWEEN and IN lists of literals).
@@ -111,7 +111,11 @@ def _compare(name: str, left: Tree, right: Tree, floats: set[str]) -> pc.Express
     if isinstance(right, Lit):
         v = right.value.as_py()
         if not (isinstance(v, float) and math.isnan(v)):
-            return plain | nan_a if name in ("greater", "greater_equal") else plain  # NaN is above every number
+            # NaN is above every number: f > c is NOT (f <= c), which IEEE makes true for NaN
+            # (and NULL for NULL); one comparison and a bitmap flip, no is_nan pass
+            if name in ("greater", "greater_equal"):
+                return ~_CMP["less_equal" if name == "greater" else "less"](a, b)
+            return plain
         # nothing is above NaN, NaN is only equal to itself (each NULL where the field is)
         return {
             "equal": nan_a,

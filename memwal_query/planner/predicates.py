@@ -97,6 +97,8 @@ class Unknown:
     """A shape pruning does not understand: might match anything."""
 
     text: str = ""
+    #: The columns it reads, when known (a function of known columns, e.g. ``is_nan(f)``).
+    reads: frozenset[str] | None = None
 
 
 Predicate = Compare | InSet | IsNull | And | Or | Not | Unknown
@@ -154,9 +156,11 @@ def needed_columns(p: Predicate) -> frozenset[str] | None:
         ['a', 'b']
         >>> needed_columns(Or((Compare("a", "=", pa.scalar(1)), Unknown("f(b)")))) is None
         True
+        >>> sorted(needed_columns(Or((Compare("a", "=", pa.scalar(1)), Unknown("f(b)", frozenset("b"))))))
+        ['a', 'b']
     """
     if isinstance(p, Unknown):
-        return None
+        return p.reads
     if isinstance(p, (And, Or)):
         out: set[str] = set()
         for c in p.children:
