@@ -13,45 +13,85 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import pyarrow as pa
 
 from memwal_query.errors import InvalidArgumentError, MemWalError
 
-__all__ = ["conform", "FIELD_ID", "by_field_id"]
+__all__ = ["conform", "FIELD_ID", "by_field_id", "field_id"]
 
 #: Arrow field metadata in which Lance records a column's field id (WAL entries carry it).
 FIELD_ID = b"lance:field_id"
 
 
-def by_field_id(data: pa.Table, names: Mapping[int, str]) -> pa.Table:
-    """``data``'s columns named as the table names their Lance field ids now.
+def field_id(f: pa.Field) -> int | None:
+    """The Lance field id recorded in ``f``'s metadata (None: none, or not a number)."""
+    raw = (f.metadata or {}).get(FIELD_ID)
+    try:
+        return int(raw) if raw is not None else None
+    except ValueError:
+        return None
 
-    A column renamed since ``data`` was written takes its new name; a column dropped since
-    is left out, even when a newer column took its name; a column without a field id keeps
-    its name. ``names``: the table's field id -> column name.
+
+def by_field_id(data: pa.Table, ids: pa.Schema) -> pa.Table:
+    """``data``'s columns named and nested as the table's fields of the same Lance field id.
+
+    ``ids``: the table's schema with each field's id (children's too) in its metadata
+    (:data:`FIELD_ID`). A column or struct child renamed since ``data`` was written takes
+    its new name; one added since is NULL; one dropped since is left out, even when a newer
+    field took its name; a column without a field id keeps its name.
 
     Example:
         >>> x = pa.field("x", pa.int64(), metadata={FIELD_ID: b"1"})
         >>> old = pa.table({"x": [5]}, schema=pa.schema([x]))
-        >>> by_field_id(old, {1: "renamed"}).column_names, by_field_id(old, {2: "x"}).column_names
+        >>> renamed = pa.schema([pa.field("renamed", pa.int64(), metadata={FIELD_ID: b"1"})])
+        >>> other = pa.schema([pa.field("x", pa.int64(), metadata={FIELD_ID: b"2"})])
+        >>> by_field_id(old, renamed).column_names, by_field_id(old, other).column_names
         (['renamed'], [])
     """
+    targets = {i: f for f in ids if (i := field_id(f)) is not None}
     columns: list[pa.ChunkedArray] = []
     fields: list[pa.Field] = []
     for f, col in zip(data.schema, data.columns, strict=True):
-        raw = (f.metadata or {}).get(FIELD_ID)
-        name = f.name
-        if raw is not None:
-            try:
-                name = names.get(int(raw), "")
-            except ValueError:
-                name = f.name  # not a field id: matched by name
-        if name and name not in (g.name for g in fields):
+        i = field_id(f)
+        target = targets.get(i) if i is not None else None
+        if i is not None and target is None:
+            continue  # dropped since
+        if target is not None:
+            col = pa.chunked_array([_nested(c, f, target) for c in col.chunks], _renamed(f.type, target.type))
+            f = f.with_name(target.name).with_type(col.type)
+        if f.name not in (g.name for g in fields):
             columns.append(col)
-            fields.append(f.with_name(name))
+            fields.append(f)
     return pa.Table.from_arrays(columns, schema=pa.schema(fields))
+
+
+def _renamed(have: pa.DataType, want: pa.DataType) -> pa.DataType:
+    """``have`` with struct children matched to ``want``'s by field id (see :func:`_nested`)."""
+    if not (pa.types.is_struct(have) and pa.types.is_struct(want)):
+        return have
+    mine = {field_id(c): c for c in have if field_id(c) is not None}
+    kids = []
+    for w in want:
+        c = mine.get(field_id(w)) if field_id(w) is not None else next((c for c in have if c.name == w.name), None)
+        kids.append(w.with_type(_renamed(c.type, w.type)) if c is not None else w)
+    return pa.struct(kids)
+
+
+def _nested(arr: pa.Array, have: pa.Field, want: pa.Field) -> pa.Array:
+    """A struct array's children matched to ``want``'s by field id: renamed, added (NULL), dropped."""
+    if not (pa.types.is_struct(have.type) and pa.types.is_struct(want.type)):
+        return arr
+    assert isinstance(arr, pa.StructArray)
+    by_id = {field_id(c): k for k, c in enumerate(have.type) if field_id(c) is not None}
+    children = []
+    for w in want.type:
+        k = by_id.get(field_id(w)) if field_id(w) is not None else have.type.get_field_index(w.name)
+        if k is None or k < 0:
+            children.append(pa.nulls(len(arr), w.type))
+        else:
+            children.append(_nested(arr.field(k), have.type.field(k), w))
+    names = _renamed(have.type, want.type)
+    return pa.StructArray.from_arrays(children, fields=list(names), mask=arr.is_null())
 
 
 def conform(
@@ -62,7 +102,7 @@ def conform(
     keys: tuple[str, ...] | None = None,
     strict: bool = True,
     error: type[MemWalError] = InvalidArgumentError,
-    field_ids: Mapping[int, str] | None = None,
+    field_ids: pa.Schema | None = None,
 ) -> pa.Table:
     """Arrange ``data`` as ``schema`` with clear errors.
 
@@ -75,8 +115,9 @@ def conform(
             non-nullable columns (writes); otherwise only cast and fill missing
             columns with NULLs (reads of data written under an older schema).
         error: The error class to raise.
-        field_ids: The table's Lance field id -> column name: columns of ``data`` that
-            carry a field id (WAL entries) are matched by it (see :func:`by_field_id`).
+        field_ids: The table's schema with Lance field ids in its fields' metadata:
+            columns of ``data`` that carry a field id (WAL entries) are matched by it,
+            struct children too (see :func:`by_field_id`).
 
     Raises:
         MemWalError: ``error``, naming ``what`` and the column.

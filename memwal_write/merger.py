@@ -56,7 +56,7 @@ from memwal_query.format.memwal_index import read_memwal_index
 from memwal_query.format.model import FlushedGeneration, MemWalIndex
 from memwal_query.format.paths import generation_rel
 from memwal_query.format.storage import Storage
-from memwal_query.snapshot.evolution import column_ids, conformed_rows, stale_columns
+from memwal_query.snapshot.evolution import conformed_rows, field_paths, stale_columns, tagged_schema
 from memwal_query.snapshot.manifests import latest_region_manifest, list_regions
 from memwal_query.snapshot.model import primary_key_of
 from memwal_query.snapshot.recovery import wal_generation_rows
@@ -112,10 +112,9 @@ def _generation_rows(storage: Storage, region_id: str, gen: FlushedGeneration, p
         # deletion vectors hide rows superseded inside the generation: one row per key
         data = lance.dataset(path, storage_options=dict(storage.storage_options) or None)
         base, _ = _open_latest(storage)
-        names = column_ids(base)
-        if stale_columns(data, names):  # written before the base's columns changed
+        if stale_columns(data, field_paths(base)):  # written before the base's columns changed
             what = f"region {region_id} flushed generation {gen.generation} ({path})"
-            return conformed_rows(data, names, base.schema, pk, what)
+            return conformed_rows(data, tagged_schema(base), base.schema, pk, what)
         return data.to_table()
     except (ValueError, OSError) as err:
         return _rows_from_wal(storage, region_id, gen, pk, path, err)
@@ -131,7 +130,7 @@ def _rows_from_wal(
     first = lance_message(err)
     ds, _ = _open_latest(storage)
     try:
-        rows = wal_generation_rows(storage, region_id, gen, ds.schema, pk, column_ids(ds))
+        rows = wal_generation_rows(storage, region_id, gen, ds.schema, pk, tagged_schema(ds))
     except MemWalError as lost:
         msg = f"cannot read generation {gen.generation} of region {region_id} ({path}): {first}; {lost}"
         raise GenerationLostError(msg) from err

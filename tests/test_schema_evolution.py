@@ -29,6 +29,7 @@ SCHEMA = pa.schema(
         pa.field("x", pa.float64()),
         pa.field("cat", pa.string()),
         pa.field("vec", pa.list_(pa.float32(), DIM)),
+        pa.field("s", pa.struct([("a", pa.int64()), ("b", pa.string())])),
     ]
 )
 
@@ -42,16 +43,22 @@ def _rows(ids: Any, tag: int, schema: pa.Schema, rng: np.random.Generator) -> pa
         "cat": np.array(["a", "b", "c"])[rng.integers(0, 3, len(ids))],
         "vec": pa.FixedSizeListArray.from_arrays(pa.array(rng.standard_normal(len(ids) * DIM).astype(np.float32)), DIM),
         "y": np.full(len(ids), tag * 10, dtype=np.int64),
+        "s": [{"a": tag * 100 + i, "b": f"b{tag}"} for i in range(len(ids))],
     }
+    if "s" in schema.names and schema.field("s").type.num_fields == 1:  # after the change: s.a2 only
+        cols["s"] = [{"a2": tag * 100 + i} for i in range(len(ids))]
     return pa.table({f.name: cols[f.name] for f in schema}, schema=schema)
 
 
 def _evolve(t: ModelTable) -> None:
-    """Add an all-NULL column ``y``, rename ``x`` to ``x2``, drop ``cat`` and add a new ``cat``."""
+    """Add an all-NULL column ``y``, rename ``x`` to ``x2``, drop ``cat`` and add a new ``cat``,
+    rename struct child ``s.a`` to ``s.a2`` and drop ``s.b``."""
     ds = lance.dataset(t.uri)
     ds.add_columns(pa.field("y", pa.int64()))
     ds.alter_columns({"path": "x", "name": "x2"})
     ds.drop_columns(["cat"])
+    lance.dataset(t.uri).alter_columns({"path": "s.a", "name": "a2"})
+    lance.dataset(t.uri).drop_columns(["s.b"])
     lance.dataset(t.uri).add_columns(pa.field("cat", pa.string()))
     t.schema = lance.dataset(t.uri).schema
     t.ds = lance.dataset(t.uri)
@@ -59,6 +66,7 @@ def _evolve(t: ModelTable) -> None:
         row["x2"] = row.pop("x")
         row["y"] = None
         row["cat"] = None  # the dropped column's values are not the new column's
+        row["s"] = {"a2": row["s"]["a"]}
 
 
 def build_evolved(uri: str, *, evolve: bool = True) -> ModelTable:
@@ -127,6 +135,7 @@ def test_writes_after_the_change_and_merges_of_older_generations(evolved: ModelT
     base = sort_table(lance.dataset(evolved.uri).to_table(), ["id"])
     assert base.column_names == evolved.schema.names
     assert base.column("x2").null_count == 0  # the renamed column's old rows kept their values
+    assert pa.compute.struct_field(base.column("s"), "a2").null_count == 0
 
 
 def test_a_refresh_after_the_change_reads_the_new_columns(tmp_path: Path) -> None:

@@ -1,12 +1,12 @@
 """Newer levels written before the base's columns changed.
 
-pylance lets a table with a MemWAL add an all-NULL column and rename or drop columns
-(it refuses computed columns and type changes). Rows flushed or logged before such a
-change keep the columns they were written with; what ties them to the base's columns is
-the Lance field id, which generations and WAL entries keep. A reader matches columns by
-field id: a renamed column's old rows take its new name, an added column is NULL in
-older rows, a dropped column's data is never read (even where a newer column took its
-name).
+pylance lets a table with a MemWAL add an all-NULL column and rename or drop columns,
+struct children included (it refuses computed columns and type changes). Rows flushed or
+logged before such a change keep the columns they were written with; what ties them to
+the base's columns is the Lance field id, which generations and WAL entries keep (every
+struct child has its own). A reader matches columns by field id: a renamed column's old
+rows take its new name, an added column is NULL in older rows, a dropped column's data is
+never read (even where a newer column took its name).
 
 WAL entries are matched as they are decoded (:func:`memwal_query.conform.conform`). A
 flushed generation whose columns are not the base's is read once into an in-memory Lance
@@ -17,7 +17,7 @@ own indexes are not carried over (it is searched flat until a merger folds it in
 Example:
     >>> import lance, tempfile, pyarrow as pa
     >>> gen = lance.write_dataset(pa.table({"id": [1], "x": [2.0], "_tombstone": [False]}), tempfile.mkdtemp())
-    >>> stale_columns(gen, {0: "id", 1: "x"}), stale_columns(gen, {0: "id", 1: "x2"})
+    >>> stale_columns(gen, {0: ("id",), 1: ("x",)}), stale_columns(gen, {0: ("id",), 1: ("x2",)})
     (False, True)
 """
 
@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import lance
 import pyarrow as pa
@@ -34,12 +35,44 @@ from memwal_query.conform import FIELD_ID, conform
 from memwal_query.errors import MemWalCorruptionError
 from memwal_query.format.wal import TOMBSTONE
 
-__all__ = ["column_ids", "generation_schema", "stale_columns", "conformed_copy", "conformed_rows", "conformed_uri"]
+__all__ = [
+    "field_paths",
+    "tagged_schema",
+    "generation_schema",
+    "stale_columns",
+    "conformed_copy",
+    "conformed_rows",
+    "conformed_uri",
+]
 
 
-def column_ids(ds: lance.LanceDataset) -> dict[int, str]:
-    """Lance field id -> top-level column name of ``ds``."""
-    return {int(f.id()): str(f.name()) for f in ds.lance_schema.fields()}
+def field_paths(ds: lance.LanceDataset) -> dict[int, tuple[str, ...]]:
+    """Lance field id -> the field's path of names (``("s", "a")`` for child ``a`` of ``s``)."""
+    out: dict[int, tuple[str, ...]] = {}
+
+    def walk(fields: Iterable[Any], parent: tuple[str, ...]) -> None:
+        for f in fields:
+            path = (*parent, str(f.name()))
+            out[int(f.id())] = path
+            walk(f.children(), path)
+
+    walk(ds.lance_schema.fields(), ())
+    return out
+
+
+def tagged_schema(ds: lance.LanceDataset) -> pa.Schema:
+    """``ds``'s Arrow schema with each field's Lance field id (struct children's too) in its metadata."""
+
+    def tag(f: pa.Field, lance_field: Any) -> pa.Field:
+        t = f.type
+        if pa.types.is_struct(t):
+            kids = {str(c.name()): c for c in lance_field.children()}
+            t = pa.struct([tag(c, kids[c.name]) if c.name in kids else c for c in t])
+        return pa.field(f.name, t, f.nullable, {**(f.metadata or {}), FIELD_ID: str(lance_field.id()).encode()})
+
+    top = {str(f.name()): f for f in ds.lance_schema.fields()}
+    schema = ds.schema
+    return pa.schema([tag(f, top[f.name]) if f.name in top else f for f in schema], metadata=schema.metadata)
 
 
 def generation_schema(schema: pa.Schema, primary_key: Sequence[str]) -> pa.Schema:
@@ -48,51 +81,52 @@ def generation_schema(schema: pa.Schema, primary_key: Sequence[str]) -> pa.Schem
     return pa.schema([*fields, pa.field(TOMBSTONE, pa.bool_(), nullable=False)])
 
 
-def stale_columns(gen: lance.LanceDataset, names: Mapping[int, str]) -> bool:
+def stale_columns(gen: lance.LanceDataset, paths: Mapping[int, tuple[str, ...]]) -> bool:
     """Whether generation ``gen`` was written with other columns than the base's now
-    (``names``: the base's field id -> column name): a base column it lacks, or one of its
-    columns that the base renamed, or whose name a newer base column took."""
-    mine = {i: n for i, n in column_ids(gen).items() if n != TOMBSTONE}
-    if any(i not in mine for i in names):
+    (``paths``: the base's :func:`field_paths`): a field it lacks or holds under another
+    name, or a field the base dropped from a column it reads (or whose name a newer base
+    column took)."""
+    mine = {i: p for i, p in field_paths(gen).items() if p[0] != TOMBSTONE}
+    if any(mine.get(i) != p for i, p in paths.items()):
         return True
-    taken = set(names.values())
-    return any(names.get(i, n if n not in taken else "") != n for i, n in mine.items())
+    taken = set(paths.values())
+    return any(i not in paths and (p[:1] in taken or p in taken) for i, p in mine.items())
 
 
-def conformed_uri(uri: str, names: Mapping[int, str]) -> str:
+def conformed_uri(uri: str, paths: Mapping[int, tuple[str, ...]]) -> str:
     """The name a generation's conformed copy goes by (one per base column layout)."""
-    layout = ",".join(f"{i}:{n}" for i, n in sorted(names.items()))
+    layout = ",".join(f"{i}:{'.'.join(p)}" for i, p in sorted(paths.items()))
     return f"{uri}#columns-{hashlib.sha1(layout.encode()).hexdigest()[:12]}"
 
 
 def conformed_copy(
-    gen: lance.LanceDataset, names: Mapping[int, str], schema: pa.Schema, primary_key: Sequence[str], what: str
+    gen: lance.LanceDataset, tagged: pa.Schema, schema: pa.Schema, primary_key: Sequence[str], what: str
 ) -> lance.LanceDataset:
     """Generation ``gen``'s rows with the base's columns, in an in-memory Lance dataset
     (see :func:`conformed_rows`)."""
-    rows = conformed_rows(gen, names, schema, primary_key, what)
+    rows = conformed_rows(gen, tagged, schema, primary_key, what)
     return lance.write_dataset(rows, f"memory://memwal-conformed-{uuid.uuid4().hex}")
 
 
 def conformed_rows(
-    gen: lance.LanceDataset, names: Mapping[int, str], schema: pa.Schema, primary_key: Sequence[str], what: str
+    gen: lance.LanceDataset, tagged: pa.Schema, schema: pa.Schema, primary_key: Sequence[str], what: str
 ) -> pa.Table:
-    """Generation ``gen``'s rows, in order, with the base's columns (``names``: its field id ->
-    column name; ``schema``: its Arrow schema) plus ``_tombstone``.
+    """Generation ``gen``'s rows, in order, with the base's columns plus ``_tombstone``.
+
+    Args:
+        gen: The generation.
+        tagged: The base's :func:`tagged_schema`.
+        schema: The base's Arrow schema.
+        primary_key: The primary key columns.
+        what: Names the generation in errors.
 
     Raises:
         MemWalCorruptionError: A column cannot be read as the base's column of its field id.
     """
-    ids = {n: i for i, n in column_ids(gen).items()}
     rows = gen.to_table()
-    tagged = pa.schema(
-        [f.with_metadata({**(f.metadata or {}), FIELD_ID: str(ids[f.name]).encode()}) for f in rows.schema]
-    )
-    return conform(
-        pa.Table.from_arrays(rows.columns, schema=tagged),
-        generation_schema(schema, primary_key),
-        what=what,
-        strict=False,
-        error=MemWalCorruptionError,
-        field_ids={**names, ids.get(TOMBSTONE, -1): TOMBSTONE},
-    )
+    mine = tagged_schema(gen)
+    # the tombstone flag is matched by name: its field id may be a base column's
+    fields = [f.remove_metadata() if f.name == TOMBSTONE else f for f in mine]
+    data = pa.Table.from_arrays(rows.columns, schema=pa.schema(fields))
+    target = generation_schema(schema, primary_key)
+    return conform(data, target, what=what, strict=False, error=MemWalCorruptionError, field_ids=tagged)

@@ -14,7 +14,7 @@ from memwal_query.format.paths import generation_rel
 from memwal_query.format.storage import Storage
 from memwal_query.format.wal import TOMBSTONE
 from memwal_query.snapshot.cache import SnapshotCache
-from memwal_query.snapshot.evolution import column_ids, conformed_copy, conformed_uri, stale_columns
+from memwal_query.snapshot.evolution import conformed_copy, conformed_uri, field_paths, stale_columns, tagged_schema
 from memwal_query.snapshot.model import GenerationSource, SkippedGeneration
 
 __all__ = ["BaseColumns", "open_generation", "generation_intact", "generation_keys", "prefetch_generation_keys"]
@@ -26,14 +26,15 @@ log = logging.getLogger("memwal_query")
 class BaseColumns:
     """The base's columns as a generation must present them (see :mod:`.evolution`)."""
 
-    names: Mapping[int, str]  # Lance field id -> column name
+    paths: Mapping[int, tuple[str, ...]]  # Lance field id -> path of names
+    tagged: pa.Schema  # the Arrow schema with field ids in its fields' metadata
     schema: pa.Schema
     primary_key: tuple[str, ...]
 
     @classmethod
     def of(cls, base: lance.LanceDataset, primary_key: Sequence[str]) -> BaseColumns:
         """The columns of base dataset ``base``."""
-        return cls(column_ids(base), base.schema, tuple(primary_key))
+        return cls(field_paths(base), tagged_schema(base), base.schema, tuple(primary_key))
 
 
 def open_generation(
@@ -73,7 +74,7 @@ def open_generation(
             cache.generation_keys.pop(uri, None)
         log.info("region %s: flushed generation %d at %s is (partly) deleted", region_id, gen, uri)
         return replace(gone, reason="partly deleted (data files missing)")
-    if columns is not None and stale_columns(ds, columns.names):
+    if columns is not None and stale_columns(ds, columns.paths):
         return _conformed(region_id, gen, uri, ds, columns, cache)
     return GenerationSource(region_id, gen, uri, ds, ds.count_rows())
 
@@ -82,12 +83,12 @@ def _conformed(
     region_id: str, gen: int, uri: str, ds: lance.LanceDataset, columns: BaseColumns, cache: SnapshotCache
 ) -> GenerationSource:
     """The generation read into a copy with the base's columns (kept while snapshots read it)."""
-    name = conformed_uri(uri, columns.names)
+    name = conformed_uri(uri, columns.paths)
     with cache.lock:
         copy = cache.generations.get(name)
     if copy is None:
         what = f"region {region_id} flushed generation {gen} ({uri})"
-        copy = conformed_copy(ds, columns.names, columns.schema, columns.primary_key, what)
+        copy = conformed_copy(ds, columns.tagged, columns.schema, columns.primary_key, what)
         log.info("%s predates a change of the base's columns: read into memory with the current ones", what)
         with cache.lock:
             cache.generations[name] = copy

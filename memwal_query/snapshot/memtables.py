@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import pyarrow as pa
 
@@ -14,17 +14,18 @@ from memwal_query.snapshot.model import LiveMemTable
 __all__ = ["memtable_from_wal", "memtable_from_live"]
 
 
-def _conform(table: pa.Table, schema: pa.Schema, what: str, field_ids: Mapping[int, str] | None = None) -> pa.Table:
+def _conform(table: pa.Table, schema: pa.Schema, what: str, field_ids: pa.Schema | None = None) -> pa.Table:
     return conform(table, schema, what=what, strict=False, error=ManifestError, field_ids=field_ids)
 
 
 def memtable_from_wal(
-    region_id: str, tail: WalTail, data_schema: pa.Schema, field_ids: Mapping[int, str] | None = None
+    region_id: str, tail: WalTail, data_schema: pa.Schema, field_ids: pa.Schema | None = None
 ) -> pa.Table | None:
     """The WAL tail's rows as MemTable rows (``_gen``, ``_seq`` = position << 32 | row).
 
-    ``field_ids``: the base's Lance field id -> column name; entry columns are matched by
-    the field ids they carry (columns renamed, added or dropped since they were logged)."""
+    ``field_ids``: the base's schema with Lance field ids in its fields' metadata; entry
+    columns are matched by the field ids they carry (columns renamed, added or dropped
+    since they were logged)."""
     parts = []
     for e in tail.entries:
         if e.num_rows == 0:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Mapping
 from dataclasses import replace
 
 import lance
@@ -39,7 +38,7 @@ from memwal_query.format.model import FlushedGeneration
 from memwal_query.format.storage import Storage
 from memwal_query.format.wal import GenerationWal, scan_generations
 from memwal_query.snapshot.cache import SnapshotCache
-from memwal_query.snapshot.evolution import column_ids, generation_schema
+from memwal_query.snapshot.evolution import generation_schema, tagged_schema
 from memwal_query.snapshot.model import (
     GenerationSource,
     MissingGenerationPolicy,
@@ -164,7 +163,7 @@ def rebuild_rows(
     region_id: str,
     schema: pa.Schema,
     primary_key: tuple[str, ...],
-    field_ids: Mapping[int, str] | None = None,
+    field_ids: pa.Schema | None = None,
 ) -> pa.Table:
     """The rows of a flushed generation from its WAL entries, oldest first (duplicates kept).
 
@@ -173,8 +172,9 @@ def rebuild_rows(
         region_id: Region UUID string (for error messages).
         schema: The base table schema.
         primary_key: The primary key columns.
-        field_ids: The base's Lance field id -> column name (entries' columns are matched
-            by field id: renamed, added or dropped since they were logged).
+        field_ids: The base's schema with Lance field ids in its fields' metadata
+            (entries' columns are matched by field id: renamed, added or dropped since
+            they were logged).
 
     Returns:
         The base columns plus ``_tombstone``, in WAL order (a later row of a key wins).
@@ -207,7 +207,7 @@ def _rebuilt_source(
         hit = cache.rebuilt.get(key)
     if hit is not None:
         return hit
-    rows = rebuild_rows(found, lost.region_id, snap.schema, snap.primary_key, column_ids(snap.base))
+    rows = rebuild_rows(found, lost.region_id, snap.schema, snap.primary_key, tagged_schema(snap.base))
     uri = f"memory://memwal-rebuilt-{uuid.uuid4().hex}"
     ds = lance.write_dataset(rows, uri)
     src = GenerationSource(
@@ -224,7 +224,7 @@ def wal_generation_rows(
     gen: FlushedGeneration,
     schema: pa.Schema,
     primary_key: tuple[str, ...],
-    field_ids: Mapping[int, str] | None = None,
+    field_ids: pa.Schema | None = None,
 ) -> pa.Table:
     """A flushed generation's live rows rebuilt from the WAL: what its dataset would read.
 
@@ -237,7 +237,7 @@ def wal_generation_rows(
         gen: The flushed generation as the region manifest lists it.
         schema: The base table schema.
         primary_key: The primary key columns.
-        field_ids: The base's Lance field id -> column name (see :func:`rebuild_rows`).
+        field_ids: The base's schema with Lance field ids (see :func:`rebuild_rows`).
 
     Returns:
         The base columns plus ``_tombstone``.
