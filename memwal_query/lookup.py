@@ -82,7 +82,8 @@ def _key_array(values: list[Any], typ: pa.DataType) -> pa.Array:
 
 
 def normalize_keys(keys: Any, schema: pa.Schema, pk: Sequence[str]) -> pa.Table:
-    """Keys as a table of the primary-key columns, cast to their types, deduplicated.
+    """Keys as a table of the primary-key columns, cast to their types, deduplicated; keys
+    with a NULL part are left out (they name no row).
 
     Accepts a scalar or list (single-column keys), a pyarrow Array / ChunkedArray,
     a StructArray or pyarrow Table / dict of columns (composite keys).
@@ -127,6 +128,9 @@ def normalize_keys(keys: Any, schema: pa.Schema, pk: Sequence[str]) -> pa.Table:
                 raise InvalidArgumentError(msg) from err
         cols[k] = col
     out = pa.table(cols)
+    for k in pk:  # a key with a NULL part names no row (key columns hold no NULLs)
+        if out.column(k).null_count:
+            out = out.filter(pc.is_valid(out.column(k)))
     if out.num_rows > 1:
         out = out.group_by(list(pk), use_threads=False).aggregate([])
         out = out.select(list(pk))

@@ -106,6 +106,9 @@ def test_lookup_composite_keys_and_errors(tmp_path: Path) -> None:
     assert got == want
     # a b/3 lookup must not return a/3 (columns matched together, not separately)
     assert table.lookup({"tenant": ["b"], "seq": [3]}).to_pylist() == [t.model[("b", 3)]]
+    # a key with a NULL part names no row
+    nulls = {"tenant": ["b", None, "a"], "seq": pa.array([None, 3, 5], pa.int32())}
+    assert table.lookup(nulls).to_pylist() == [t.model[("a", 5)]]
     with pytest.raises(mq.InvalidArgumentError, match="struct array, table or dict"):
         table.lookup([1, 2])
     with pytest.raises(mq.InvalidArgumentError, match="lack key column"):
@@ -115,6 +118,9 @@ def test_lookup_composite_keys_and_errors(tmp_path: Path) -> None:
 
 def test_lookup_wrong_key_type(events) -> None:  # type: ignore[no-untyped-def]
     table = mq.open_table(events.uri)
+    # NULL keys name no row (a primary key holds no NULL): nothing, not an error
+    assert table.lookup(None).num_rows == 0 and table.lookup([None]).num_rows == 0
+    assert table.lookup([None, 7]).to_pylist() == table.lookup(7).to_pylist()
     with pytest.raises(mq.InvalidArgumentError, match="key column 'id'"):
         table.lookup(["not-a-number"])
     with pytest.raises(mq.InvalidArgumentError, match="unknown column"):
