@@ -247,6 +247,19 @@ def _read_later(view: TableView, spec: SearchSpec, index_name: str | None, poole
     hold_base_later(view, spec.column, wanted=by_address)  # the base's live rows, when the budget has room
 
 
+def _rows_bound(view: TableView) -> int:
+    """At least as many rows as the snapshot has in all levels (from metadata, at least 1)."""
+    snap = view.snapshot
+    rows = sum(
+        int(f.metadata.physical_rows) if f.metadata.physical_rows is not None else f.count_rows()
+        for f in snap.base.get_fragments()
+    )
+    for r in snap.regions:
+        rows += sum(g.num_rows for g in r.generations)
+        rows += r.memtable.table.num_rows if r.memtable is not None else 0
+    return max(1, rows)
+
+
 def _catchup(view: TableView, spec: SearchSpec, stats: NearestStats) -> tuple[CatchupPlan | None, bool]:
     """The base index's catch-up plan and whether this search uses it (``stats.coverage`` says so)."""
     coverage = stats.coverage
@@ -305,6 +318,11 @@ def nearest(
     if METRICS.get(str(distance).lower()) is None:
         msg = f"distance must be one of {sorted(METRICS)}, got {distance!r}"
         raise InvalidArgumentError(msg)
+    for name, value in (("nprobes", nprobes), ("refine_factor", refine_factor)):
+        if value is not None and (not isinstance(value, int) or value < 1):
+            msg = f"{name} must be a positive integer, got {value!r}"
+            raise InvalidArgumentError(msg)
+    k = min(k, _rows_bound(view))  # Lance sizes its top-k buffers by k (a huge k aborted the process)
     q = _query_vector(view, column, query)
     schema = view.snapshot.schema
     out_cols = list(columns) if columns is not None else list(schema.names)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import glob
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -240,6 +242,19 @@ def test_nearest_errors(vectors) -> None:  # type: ignore[no-untyped-def]
         table.nearest("vec", [1.0] * DIM, distance="manhattan")
     with pytest.raises(mq.InvalidArgumentError, match="positive"):
         table.nearest("vec", [1.0] * DIM, k=0)
+    for bad in ({"nprobes": 0}, {"refine_factor": 0}):
+        with pytest.raises(mq.InvalidArgumentError, match=f"{next(iter(bad))} must be a positive integer"):
+            table.nearest("vec", [1.0] * DIM, **bad)
+    # a k beyond the table's rows returns every live row; Lance sizes its buffers by k, and
+    # k=10**9 used to abort the process (a failed 30 GB allocation): run in a child process
+    script = (
+        "import sys, memwal_query as mq; t = mq.open_table(sys.argv[1]); "
+        "print(t.nearest('vec', [1.0] * int(sys.argv[2]), k=10**9).num_rows)"
+    )
+    cmd = [sys.executable, "-c", script, vectors.uri, str(DIM)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-500:]
+    assert int(proc.stdout.split()[-1]) == len(vectors.model)
 
 
 def test_sql_table_functions(vectors) -> None:  # type: ignore[no-untyped-def]
