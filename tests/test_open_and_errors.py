@@ -199,6 +199,9 @@ def test_bad_arguments(tmp_path: Path) -> None:
         table.register(object(), "x")  # type: ignore[arg-type]
     with pytest.raises(mq.InvalidArgumentError, match="unknown column"):
         table.to_arrow(columns=["id", "nope"])
+    latest = lance.dataset(t.uri).version
+    with pytest.raises(mq.TableNotFoundError, match=f"has no version 999999 \\(latest: {latest}\\)"):
+        mq.open_table(t.uri, version=999999)
 
 
 def test_ffi_version_check_names_both_versions(monkeypatch: pytest.MonkeyPatch) -> None:

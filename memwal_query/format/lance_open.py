@@ -81,6 +81,17 @@ def lance_dataset(storage: Storage, given: str, purpose: str = "", version: int 
         at = f"{_named(given, storage)}" + (f" (version {version})" if version is not None else "")
         if any(s in text.lower() for s in ("not found", "does not exist", "no such")):
             msg = f"no Lance table at {at}{purpose}: {text}"
+            if version is not None and storage.exists("_versions"):
+                latest = _latest_version(storage)
+                msg = f"table {_named(given, storage)} has no version {version}{purpose} (latest: {latest})"
             raise TableNotFoundError(msg) from err
         msg = f"cannot open Lance table at {at}{purpose}: {text}"
         raise ManifestError(msg) from err
+
+
+def _latest_version(storage: Storage) -> str:
+    """The table's latest version, for an error message ("unknown" when it cannot be read)."""
+    try:
+        return str(lance.dataset(storage.uri, storage_options=dict(storage.storage_options) or None).version)
+    except (ValueError, OSError, RuntimeError):
+        return "unknown"
