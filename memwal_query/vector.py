@@ -169,6 +169,9 @@ def _query_vector(view: TableView, column: str, query: Any) -> np.ndarray:
     if q.size != typ.list_size:
         msg = f"query vector has dimension {q.size}, column {column!r} of {view.uri} has dimension {typ.list_size}"
         raise InvalidArgumentError(msg)
+    if not np.isfinite(q).all():
+        msg = f"query vector for {column!r} holds NaN or infinite values: no distance to it is defined"
+        raise InvalidArgumentError(msg)
     return q
 
 

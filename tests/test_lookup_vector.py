@@ -242,6 +242,8 @@ def test_nearest_errors(vectors) -> None:  # type: ignore[no-untyped-def]
         table.nearest("vec", [1.0] * DIM, distance="manhattan")
     with pytest.raises(mq.InvalidArgumentError, match="positive"):
         table.nearest("vec", [1.0] * DIM, k=0)
+    with pytest.raises(mq.InvalidArgumentError, match="NaN or infinite"):
+        table.nearest("vec", [float("nan")] * DIM)
     for bad in ({"nprobes": 0}, {"refine_factor": 0}):
         with pytest.raises(mq.InvalidArgumentError, match=f"{next(iter(bad))} must be a positive integer"):
             table.nearest("vec", [1.0] * DIM, **bad)
