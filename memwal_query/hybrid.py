@@ -27,7 +27,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memwal_query.errors import InvalidArgumentError
-from memwal_query.fts.search import search_text
 from memwal_query.vector import nearest
 from memwal_query.view.table_view import TableView
 
@@ -100,6 +99,8 @@ def search_hybrid(  # noqa: PLR0913 - the union of both searches' options
         columns=read,
         in_query=in_query,
     ).rows
+    from memwal_query.fts.search import search_text  # the full-text modules load on first use
+
     fts = search_text(view, text_column, text, k=depth, filter=filter, columns=read, in_query=in_query).rows
     kk, tk = _keys(knn, pk), _keys(fts, pk)
     fused = rrf([kk, tk], rrf_k)

@@ -43,7 +43,6 @@ from memwal_query.compat import check_datafusion_supported
 from memwal_query.describe import describe_table
 from memwal_query.engine_errors import raised_in_engine
 from memwal_query.errors import InvalidArgumentError, MemWalError
-from memwal_query.fts.search import search_text
 from memwal_query.hybrid import search_hybrid
 from memwal_query.lookup import lookup
 from memwal_query.state_sql import generations_table, history_table, regions_table, wal_table
@@ -169,6 +168,8 @@ def _fts(registry: _Registry, *args: Any) -> pa.Table:
     query = _str(args[2], "memwal_fts: the query")
     k = _int(args[3], "memwal_fts: k")
     filt = _value(args[4], "memwal_fts: the filter") if len(args) > 4 else None
+    from memwal_query.fts.search import search_text  # the full-text modules load on first use
+
     return search_text(table, column, query, k=k, filter=filt or None, in_query=True).rows
 
 

@@ -35,7 +35,6 @@ from memwal_query.display import explanation, table_html
 from memwal_query.engine_errors import engine_error
 from memwal_query.errors import MemWalError
 from memwal_query.format.storage import Storage
-from memwal_query.fts.search import search_text
 from memwal_query.hybrid import RRF_K, search_hybrid
 from memwal_query.interop import shard_snapshots
 from memwal_query.lookup import LookupStats, lookup
@@ -252,6 +251,8 @@ class Table(ViewFacts):
         tokenizer and parameters); ``filter`` prefilters live rows and prunes regions;
         ``phrase`` needs an index with positions. See :func:`memwal_query.fts.search.search_text`.
         """
+        from memwal_query.fts.search import search_text  # the full-text modules load on first use
+
         return search_text(self._view, column, query, k=k, filter=filter, columns=columns, phrase=phrase).rows
 
     def search_hybrid(
