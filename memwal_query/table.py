@@ -23,6 +23,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import datafusion
 import pyarrow as pa
@@ -251,9 +252,7 @@ class Table(ViewFacts):
         tokenizer and parameters); ``filter`` prefilters live rows and prunes regions;
         ``phrase`` needs an index with positions. See :func:`memwal_query.fts.search.search_text`.
         """
-        from memwal_query.fts.search import search_text  # the full-text modules load on first use
-
-        return search_text(self._view, column, query, k=k, filter=filter, columns=columns, phrase=phrase).rows
+        return _search_text(self._view, column, query, k=k, filter=filter, columns=columns, phrase=phrase).rows
 
     def search_hybrid(
         self,
@@ -361,6 +360,13 @@ class Table(ViewFacts):
     def __repr__(self) -> str:
         snap = self._view.snapshot
         return f"<memwal Table {self.uri} base v{self.version}, {len(snap.regions)} regions, {snap.consistency}>"
+
+
+def _search_text(view: TableView, column: str, query: str, **options: Any) -> Any:
+    """:func:`memwal_query.fts.search.search_text` (the full-text modules load on first use)."""
+    from memwal_query.fts.search import search_text
+
+    return search_text(view, column, query, **options)
 
 
 def open_table(
