@@ -68,12 +68,14 @@ PREDICATES = [
     "f > 1", "f < 1", "f >= 0", "f <= 0", "f = 0", "f = -0.0", "f != 1.5", "NOT (f > 1)", "f = 'NaN'",
     "f != 'NaN'", "f > 'NaN'", "f >= 'NaN'", "f < 'NaN'", "f <= 'Infinity'", "f > '-Infinity'",
     "f BETWEEN -3 AND 2", "f NOT BETWEEN -3 AND 2", "f IN (0.0, 1.5)", "f NOT IN (0.0, 1.5)", "f IS NULL",
-    "isnan(f)", "f > g", "f = g", "f <= g", "f >= f", "f = f", "f > f", "NOT (f >= f)", "f != f", "g > 1", "g = 'NaN'", "NOT (g <= 1.5)", "f > 1 OR n > 2", "id > 100 AND f >= 0",
-    "s = 'a'", "s != 'a'", "s > 'a'", "s LIKE 'a%'", "s LIKE 'a\\_b'", "s LIKE 'a_b'", "s ILIKE 'a%'",
-    "s NOT LIKE '%b'", "s IN ('a', 'b', NULL)", "s NOT IN ('a', 'b')", "s NOT IN ('a', NULL)", "s = ''",
-    "s IS DISTINCT FROM 'a'", "n > 0", "n IN (1, 2)", "n NOT IN (1, 2)", "NOT (n > 0 AND n < 3)",
-    "n IS NULL OR n > 3", "b", "NOT b", "b IS NOT TRUE", "ts > '2024-01-20'", "ts IS NULL",
-    "d > '2024-02-01'", "d = DATE '2024-01-10'", "id IN (1, 5, 305, 999)", "id = 15 OR s = 'zz'",
+    "isnan(f)", "f IN (1.5, 'NaN')", "NOT (f = 0 OR f > 5)", "(f > 1 AND s = 'a') OR n IS NULL", "f > g",
+    "f = g", "f <= g", "f >= f", "f = f", "f > f", "NOT (f >= f)", "f != f", "g > 1", "g = 'NaN'",
+    "NOT (g <= 1.5)", "f > 1 OR n > 2", "id > 100 AND f >= 0", "s = 'a'", "s != 'a'", "s > 'a'", "s LIKE 'a%'",
+    "s LIKE 'a\\_b'", "s LIKE 'a_b'", "s ILIKE 'a%'", "s NOT LIKE '%b'", "s IN ('a', 'b', NULL)",
+    "s NOT IN ('a', 'b')", "s NOT IN ('a', NULL)", "s = ''", "s IS DISTINCT FROM 'a'", "n > 0", "n IN (1, 2)",
+    "n NOT IN (1, 2)", "NOT (n > 0 AND n < 3)", "n IS NULL OR n > 3", "b", "NOT b", "b IS NOT TRUE",
+    "ts > '2024-01-20'", "ts IS NULL", "d > '2024-02-01'", "d = DATE '2024-01-10'", "id IN (1, 5, 305, 999)",
+    "id = 15 OR s = 'zz'",
 ]  # fmt: skip
 
 
