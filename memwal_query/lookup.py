@@ -161,7 +161,7 @@ class LookupResult(NamedTuple):
     stats: LookupStats
 
 
-def _base_filter(keys: pa.Table, pk: Sequence[str]) -> str | pc.Expression:
+def _base_filter(keys: pa.Table, pk: Sequence[str]) -> str | pc.Expression | None:
     """The base query's filter: SQL text for one integer key column or one string key (what
     Lance's scalar index planner sees most directly, like a user's ``id = X``), else an expression."""
     col = keys.column(pk[0])
@@ -176,7 +176,42 @@ def _base_filter(keys: pa.Table, pk: Sequence[str]) -> str | pc.Expression:
             # one string key: ``k = '...'`` plans ~0.3 ms faster than the expression
             quoted = value.replace("'", "''")
             return f"{pk[0]} = '{quoted}'"
-    return _key_filter(keys, pk)
+    return lance_key_filter(keys, pk)
+
+
+def lance_key_filter(keys: pa.Table, pk: Sequence[str]) -> str | pc.Expression | None:
+    """A filter Lance can run that keeps at least the rows of ``keys`` (refine with a semi-join).
+
+    Lance converts expressions through Substrait, which has no unsigned integers, large
+    strings or large binaries: over such key columns the filter is SQL text instead; None
+    (read every row) when a key cannot be written as SQL either.
+    """
+    if all(_substrait_type(keys.column(k).type) for k in pk):
+        return _key_filter(keys, pk)
+    parts = []
+    for k in pk:
+        values = [_sql_literal(v) for v in pc.unique(keys.column(k)).to_pylist()]
+        if not _PLAIN_NAME.fullmatch(k) or not values or any(v is None for v in values):
+            return None
+        parts.append(f"{k} IN ({', '.join(v for v in values if v is not None)})")
+    return " AND ".join(parts)
+
+
+def _substrait_type(t: pa.DataType) -> bool:
+    return not (pa.types.is_unsigned_integer(t) or pa.types.is_large_string(t) or pa.types.is_large_binary(t))
+
+
+def _sql_literal(v: object) -> str | None:
+    """``v`` as a Lance SQL literal (None: not written here)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, str) and v.isprintable() and "\\" not in v:
+        return "'" + v.replace("'", "''") + "'"
+    if isinstance(v, bytes):
+        return f"X'{v.hex()}'"
+    return None
 
 
 class _Search:
@@ -304,7 +339,7 @@ def _take(ds: Any, keys: pa.Table, addrs: np.ndarray, cols: list[str] | None, pk
     if rows.num_rows != keys.num_rows or not all(rows.column(k).equals(keys.column(k)) for k in pk):
         # Row addresses are row ids in a generation (no stable row ids); if a writer
         # ever changes that, read the rows by key and address instead.
-        rows = ds.to_table(columns=cols, filter=_key_filter(keys, pk), with_row_address=True)
+        rows = ds.to_table(columns=cols, filter=lance_key_filter(keys, pk), with_row_address=True)
         rows = rows.filter(pc.is_in(rows.column("_rowaddr"), pa.array(addrs, pa.uint64())))
     return cast("pa.Table", rows)
 

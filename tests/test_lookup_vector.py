@@ -118,6 +118,52 @@ def test_lookup_composite_keys_and_errors(tmp_path: Path) -> None:
     t.flush()
 
 
+@pytest.mark.parametrize(
+    "key_types",
+    [(pa.uint8(), pa.int32()), (pa.large_string(),), (pa.uint64(),), (pa.large_binary(), pa.int32())],
+    ids=["uint8+int32", "large_string", "uint64", "large_binary+int32"],
+)
+def test_lookup_keys_lance_cannot_filter_by_expression(tmp_path: Path, key_types: tuple[pa.DataType, ...]) -> None:
+    """Lance converts filter expressions through Substrait, which has no unsigned integers,
+    large strings or large binaries: base reads for such keys go through SQL text."""
+    names = [f"k{i}" for i in range(len(key_types))]
+    make = {
+        "uint": lambda i: i % 200 + 2**63 * (i % 2),
+        "large_string": lambda i: f"key'{i}",
+        "large_binary": lambda i: bytes([i % 251, 0]),
+        "int": lambda i: i // 3,
+    }
+
+    def kind(t: pa.DataType) -> str:
+        return "uint" if pa.types.is_unsigned_integer(t) else str(t) if not pa.types.is_integer(t) else "int"
+
+    def value(t: pa.DataType, i: int) -> object:
+        v = make[kind(t)](i)
+        return v % 256 if t == pa.uint8() and isinstance(v, int) else v
+
+    fields = [pa.field(n, t, nullable=False, metadata=PK) for n, t in zip(names, key_types, strict=True)]
+    schema = pa.schema([*fields, pa.field("v", pa.float64())])
+
+    def rows(ids: range | list[int], tag: float) -> pa.Table:
+        cols = {n: pa.array([value(t, i) for i in ids], t) for n, t in zip(names, key_types, strict=True)}
+        return pa.table({**cols, "v": [tag + i for i in ids]}, schema=schema)
+
+    def key(i: int) -> tuple[object, ...]:
+        return tuple(value(t, i) for t in key_types)
+
+    t = ModelTable(str(tmp_path / "t"), schema, rows(range(150), 0.0), unsharded=True, max_memtable_rows=40)
+    t.put(rows(range(0, 30), 1000.0))
+    t.delete([key(i) for i in range(40, 45)])
+    t.flush()
+    t.put(rows(range(20, 35), 2000.0))  # WAL tail
+    table = mq.open_table(t.uri)
+    probe = [0, 25, 42, 60, 149]
+    keys = pa.table({n: pa.array([value(tt, i) for i in probe], tt) for n, tt in zip(names, key_types, strict=True)})
+    got = sorted(table.lookup(keys).column("v").to_pylist())
+    assert got == sorted(t.model[key(i)]["v"] for i in probe if key(i) in t.model)
+    t.flush()
+
+
 def test_lookup_wrong_key_type(events) -> None:  # type: ignore[no-untyped-def]
     table = mq.open_table(events.uri)
     # NULL keys name no row (a primary key holds no NULL): nothing, not an error
