@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 from memwal_query.errors import InvalidArgumentError
 from memwal_query.format.wal import TOMBSTONE
 from memwal_query.lookup_rows import MATRIX_MIN_GENERATIONS, RegionRows, held_rows, region_rows, take_held
+from memwal_query.planner.lance_filter import for_lance, needs_sql
 from memwal_query.planner.routing import route_keys
 from memwal_query.snapshot.model import RegionSnapshot
 from memwal_query.view.table_view import TableView
@@ -180,38 +181,14 @@ def _base_filter(keys: pa.Table, pk: Sequence[str]) -> str | pc.Expression | Non
 
 
 def lance_key_filter(keys: pa.Table, pk: Sequence[str]) -> str | pc.Expression | None:
-    """A filter Lance can run that keeps at least the rows of ``keys`` (refine with a semi-join).
-
-    Lance converts expressions through Substrait, which has no unsigned integers, large
-    strings or large binaries: over such key columns the filter is SQL text instead; None
-    (read every row) when a key cannot be written as SQL either.
-    """
-    if all(_substrait_type(keys.column(k).type) for k in pk):
-        return _key_filter(keys, pk)
-    parts = []
-    for k in pk:
-        values = [_sql_literal(v) for v in pc.unique(keys.column(k)).to_pylist()]
-        if not _PLAIN_NAME.fullmatch(k) or not values or any(v is None for v in values):
-            return None
-        parts.append(f"{k} IN ({', '.join(v for v in values if v is not None)})")
-    return " AND ".join(parts)
-
-
-def _substrait_type(t: pa.DataType) -> bool:
-    return not (pa.types.is_unsigned_integer(t) or pa.types.is_large_string(t) or pa.types.is_large_binary(t))
-
-
-def _sql_literal(v: object) -> str | None:
-    """``v`` as a Lance SQL literal (None: not written here)."""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, str) and v.isprintable() and "\\" not in v:
-        return "'" + v.replace("'", "''") + "'"
-    if isinstance(v, bytes):
-        return f"X'{v.hex()}'"
-    return None
+    """A filter Lance can run that keeps at least the rows of ``keys`` (refine with a semi-join):
+    the key expression, as SQL text over key types Lance cannot filter by expression
+    (:func:`memwal_query.planner.lance_filter.for_lance`); None (read every row) when such
+    a key cannot be written as SQL either."""
+    expr = _key_filter(keys, pk)
+    out = for_lance(expr, keys.schema)
+    odd = any(needs_sql(keys.column(k).type) for k in pk)
+    return None if odd and isinstance(out, pc.Expression) else out
 
 
 class _Search:

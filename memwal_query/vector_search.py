@@ -37,6 +37,7 @@ from memwal_query.format.lance_open import lance_message
 from memwal_query.format.row_address import address_option, addresses, take_rows
 from memwal_query.format.sets import member
 from memwal_query.format.topk import smallest
+from memwal_query.planner.lance_filter import for_lance
 from memwal_query.vector_pool import PoolPart, vector_matrix
 
 __all__ = [
@@ -131,7 +132,7 @@ def lance_search(
     }
     if row_addrs:
         kwargs.update(address_option(ds))
-    filt = spec.filter
+    filt = for_lance(spec.filter, ds.schema)
     if filt is not None:
         kwargs["filter"] = filt
         kwargs["prefilter"] = True

@@ -12,6 +12,7 @@ the filter on storage reads), then twice on one that keeps them (pyarrow, in mem
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 from typing import Any
 
 import datafusion
@@ -108,3 +109,54 @@ def test_pushed_filter_answers_as_datafusion(tables: Any, predicate: str) -> Non
     assert merged.sql(sql.replace("FROM t", "FROM uncached")).to_pydict()["id"] == want, f"{predicate} (Lance)"
     for run in ("first", "kept columns"):
         assert merged.sql(sql).to_pydict()["id"] == want, f"{predicate} ({run})"
+
+
+def test_pyarrow_filters_over_columns_lance_cannot_take_as_expressions(tmp_path: Path) -> None:
+    """Lance plans expression filters through Substrait, which has no unsigned integers or
+    large strings: vector and text search filters over them are handed to Lance as SQL."""
+    import pyarrow.compute as pc
+
+    from memwal_query.planner.lance_filter import for_lance
+
+    dim = 4
+    schema = pa.schema(
+        [
+            pa.field("id", pa.int64(), nullable=False, metadata=PK),
+            pa.field("u", pa.uint64()),
+            pa.field("ls", pa.large_string()),
+            pa.field("vec", pa.list_(pa.float32(), dim)),
+        ]
+    )
+    rng = np.random.default_rng(3)
+
+    def rows(ids: Any) -> pa.Table:
+        n = len(ids)
+        return pa.table(
+            {
+                "id": pa.array(ids, pa.int64()),
+                "u": pa.array([2**63 + int(i) % 10 if i % 4 else None for i in ids], pa.uint64()),
+                "ls": pa.array([f"s'{i % 3}" for i in ids], pa.large_string()),
+                "vec": pa.FixedSizeListArray.from_arrays(
+                    pa.array(rng.standard_normal(n * dim).astype(np.float32)), dim
+                ),
+            },
+            schema=schema,
+        )
+
+    t = ModelTable(str(tmp_path / "t"), schema, rows(np.arange(200)), bucket=("id", 2), max_memtable_rows=50)
+    t.put(rows(np.r_[0:30]))
+    t.flush()
+    t.put(rows(np.r_[20:40]))
+    table = mq.open_table(t.uri)
+    u = pc.field("u")
+    filters = [
+        (u > pa.scalar(2**63 + 5, pa.uint64()), lambda r: r["u"] is not None and r["u"] > 2**63 + 5),
+        (~u.isin(pa.array([2**63 + 1], pa.uint64())), lambda r: r["u"] != 2**63 + 1),
+        (pc.field("ls") == pa.scalar("s'1", pa.large_string()), lambda r: r["ls"] == "s'1"),
+    ]
+    q = np.zeros(dim, np.float32)
+    for expr, keep in filters:
+        assert isinstance(for_lance(expr, schema), str)
+        got = table.nearest("vec", q, k=500, filter=expr).column("id").to_pylist()
+        assert sorted(got) == sorted(r["id"] for r in t.model.values() if keep(r)), str(expr)
+    t.flush()

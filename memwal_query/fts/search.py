@@ -53,6 +53,7 @@ from memwal_query.fts.corpus import (
     fragments_of,
     tokenize_rows,
 )
+from memwal_query.planner.lance_filter import for_lance
 from memwal_query.view.table_view import TableView
 
 __all__ = ["TextSearchResult", "TextSearchStats", "search_text"]
@@ -129,7 +130,7 @@ class _Fetch:
             **address_option(src.dataset),
         }
         if q.filter is not None:
-            kwargs["filter"] = q.filter
+            kwargs["filter"] = for_lance(q.filter, src.dataset.schema)
         if src.indexed_only:
             kwargs["fast_search"] = True
         try:
@@ -233,7 +234,8 @@ def _passing(src: FlatSource, q: _Query) -> np.ndarray:
     """Which rows of ``src``'s postings pass the query's filter."""
     try:
         frags = fragments_of(src.dataset, src.fragments)
-        scan = src.dataset.scanner(columns=[], filter=q.filter, fragments=frags, **address_option(src.dataset))
+        filt = for_lance(q.filter, src.dataset.schema)
+        scan = src.dataset.scanner(columns=[], filter=filt, fragments=frags, **address_option(src.dataset))
         addrs = addresses(scan.to_table())
     except (ValueError, OSError, RuntimeError) as err:
         raise _search_error(err, q, src.name) from err

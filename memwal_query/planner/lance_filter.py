@@ -1,0 +1,99 @@
+"""A user's pyarrow filter in a form Lance can run over every column type.
+
+Lance turns a ``pyarrow.compute.Expression`` filter into its plan through Substrait, which
+has no unsigned integers, large strings or large binaries: a filter over such a column
+fails there ("not yet supported by Substrait conversion"), while the same condition as SQL
+text runs. :func:`for_lance` writes such an expression as SQL when it can read all of it
+(comparisons, AND/OR/NOT, IS [NOT] NULL, IN lists of literals) and leaves every other
+filter as it was.
+
+Example:
+    >>> import pyarrow as pa, pyarrow.compute as pc
+    >>> schema = pa.schema([("u", pa.uint32()), ("s", pa.string())])
+    >>> for_lance((pc.field("u") > pa.scalar(5, pa.uint32())) & pc.field("s").is_valid(), schema)
+    '((u > 5) AND (s IS NOT NULL))'
+    >>> for_lance(pc.field("s") == "x", schema)  # Lance runs it as it is
+    <pyarrow.compute.Expression (s == "x")>
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from memwal_query.planner.arrow_expr import Call, Field, Lit, Tree, expression_tree
+
+__all__ = ["for_lance", "needs_sql"]
+
+_NAME = re.compile(r"[a-z_][a-z0-9_]*")
+_OPS = {
+    "equal": "=",
+    "not_equal": "!=",
+    "less": "<",
+    "less_equal": "<=",
+    "greater": ">",
+    "greater_equal": ">=",
+}
+
+
+def for_lance(filt: str | pc.Expression | None, schema: pa.Schema) -> str | pc.Expression | None:
+    """``filt`` as SQL text when it is an expression over a column Substrait cannot carry
+    and can be written as SQL; otherwise ``filt`` itself."""
+    if not isinstance(filt, pc.Expression):
+        return filt
+    odd = {f.name for f in schema if needs_sql(f.type)}
+    if not odd or not any(name in str(filt) for name in odd):
+        return filt
+    sql = _sql(expression_tree(filt, schema.names))
+    return sql if sql is not None else filt
+
+
+def needs_sql(t: pa.DataType) -> bool:
+    """Whether Lance cannot filter a column of type ``t`` by expression (Substrait has no such type)."""
+    return bool(pa.types.is_unsigned_integer(t) or pa.types.is_large_string(t) or pa.types.is_large_binary(t))
+
+
+def _sql(n: Tree) -> str | None:
+    if isinstance(n, Field):
+        return n.name if _NAME.fullmatch(n.name) else None
+    if isinstance(n, Lit):
+        return _literal(n.value.as_py())
+    if not isinstance(n, Call):
+        return None
+    args = [_sql(a) for a in n.args]
+    if any(a is None for a in args) or not args:
+        return None
+    if n.name in _OPS and len(args) == 2:
+        return f"({args[0]} {_OPS[n.name]} {args[1]})"
+    if n.name in ("and_kleene", "and", "or_kleene", "or"):
+        return "(" + f" {'AND' if n.name.startswith('and') else 'OR'} ".join(str(a) for a in args) + ")"
+    if n.name == "invert" and len(args) == 1:
+        return f"(NOT {args[0]})"
+    if n.name in ("is_null", "is_valid") and len(args) == 1:
+        return f"({args[0]} IS {'NOT ' if n.name == 'is_valid' else ''}NULL)"
+    if n.name == "is_in" and len(args) == 1 and isinstance(n.options, pa.StructScalar):
+        value_set = n.options["value_set"]
+        values = [_literal(v) for v in value_set.values.to_pylist()] if isinstance(value_set, pa.ListScalar) else []
+        if not values or any(v is None for v in values):
+            return None
+        # pyarrow's is_in is FALSE, not NULL, for a NULL input: so is this
+        return f"({args[0]} IS NOT NULL AND {args[0]} IN ({', '.join(str(v) for v in values)}))"
+    return None
+
+
+def _literal(v: object) -> str | None:
+    """``v`` as a SQL literal Lance reads back as the same value (None: not written here)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v) if -(2**63) <= v < 2**64 else None
+    if isinstance(v, float):
+        return repr(v) if math.isfinite(v) else None
+    if isinstance(v, str) and v.isprintable() and "\\" not in v:
+        return "'" + v.replace("'", "''") + "'"
+    if isinstance(v, bytes):
+        return f"X'{v.hex()}'"
+    return None
