@@ -21,10 +21,11 @@ import pyarrow.ipc as ipc
 
 from memwal_query.planner.predicates import And, Compare, InSet, IsNull, Not, Or, Predicate, Unknown, needed_columns
 
-__all__ = ["Call", "Field", "Lit", "Tree", "expression_tree", "from_arrow_expression"]
+__all__ = ["COMPARISONS", "Call", "Field", "Lit", "Tree", "expression_tree", "from_arrow_expression"]
 
 _LINE = re.compile(r"^(call|field_ref|literal|options|end): '(.*)'$")
-_CMP = {
+#: pyarrow comparison functions and their SQL operators.
+COMPARISONS = {
     "equal": "=",
     "not_equal": "!=",
     "less": "<",
@@ -125,12 +126,12 @@ def _build(name: str, args: list[_Node], options: pa.Scalar | None) -> Predicate
             if nan_is_null:
                 return Unknown("is_null(nan_is_null)")
         return IsNull(args[0].name, name == "is_valid")
-    if name in _CMP and len(args) == 2:
+    if name in COMPARISONS and len(args) == 2:
         a, b = args
         if isinstance(a, Field) and isinstance(b, Lit):
-            return Compare(a.name, _CMP[name], b.value)  # type: ignore[arg-type]
+            return Compare(a.name, COMPARISONS[name], b.value)  # type: ignore[arg-type]
         if isinstance(a, Lit) and isinstance(b, Field):
-            return Compare(b.name, _FLIP[_CMP[name]], a.value)  # type: ignore[arg-type]
+            return Compare(b.name, _FLIP[COMPARISONS[name]], a.value)  # type: ignore[arg-type]
     if name == "is_in" and len(args) == 1 and isinstance(args[0], Field) and isinstance(options, pa.StructScalar):
         value_set = options.get("value_set") if hasattr(options, "get") else options["value_set"]
         values = tuple(value_set.values) if value_set is not None and value_set.is_valid else ()

@@ -24,19 +24,11 @@ import re
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from memwal_query.planner.arrow_expr import Call, Field, Lit, Tree, expression_tree
+from memwal_query.planner.arrow_expr import COMPARISONS, Call, Field, Lit, Tree, expression_tree
 
 __all__ = ["for_lance", "needs_sql"]
 
 _NAME = re.compile(r"[a-z_][a-z0-9_]*")
-_OPS = {
-    "equal": "=",
-    "not_equal": "!=",
-    "less": "<",
-    "less_equal": "<=",
-    "greater": ">",
-    "greater_equal": ">=",
-}
 
 
 def for_lance(filt: str | pc.Expression | None, schema: pa.Schema) -> str | pc.Expression | None:
@@ -66,8 +58,8 @@ def _sql(n: Tree) -> str | None:
     args = [_sql(a) for a in n.args]
     if any(a is None for a in args) or not args:
         return None
-    if n.name in _OPS and len(args) == 2:
-        return f"({args[0]} {_OPS[n.name]} {args[1]})"
+    if n.name in COMPARISONS and len(args) == 2:
+        return f"({args[0]} {COMPARISONS[n.name]} {args[1]})"
     if n.name in ("and_kleene", "and", "or_kleene", "or"):
         return "(" + f" {'AND' if n.name.startswith('and') else 'OR'} ".join(str(a) for a in args) + ")"
     if n.name == "invert" and len(args) == 1:
