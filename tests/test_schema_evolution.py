@@ -146,6 +146,7 @@ def test_a_refresh_after_the_change_reads_the_new_columns(tmp_path: Path) -> Non
         assert before.lookup(22).column_names == SCHEMA.names
         assert before.sql("SELECT count(*) AS n FROM t").to_pylist() == [{"n": len(t.model)}]
         before.nearest("vec", np.zeros(DIM), k=3)
+        assert before.sql("SELECT * FROM t").to_arrow_table().num_rows == len(t.model)  # columns kept warm
         _evolve(t)
         _assert_rows(before.refresh(), t, "refreshed after the change")
     finally:
