@@ -50,7 +50,14 @@ import lance
 
 from memwal_query.compat import check_datafusion_supported
 from memwal_query.engine_errors import raised_in_engine
-from memwal_query.errors import InvalidArgumentError, MemWalError, NotAMemWalTableError, TableNotFoundError
+from memwal_query.errors import (
+    InvalidArgumentError,
+    ManifestError,
+    MemWalError,
+    NotAMemWalTableError,
+    TableNotFoundError,
+)
+from memwal_query.format.lance_open import lance_message
 from memwal_query.format.storage import Storage
 from memwal_query.snapshot.model import Consistency
 from memwal_query.sql_functions import add_table_resolver
@@ -151,26 +158,39 @@ class MemWalCatalog:
         Raises:
             InvalidArgumentError: Not a folder name directly under the root.
             NotAMemWalTableError: A Lance table without a MemWAL index.
+            ManifestError: A Lance table (a ``_versions`` folder) that cannot be read.
         """
         if not name or "/" in name or "\\" in name or name in (".", ".."):
             msg = f"{name!r} is not a table folder name directly under {self.root}"
             raise InvalidArgumentError(msg)
-        if self._storage.exists(f"{name}/_versions") and not self._is_memwal(name):
-            msg = (
-                f"{self._uri(name)} is a Lance table without a MemWAL index: the memwal catalog serves "
-                "MemWAL tables only (read it with pylance)"
-            )
-            raise NotAMemWalTableError(msg)
+        if self._storage.exists(f"{name}/_versions"):
+            found = self._probe(name)
+            if isinstance(found, str):
+                msg = f"{self._uri(name)} cannot be read as a Lance table: {found}"
+                raise ManifestError(msg)
+            if not found:
+                msg = (
+                    f"{self._uri(name)} is a Lance table without a MemWAL index: the memwal catalog serves "
+                    "MemWAL tables only (read it with pylance)"
+                )
+                raise NotAMemWalTableError(msg)
 
     def _is_memwal(self, name: str) -> bool:
+        found = self._probe(name)
+        if isinstance(found, str):
+            log.info("%s: not readable as a Lance table, skipped: %s", self._uri(name), found)
+            return False
+        return found
+
+    def _probe(self, name: str) -> bool | str:
+        """Whether ``name`` has a MemWAL index, or why it cannot be read."""
         if name in self._memwal:
             return True  # a MemWAL index is never removed
         try:
             ds = lance.dataset(self._uri(name), storage_options=self._options or None)
             found = ds.mem_wal_index_details() is not None
         except (OSError, ValueError, RuntimeError) as err:
-            log.info("%s: not readable as a Lance table, skipped: %s", self._uri(name), err)
-            return False
+            return lance_message(err)
         if found:
             self._memwal.add(name)
         return found
@@ -198,6 +218,7 @@ class MemWalCatalog:
         Raises:
             TableNotFoundError: No table of that name under the root.
             NotAMemWalTableError: A Lance table without a MemWAL index.
+            ManifestError: A Lance table (a ``_versions`` folder) that cannot be read.
         """
         with self._lock:
             pinned = self._pinned.get(name)

@@ -61,6 +61,19 @@ def test_a_plain_lance_table_is_named_as_such(root: Path) -> None:
         mq.MemWalCatalog(str(root)).table("plain")
 
 
+def test_an_unreadable_lance_table_is_named_as_such(root: Path) -> None:
+    """A table folder whose manifests are gone is not listed; naming it says it cannot be read."""
+    for manifest in (root / "users" / "_versions").iterdir():
+        manifest.unlink()
+    ctx = datafusion.SessionContext()
+    catalog = mq.register_catalog(ctx, str(root))
+    assert catalog.table_names() == ["events"]
+    with pytest.raises(Exception, match="users cannot be read as a Lance table"):
+        ctx.sql("SELECT * FROM memwal.public.users")
+    with pytest.raises(mq.ManifestError, match="cannot be read as a Lance table"):
+        mq.MemWalCatalog(str(root)).table("users")
+
+
 def test_queries_see_writes_made_after_registration(root: Path) -> None:
     ctx = datafusion.SessionContext()
     catalog = mq.register_catalog(ctx, str(root))
