@@ -69,12 +69,20 @@ def _renamed(have: pa.DataType, want: pa.DataType) -> pa.DataType:
     """``have`` with struct children matched to ``want``'s by field id (see :func:`_nested`)."""
     if not (pa.types.is_struct(have) and pa.types.is_struct(want)):
         return have
-    mine = {field_id(c): c for c in have if field_id(c) is not None}
     kids = []
     for w in want:
-        c = mine.get(field_id(w)) if field_id(w) is not None else next((c for c in have if c.name == w.name), None)
-        kids.append(w.with_type(_renamed(c.type, w.type)) if c is not None else w)
+        k = _child(have, w)
+        kids.append(w.with_type(_renamed(have.field(k).type, w.type)) if k is not None else w)
     return pa.struct(kids)
+
+
+def _child(have: pa.StructType, want: pa.Field) -> int | None:
+    """Which child of ``have`` holds ``want``: by field id when both carry ids, else by name."""
+    i = field_id(want)
+    if i is not None and any(field_id(c) is not None for c in have):
+        return next((k for k, c in enumerate(have) if field_id(c) == i), None)
+    k = have.get_field_index(want.name)
+    return k if k >= 0 else None
 
 
 def _nested(arr: pa.Array, have: pa.Field, want: pa.Field) -> pa.Array:
@@ -82,11 +90,10 @@ def _nested(arr: pa.Array, have: pa.Field, want: pa.Field) -> pa.Array:
     if not (pa.types.is_struct(have.type) and pa.types.is_struct(want.type)):
         return arr
     assert isinstance(arr, pa.StructArray)
-    by_id = {field_id(c): k for k, c in enumerate(have.type) if field_id(c) is not None}
     children = []
     for w in want.type:
-        k = by_id.get(field_id(w)) if field_id(w) is not None else have.type.get_field_index(w.name)
-        if k is None or k < 0:
+        k = _child(have.type, w)
+        if k is None:
             children.append(pa.nulls(len(arr), w.type))
         else:
             children.append(_nested(arr.field(k), have.type.field(k), w))

@@ -151,3 +151,20 @@ def test_a_refresh_after_the_change_reads_the_new_columns(tmp_path: Path) -> Non
         _assert_rows(before.refresh(), t, "refreshed after the change")
     finally:
         t.flush()
+
+
+def test_struct_children_are_matched_by_field_id_or_else_by_name() -> None:
+    """conform's field-id matching inside structs: renamed, added and dropped children by id;
+    children that carry no ids (data from elsewhere) by name; NULL structs stay NULL."""
+    from memwal_query.conform import FIELD_ID, by_field_id
+
+    def f(name: str, typ: pa.DataType, i: int | None) -> pa.Field:
+        return pa.field(name, typ, metadata={FIELD_ID: str(i).encode()} if i is not None else None)
+
+    target = pa.schema([f("s", pa.struct([f("a2", pa.int64(), 2), f("c", pa.string(), 9)]), 1)])
+    with_ids = pa.struct([f("a", pa.int64(), 2), f("b", pa.string(), 3)])
+    old = pa.table({"s": pa.array([{"a": 1, "b": "x"}, None], with_ids)}, schema=pa.schema([f("s", with_ids, 1)]))
+    assert by_field_id(old, target).to_pylist() == [{"s": {"a2": 1, "c": None}}, {"s": None}]
+    no_ids = pa.struct([f("a2", pa.int64(), None), f("c", pa.string(), None)])
+    plain = pa.table({"s": pa.array([{"a2": 5, "c": "y"}], no_ids)}, schema=pa.schema([f("s", no_ids, 1)]))
+    assert by_field_id(plain, target).to_pylist() == [{"s": {"a2": 5, "c": "y"}}]
