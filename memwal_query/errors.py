@@ -11,12 +11,14 @@ Example:
 
 from __future__ import annotations
 
+import numbers
 import struct
 from typing import Final
 
 from google.protobuf.message import DecodeError
 
 __all__ = [
+    "positive_k",
     "MALFORMED",
     "one_line",
     "is_panic",
@@ -129,3 +131,19 @@ def is_panic(err: BaseException) -> bool:
     a decoder handing untrusted bytes to a Rust library (Lance) checks for it.
     """
     return type(err).__name__ == "PanicException"
+
+
+def positive_k(k: object) -> int:
+    """``k`` (how many results a search returns) as an int: a positive integer, numpy's too.
+
+    Raises:
+        InvalidArgumentError: ``k`` is not a positive integer (a bool is not one).
+
+    Example:
+        >>> positive_k(3)
+        3
+    """
+    if not isinstance(k, numbers.Integral) or isinstance(k, bool) or int(k) <= 0:
+        msg = f"k must be a positive integer, got {k!r}"
+        raise InvalidArgumentError(msg)
+    return int(k)

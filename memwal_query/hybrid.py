@@ -26,7 +26,7 @@ from collections.abc import Hashable, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from memwal_query.errors import InvalidArgumentError
+from memwal_query.errors import InvalidArgumentError, positive_k
 from memwal_query.vector import nearest
 from memwal_query.view.table_view import TableView
 
@@ -74,9 +74,7 @@ def search_hybrid(  # noqa: PLR0913 - the union of both searches' options
     ``_relevance_score`` (the fused score), best first. Each search returns its
     ``depth`` best rows (default ``max(4 * k, 50)``).
     """
-    if not isinstance(k, int) or isinstance(k, bool) or k <= 0:
-        msg = f"k must be a positive integer, got {k!r}"
-        raise InvalidArgumentError(msg)
+    k = positive_k(k)
     if not isinstance(rrf_k, (int, float)) or isinstance(rrf_k, bool) or rrf_k < 0:
         msg = f"rrf_k must be a non-negative number, got {rrf_k!r}"
         raise InvalidArgumentError(msg)

@@ -27,6 +27,7 @@ newer levels searched in memory are exact inside the partitions they probe.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -39,7 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memwal_query import vector_background as background
-from memwal_query.errors import InvalidArgumentError
+from memwal_query.errors import InvalidArgumentError, positive_k
 from memwal_query.format.beside import start_beside
 from memwal_query.planner.catchup import CatchupPlan
 from memwal_query.vector_background import wait_warm
@@ -61,6 +62,8 @@ from memwal_query.view.table_view import HasView, TableView, view_of
 __all__ = ["NearestStats", "NearestResult", "IndexCoverage", "nearest", "index_coverage", "knn_memory", "wait_warm"]
 
 METRICS = {"l2": "l2", "cosine": "cosine", "dot": "dot"}
+#: Beyond this k a search's k is capped at the snapshot's rows (the same answer: every live row).
+_LARGE_K = 4096
 #: Lance searches of one vector search run side by side (they release the GIL).
 _WORKERS = 4
 _EXECUTOR = ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="memwal-knn")
@@ -315,17 +318,16 @@ def nearest(
     filters prune there.
     """
     t0 = time.perf_counter()
-    if not isinstance(k, int) or k <= 0:
-        msg = f"k must be a positive integer, got {k!r}"
-        raise InvalidArgumentError(msg)
+    k = positive_k(k)
     if METRICS.get(str(distance).lower()) is None:
         msg = f"distance must be one of {sorted(METRICS)}, got {distance!r}"
         raise InvalidArgumentError(msg)
     for name, value in (("nprobes", nprobes), ("refine_factor", refine_factor)):
-        if value is not None and (not isinstance(value, int) or value < 1):
+        if value is not None and (not isinstance(value, numbers.Integral) or value < 1):
             msg = f"{name} must be a positive integer, got {value!r}"
             raise InvalidArgumentError(msg)
-    k = min(k, _rows_bound(view))  # Lance sizes its top-k buffers by k (a huge k aborted the process)
+    if k > _LARGE_K:  # Lance sizes its top-k buffers by k (k=10**9 aborted the process)
+        k = min(k, view.derived(("rows-bound",), lambda: _rows_bound(view)))
     q = _query_vector(view, column, query)
     schema = view.snapshot.schema
     out_cols = list(columns) if columns is not None else list(schema.names)

@@ -288,6 +288,9 @@ def test_nearest_errors(vectors) -> None:  # type: ignore[no-untyped-def]
         table.nearest("vec", [1.0] * DIM, distance="manhattan")
     with pytest.raises(mq.InvalidArgumentError, match="positive"):
         table.nearest("vec", [1.0] * DIM, k=0)
+    assert table.nearest("vec", [1.0] * DIM, k=np.int64(3), nprobes=np.int64(4)).num_rows == 3  # numpy ints
+    with pytest.raises(mq.InvalidArgumentError, match="positive integer, got True"):
+        table.nearest("vec", [1.0] * DIM, k=True)
     with pytest.raises(mq.InvalidArgumentError, match="NaN or infinite"):
         table.nearest("vec", [float("nan")] * DIM)
     for bad in ({"nprobes": 0}, {"refine_factor": 0}):

@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from lance.query import MatchQuery, PhraseQuery
 
-from memwal_query.errors import InvalidArgumentError, MemWalError
+from memwal_query.errors import InvalidArgumentError, MemWalError, positive_k
 from memwal_query.format.beside import start_beside
 from memwal_query.format.lance_open import lance_message
 from memwal_query.format.row_address import address_option, addresses, take_rows
@@ -256,9 +256,7 @@ def _kth(scores: Sequence[np.ndarray], k: int) -> float:
 
 def _check(view: TableView, column: str, query: object, k: object, columns: Sequence[str] | None) -> list[str]:
     schema = view.snapshot.schema
-    if not isinstance(k, int) or isinstance(k, bool) or k <= 0:
-        msg = f"k must be a positive integer, got {k!r}"
-        raise InvalidArgumentError(msg)
+    k = positive_k(k)
     if not isinstance(query, str):
         msg = f"the text query must be a string, got {query!r}"
         raise InvalidArgumentError(msg)
