@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 
 from memwal_query.errors import InvalidArgumentError
 from memwal_query.scan.fragment import SourceFragment
+from memwal_query.spark_types import spark_batch, spark_schema
 from memwal_query.table import open_table
 
 __all__ = ["read_spark"]
@@ -44,10 +45,7 @@ def _read_task(
                 for frag in pickle.loads(blob):
                     for out in frag.scanner(columns=columns, filter=filt).to_batches():
                         if out.num_rows:
-                            yield pa.RecordBatch.from_arrays(
-                                [c.cast(t.type) for c, t in zip(out.columns, out_schema, strict=True)],
-                                schema=out_schema,
-                            )
+                            yield spark_batch(out, out_schema)
 
     return run
 
@@ -98,21 +96,21 @@ def read_spark(
     final = ds.projected(columns)
     if isinstance(predicate, str):
         columns = None  # the filter runs in Spark and may read any column
-    out_schema = ds.projected(columns)
+    out_schema = spark_schema(ds.projected(columns))  # vectors as Spark arrays
     filt = predicate if isinstance(predicate, pc.Expression) else None
     pruned: set[str] = set()
     if isinstance(predicate, str):
         pruned = set(table.plan(predicate).pruned_regions)
     units = read_units(ds.source_fragments(filter=filt), pruned)
-    spark_schema = from_arrow_schema(out_schema)
+    struct = from_arrow_schema(out_schema)
     if not units:
-        return spark.createDataFrame([], spark_schema)
+        return spark.createDataFrame([], struct)
     # Each task gets its own part of the driver's plan: fragments with their drop lists
     # (pickled with their Lance manifests), so no task opens the table or merges.
     plans = [(i, bytearray(pickle.dumps(u, protocol=pickle.HIGHEST_PROTOCOL))) for i, u in enumerate(units)]
     rdd = spark.sparkContext.parallelize(plans, len(plans))
     unit_df = spark.createDataFrame(rdd, "unit int, plan binary")
-    result = unit_df.mapInArrow(_read_task(columns, filt, out_schema), spark_schema)
+    result = unit_df.mapInArrow(_read_task(columns, filt, out_schema), struct)
     if isinstance(predicate, str):
         try:
             result = result.filter(predicate).select(*final.names)

@@ -48,12 +48,13 @@ from pyspark.sql.datasource import (
     Not,
     WriterCommitMessage,
 )
-from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 from memwal_query.changes import change_schema
 from memwal_query.errors import InvalidArgumentError
 from memwal_query.spark_read import read_units
+from memwal_query.spark_types import spark_batch, spark_schema
 from memwal_query.table import Table, open_table
 from memwal_write.spark_sink import SinkOptions, apply_rows, from_ipc, storage_options_of, to_ipc
 from memwal_write.spark_stream import MemwalStreamReader, MemwalStreamWriter, StagedRows
@@ -112,6 +113,7 @@ class MemwalReader(DataSourceReader):
     def __init__(self, options: Any, schema: StructType) -> None:
         self.options = options  # Spark's CaseInsensitiveDict (dict() would lowercase the keys)
         self.columns = [f.name for f in schema.fields]
+        self.arrow_schema = to_arrow_schema(schema)  # what Spark takes back (vectors as arrays)
         self.pushed: list[pc.Expression] = []
 
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:  # noqa: N802 - Spark's name
@@ -137,7 +139,7 @@ class MemwalReader(DataSourceReader):
         for frag in pickle.loads(partition.value):
             for out in frag.scanner(columns=self.columns, filter=filt).to_batches():
                 if out.num_rows:
-                    yield out
+                    yield spark_batch(out, self.arrow_schema)
 
 
 class MemwalWriter(DataSourceArrowWriter):
@@ -170,7 +172,7 @@ class MemwalDataSource(DataSource):
         arrow = table.dataset().schema
         if str(self.options.get("readChangeFeed", "false")).lower() == "true":
             arrow = change_schema(arrow, table.primary_key)
-        return from_arrow_schema(arrow)
+        return from_arrow_schema(spark_schema(arrow))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         if "_change" in schema.fieldNames():

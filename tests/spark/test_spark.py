@@ -293,9 +293,16 @@ def test_read_spark_ships_generations_held_in_memory(spark: Any, tmp_path: Path)
     try:
         snap = mq.open_table(t.uri).view.snapshot
         assert any(g.dataset.uri.startswith("memory://") for r in snap.regions for g in r.generations)
-        cols = ["id", "x2", "y", "cat"]
-        got = sort_table(memwal_write.read_spark(spark, t.uri, columns=cols).toArrow(), ["id"]).to_pylist()
-        assert got == [{c: r[c] for c in cols} for r in sorted(t.model.values(), key=lambda r: r["id"])]
+        want = sorted(t.model.values(), key=lambda r: r["id"])
+        # every column: the vector (a fixed-size list, an array in Spark) and the struct too
+        got = sort_table(memwal_write.read_spark(spark, t.uri).toArrow(), ["id"]).to_pylist()
+        assert [{c: pytest.approx(r[c]) if c == "vec" else r[c] for c in r} for r in got] == want
+        memwal_write.register_data_source(spark)
+        rows = spark.read.format("memwal").load(t.uri).where("x2 >= 1.0").toArrow()
+        got = sort_table(rows, ["id"]).to_pylist()
+        assert [{c: pytest.approx(r[c]) if c == "vec" else r[c] for c in r} for r in got] == [
+            r for r in want if r["x2"] >= 1.0
+        ]
     finally:
         t.flush()
 

@@ -1,0 +1,46 @@
+"""Arrow data as Spark's Arrow exchange takes it.
+
+Spark has no fixed-size lists (a vector column is an ``ArrayType``: Arrow ``list`` with an
+``element`` child) and, unless told otherwise, exchanges strings and binaries with 32-bit
+offsets. Batches handed to Spark (``read_spark`` tasks, the ``memwal`` data source) are
+cast to :func:`spark_schema` of the table's schema; the values are the same.
+
+Example:
+    >>> import pyarrow as pa
+    >>> spark_schema(pa.schema([("vec", pa.list_(pa.float32(), 4)), ("t", pa.large_string())]))
+    vec: list<element: float>
+      child 0, element: float
+    t: string
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+__all__ = ["spark_schema", "spark_batch"]
+
+
+def _spark_type(t: pa.DataType) -> pa.DataType:
+    if pa.types.is_fixed_size_list(t) or pa.types.is_list(t) or pa.types.is_large_list(t):
+        item = t.value_field
+        return pa.list_(pa.field("element", _spark_type(item.type), item.nullable))
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(_spark_type(f.type)) for f in t])
+    if pa.types.is_large_string(t):
+        return pa.string()
+    if pa.types.is_large_binary(t):
+        return pa.binary()
+    return t
+
+
+def spark_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with the types Spark exchanges (fixed-size lists as lists, 32-bit offsets)."""
+    return pa.schema([f.with_type(_spark_type(f.type)) for f in schema], metadata=schema.metadata)
+
+
+def spark_batch(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """``batch`` cast to ``schema`` (a :func:`spark_schema`), column by column."""
+    if batch.schema.equals(schema):
+        return batch
+    columns = [c.cast(f.type) for c, f in zip(batch.columns, schema, strict=True)]
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
