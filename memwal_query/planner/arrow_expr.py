@@ -21,7 +21,17 @@ import pyarrow.ipc as ipc
 
 from memwal_query.planner.predicates import And, Compare, InSet, IsNull, Not, Or, Predicate, Unknown, needed_columns
 
-__all__ = ["COMPARISONS", "Call", "Field", "Lit", "Tree", "expression_tree", "from_arrow_expression"]
+__all__ = [
+    "COMPARISONS",
+    "Call",
+    "Field",
+    "Lit",
+    "Tree",
+    "expression_tree",
+    "from_arrow_expression",
+    "nan_is_null",
+    "value_set",
+]
 
 _LINE = re.compile(r"^(call|field_ref|literal|options|end): '(.*)'$")
 #: pyarrow comparison functions and their SQL operators.
@@ -121,10 +131,8 @@ def _build(name: str, args: list[_Node], options: pa.Scalar | None) -> Predicate
     if name == "invert" and len(args) == 1:
         return Not(_pred(args[0]))
     if name in ("is_null", "is_valid") and len(args) == 1 and isinstance(args[0], Field):
-        if name == "is_null" and options is not None:
-            nan_is_null = options.as_py().get("nan_is_null") if isinstance(options, pa.StructScalar) else False
-            if nan_is_null:
-                return Unknown("is_null(nan_is_null)")
+        if name == "is_null" and nan_is_null(options):
+            return Unknown("is_null(nan_is_null)")
         return IsNull(args[0].name, name == "is_valid")
     if name in COMPARISONS and len(args) == 2:
         a, b = args
@@ -132,15 +140,28 @@ def _build(name: str, args: list[_Node], options: pa.Scalar | None) -> Predicate
             return Compare(a.name, COMPARISONS[name], b.value)  # type: ignore[arg-type]
         if isinstance(a, Lit) and isinstance(b, Field):
             return Compare(b.name, _FLIP[COMPARISONS[name]], a.value)  # type: ignore[arg-type]
-    if name == "is_in" and len(args) == 1 and isinstance(args[0], Field) and isinstance(options, pa.StructScalar):
-        value_set = options.get("value_set") if hasattr(options, "get") else options["value_set"]
-        values = tuple(value_set.values) if value_set is not None and value_set.is_valid else ()
+    if name == "is_in" and len(args) == 1 and isinstance(args[0], Field):
+        found = value_set(options)
+        values = tuple(found) if found is not None else ()
         if values and all(v.is_valid for v in values):
             # pyarrow's is_in is two-valued: FALSE (not NULL) for a NULL input, so
             # its negation keeps NULL rows. Spell that out for negation to stay right.
             col = args[0].name
             return And((InSet(col, tuple(values)), IsNull(col, negated=True)))
     return Unknown(name, _reads(args))
+
+
+def value_set(options: pa.Scalar | None) -> pa.Array | None:
+    """The values of an ``is_in`` call's options (None: none readable)."""
+    if not isinstance(options, pa.StructScalar):
+        return None
+    found = options.get("value_set") if hasattr(options, "get") else options["value_set"]
+    return found.values if isinstance(found, pa.ListScalar) and found.is_valid else None
+
+
+def nan_is_null(options: pa.Scalar | None) -> bool:
+    """Whether an ``is_null`` call's options count NaN as NULL."""
+    return isinstance(options, pa.StructScalar) and bool(options.as_py().get("nan_is_null"))
 
 
 def _reads(args: list[_Node]) -> frozenset[str] | None:

@@ -24,7 +24,7 @@ import re
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from memwal_query.planner.arrow_expr import COMPARISONS, Call, Field, Lit, Tree, expression_tree
+from memwal_query.planner.arrow_expr import COMPARISONS, Call, Field, Lit, Tree, expression_tree, value_set
 
 __all__ = ["for_lance", "needs_sql"]
 
@@ -66,9 +66,9 @@ def _sql(n: Tree) -> str | None:
         return f"(NOT {args[0]})"
     if n.name in ("is_null", "is_valid") and len(args) == 1:
         return f"({args[0]} IS {'NOT ' if n.name == 'is_valid' else ''}NULL)"
-    if n.name == "is_in" and len(args) == 1 and isinstance(n.options, pa.StructScalar):
-        value_set = n.options["value_set"]
-        values = [_literal(v) for v in value_set.values.to_pylist()] if isinstance(value_set, pa.ListScalar) else []
+    if n.name == "is_in" and len(args) == 1:
+        found = value_set(n.options)
+        values = [_literal(v) for v in found.to_pylist()] if found is not None else []
         if not values or any(v is None for v in values):
             return None
         # pyarrow's is_in is FALSE, not NULL, for a NULL input: so is this

@@ -31,7 +31,7 @@ from functools import reduce
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from memwal_query.planner.arrow_expr import Call, Field, Lit, Tree, expression_tree
+from memwal_query.planner.arrow_expr import COMPARISONS, Call, Field, Lit, Tree, expression_tree, nan_is_null, value_set
 
 __all__ = ["nan_ordered"]
 
@@ -62,7 +62,6 @@ def nan_ordered(expr: pc.Expression, schema: pa.Schema) -> pc.Expression:
     return out
 
 
-_COMPARE = {"equal", "not_equal", "less", "less_equal", "greater", "greater_equal"}
 _SWAP = {"less": "greater", "less_equal": "greater_equal"}
 
 
@@ -78,7 +77,7 @@ def _rebuild(n: Tree, floats: set[str]) -> pc.Expression | None:
     if any(a is None for a in args):
         return None
     done = [a for a in args if a is not None]
-    if n.name in _COMPARE and len(n.args) == 2:
+    if n.name in COMPARISONS and len(n.args) == 2:
         return _compare(n.name, n.args[0], n.args[1], floats)
     if n.name in ("and_kleene", "and") and done:
         return reduce(lambda a, b: a & b, done)
@@ -89,11 +88,10 @@ def _rebuild(n: Tree, floats: set[str]) -> pc.Expression | None:
     if n.name == "is_valid" and len(done) == 1:
         return done[0].is_valid()
     if n.name == "is_null" and len(done) == 1:
-        nan_is_null = isinstance(n.options, pa.StructScalar) and bool(n.options.as_py().get("nan_is_null"))
-        return done[0].is_null(nan_is_null=nan_is_null)
-    if n.name == "is_in" and len(done) == 1 and isinstance(n.options, pa.StructScalar):
-        value_set = n.options["value_set"]
-        return done[0].isin(value_set.values) if isinstance(value_set, pa.ListScalar) and value_set.is_valid else None
+        return done[0].is_null(nan_is_null=nan_is_null(n.options))
+    if n.name == "is_in" and len(done) == 1:
+        values = value_set(n.options)
+        return done[0].isin(values) if values is not None else None
     return None
 
 
