@@ -160,3 +160,17 @@ def test_pyarrow_filters_over_columns_lance_cannot_take_as_expressions(tmp_path:
         got = table.nearest("vec", q, k=500, filter=expr).column("id").to_pylist()
         assert sorted(got) == sorted(r["id"] for r in t.model.values() if keep(r)), str(expr)
     t.flush()
+
+
+def test_is_null_counting_nan_stays_an_expression() -> None:
+    """``is_null(nan_is_null=True)`` keeps NaN rows; SQL's IS NULL would drop them: not written as SQL."""
+    import pyarrow.compute as pc
+
+    from memwal_query.planner.lance_filter import for_lance
+
+    schema = pa.schema([("u", pa.uint32()), ("f", pa.float64())])
+    expr = (pc.field("u") > pa.scalar(5, pa.uint32())) | pc.field("f").is_null(nan_is_null=True)
+    assert for_lance(expr, schema) is expr
+    assert for_lance((pc.field("u") > pa.scalar(5, pa.uint32())) | pc.field("f").is_null(), schema) == (
+        "((u > 5) OR (f IS NULL))"
+    )

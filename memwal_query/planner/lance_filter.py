@@ -24,7 +24,7 @@ import re
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from memwal_query.planner.arrow_expr import COMPARISONS, Call, Field, Lit, Tree, expression_tree, value_set
+from memwal_query.planner.arrow_expr import COMPARISONS, Call, Field, Lit, Tree, expression_tree, nan_is_null, value_set
 
 __all__ = ["for_lance", "needs_sql"]
 
@@ -65,6 +65,8 @@ def _sql(n: Tree) -> str | None:
     if n.name == "invert" and len(args) == 1:
         return f"(NOT {args[0]})"
     if n.name in ("is_null", "is_valid") and len(args) == 1:
+        if n.name == "is_null" and nan_is_null(n.options):
+            return None  # SQL's IS NULL does not count NaN
         return f"({args[0]} IS {'NOT ' if n.name == 'is_valid' else ''}NULL)"
     if n.name == "is_in" and len(args) == 1:
         found = value_set(n.options)
