@@ -254,9 +254,8 @@ def _kth(scores: Sequence[np.ndarray], k: int) -> float:
     return float(np.partition(allv, allv.size - k)[allv.size - k])
 
 
-def _check(view: TableView, column: str, query: object, k: object, columns: Sequence[str] | None) -> list[str]:
+def _check(view: TableView, column: str, query: object, columns: Sequence[str] | None) -> list[str]:
     schema = view.snapshot.schema
-    k = positive_k(k)
     if not isinstance(query, str):
         msg = f"the text query must be a string, got {query!r}"
         raise InvalidArgumentError(msg)
@@ -328,7 +327,8 @@ def search_text(
     function): a SQL filter is applied but cannot be planned for region pruning there.
     """
     t0 = time.perf_counter()
-    out = _check(view, column, query, k, columns)
+    k = positive_k(k)
+    out = _check(view, column, query, columns)
     corpus = corpus_of(view, column)
     stats = TextSearchStats()
     if phrase and not corpus.analyzer.with_position:
