@@ -80,20 +80,28 @@ _ENV_LOCK = threading.Lock()
 
 def index_centroids(ds: lance.LanceDataset, index_name: str, cache: SnapshotCache) -> np.ndarray | None:
     """The IVF centroids of a base vector index (None: not an IVF index), read once per index."""
-    return _index_facts(ds, index_name, cache)[0]
+    return _index_facts(ds, index_name, cache, centroids=True)[0]
 
 
 def index_metric(ds: lance.LanceDataset, index_name: str, cache: SnapshotCache) -> str | None:
     """The distance a base vector index was built for (``"l2"``, ``"cosine"``, ``"dot"``; None: unknown).
 
     A search with another distance is not served by the index: Lance searches every row flat
-    instead, and with ``fast_search`` (indexed fragments only) it finds nothing at all."""
-    return _index_facts(ds, index_name, cache)[1]
+    instead, and with ``fast_search`` (indexed fragments only) it finds nothing at all. Read
+    without the centroids (~1 ms against ~35 ms for 256 x 128 centroids) unless they are in."""
+    with cache.lock:
+        full = cache.vector_parts.get(("centroids", ds.uri, index_name, ds.version))
+    if isinstance(full, tuple):
+        return str(full[1]) if full[1] is not None else None
+    return _index_facts(ds, index_name, cache, centroids=False)[1]
 
 
-def _index_facts(ds: lance.LanceDataset, index_name: str, cache: SnapshotCache) -> tuple[np.ndarray | None, str | None]:
-    """(IVF centroids, metric) of a base vector index, read once per index version."""
-    key = ("centroids", ds.uri, index_name, ds.version)
+def _index_facts(
+    ds: lance.LanceDataset, index_name: str, cache: SnapshotCache, *, centroids: bool
+) -> tuple[np.ndarray | None, str | None]:
+    """(IVF centroids, metric) of a base vector index, read once per index version (without
+    ``centroids``: the metric only, a much smaller read)."""
+    key = ("centroids" if centroids else "metric", ds.uri, index_name, ds.version)
     with cache.lock:
         if key in cache.vector_parts:
             hit = cache.vector_parts[key]
@@ -101,7 +109,8 @@ def _index_facts(ds: lance.LanceDataset, index_name: str, cache: SnapshotCache) 
     found: tuple[np.ndarray | None, str | None] = (None, None)
     with _ENV_LOCK:  # a background read and a search may ask at once: one restores what it set
         old = os.environ.get("LANCE_INCLUDE_VECTOR_CENTROIDS")
-        os.environ["LANCE_INCLUDE_VECTOR_CENTROIDS"] = "true"  # pylance 14 prints a warning otherwise
+        # set either way: pylance 14 prints a warning when it is not
+        os.environ["LANCE_INCLUDE_VECTOR_CENTROIDS"] = "true" if centroids else "false"
         try:
             stats = ds.stats.index_stats(index_name)
             segments = stats.get("indices") or []
