@@ -97,6 +97,37 @@ def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]
     return out
 
 
+def _has_median_ms(results: Mapping[str, Any]) -> bool:
+    """True for the ``{group: {query: {"median_ms": ...}}}`` shape of bench_read and bench_pruning."""
+    return any(
+        isinstance(t, Mapping) and "median_ms" in t
+        for g in results.values()
+        if isinstance(g, Mapping)
+        for t in g.values()
+    )
+
+
+def _stat_leaves(node: Mapping[str, Any], path: tuple[str, ...]) -> list[tuple[tuple[str, ...], Any]]:
+    """Every ``{median, min, max}`` mapping and every ``*_ratio`` number under ``node``, with its path."""
+    found: list[tuple[tuple[str, ...], Any]] = []
+    for key, value in node.items():
+        here = (*path, str(key))
+        if isinstance(value, Mapping) and _num(value.get("median")) is not None:
+            found.append((here, value))
+        elif isinstance(value, Mapping):
+            found += _stat_leaves(value, here)
+        elif str(key).endswith("_ratio") and _num(value) is not None:
+            found.append((here, value))
+    return found
+
+
+def _fmt_stat(stat: Any, key: str) -> str:
+    """One cell of a timings row: a number as it reads best (ms with its unit in the path), a ratio as x."""
+    if not isinstance(stat, Mapping):
+        return f"{_fmt_ratio(stat)} x" if key == "median" else ""
+    return _fmt_ms(stat.get(key))
+
+
 def _label(q: str) -> str:
     return QUERY_LABELS.get(q, q)
 
@@ -226,6 +257,17 @@ def section(name: str, data: Mapping[str, Any], folder: Path) -> list[str]:
         ]
         lines += ["### Measurements", ""]
         lines += _md_table(["measurement", "median s", "rows/s", "runs (s)"], rows)
+        lines.append("")
+        results = None
+    if isinstance(results, Mapping) and results and not _has_median_ms(results):
+        # nested timings (bench_first_query, bench_open_large, bench_stream): one row per
+        # {median, min, max} leaf, named by its path, plus the ratios recorded beside them
+        rows = [
+            [" / ".join(path), *(_fmt_stat(stat, k) for k in ("median", "min", "max"))]
+            for path, stat in _stat_leaves(results, ())
+        ]
+        lines += ["### Timings (median, min, max over the runs)", ""]
+        lines += _md_table(["measurement", "median", "min", "max"], rows)
         lines.append("")
         results = None
     if isinstance(results, Mapping) and results:

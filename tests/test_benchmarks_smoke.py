@@ -114,3 +114,28 @@ def test_report_renders_measurements_flat_ratios_and_targets(tmp_path: Path) -> 
     assert "| write | 2.000 | 1,000 | 2.5, 2, 1.9 |" in text
     assert "| write_vs_plain | 0.25 |" in text
     assert "### Targets: 0 of 1 pass" in text and "| MISS | write >= 50% of plain | 0.25 | 0.5 |" in text
+
+
+def test_report_renders_nested_fresh_and_warm_timings(tmp_path: Path) -> None:
+    """report.py on a bench_first_query-style file: each {median, min, max} leaf and ratio is a row."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import report
+
+    runs = {"median": 12.5, "min": 11.0, "max": 40.0}
+    data = {
+        "results": {
+            "2000": {
+                "count": {
+                    "memwal": {"first_ms": runs, "first_runs_ms": [40.0, 12.5, 11.0]},
+                    "lance": {"first_ms": {"median": 2.0, "min": 1.5, "max": 3.0}},
+                    "first_ratio": 6.25,
+                }
+            }
+        }
+    }
+    (tmp_path / "first_query.json").write_text(json.dumps(data))
+    text = report.build_report(tmp_path, tmp_path / "REPORT.md").read_text()
+    assert "| 2000 / count / memwal / first_ms | 12.5 | 11.0 | 40.0 |" in text
+    assert "| 2000 / count / lance / first_ms | 2.00 | 1.50 | 3.00 |" in text
+    assert "| 2000 / count / first_ratio | 6.25 x |  |  |" in text
+    assert "| - |" not in text
