@@ -27,7 +27,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -41,7 +40,7 @@ import pyarrow as pa
 from lance.query import MatchQuery
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_read import machine_info  # noqa: E402
+from bench_read import machine_info, work_dir  # noqa: E402
 
 from memwal_query.vector_background import wait_warm  # noqa: E402
 from memwal_write import write_arrow  # noqa: E402
@@ -157,7 +156,13 @@ def check(ours: pa.Table, theirs: pa.Table, query: str) -> None:
 
 
 def run(a: argparse.Namespace) -> dict[str, Any]:
-    root = Path(a.dir or tempfile.mkdtemp(prefix="memwal-bench-fts-"))
+    """Build (or reuse, with ``--dir``) the table and measure; a temp dir is removed afterwards."""
+    with work_dir(a.dir, "memwal-bench-fts-") as root:
+        return measure(a, root)
+
+
+def measure(a: argparse.Namespace, root: Path) -> dict[str, Any]:
+    """The warm and fresh-process measurements on the table under ``root``."""
     uri = str(root / f"t_{a.base_rows}_{a.vocab}_{a.regions}_{a.newer_rows}")
     vocab, p = vocabulary(a.vocab)
     if not Path(uri).exists():

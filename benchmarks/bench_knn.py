@@ -30,7 +30,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -42,7 +41,7 @@ import pyarrow as pa
 from lance.mem_wal import LsmVectorSearchPlanner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_read import machine_info  # noqa: E402
+from bench_read import machine_info, work_dir  # noqa: E402
 
 import memwal_query as mq  # noqa: E402
 from memwal_query.vector import wait_warm  # noqa: E402
@@ -299,8 +298,13 @@ def fresh(uri: str, a: argparse.Namespace, queries: np.ndarray) -> dict[str, Any
 
 
 def run(a: argparse.Namespace) -> dict[str, Any]:
-    root = Path(a.dir or tempfile.mkdtemp(prefix="memwal-bench-knn-"))
-    root.mkdir(parents=True, exist_ok=True)
+    """Build (or reuse, with ``--dir``) the tables and measure; a temp dir is removed afterwards."""
+    with work_dir(a.dir, "memwal-bench-knn-") as root:
+        return measure(a, root)
+
+
+def measure(a: argparse.Namespace, root: Path) -> dict[str, Any]:
+    """KNN timings and recall on the levels and lagging tables under ``root``."""
     levels, lagging, writer = build(root, a)
     if a.build_only:
         writer.close()

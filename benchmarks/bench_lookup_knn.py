@@ -35,7 +35,6 @@ import argparse
 import json
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -48,7 +47,7 @@ import pyarrow as pa
 from lance.mem_wal import LsmPointLookupPlanner, LsmVectorSearchPlanner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_read import machine_info  # noqa: E402
+from bench_read import machine_info, work_dir  # noqa: E402
 from lookup_levels import run_table  # noqa: E402
 
 import memwal_query as mq  # noqa: E402
@@ -106,7 +105,13 @@ def percentiles(fn: Callable[[Any], Any], args: list[Any]) -> dict[str, float]:
 
 
 def run(a: argparse.Namespace) -> dict[str, Any]:
-    root = Path(a.dir or tempfile.mkdtemp(prefix="memwal-bench-knn-"))
+    """Build (or reuse, with ``--dir``) the tables and measure; a temp dir is removed afterwards."""
+    with work_dir(a.dir, "memwal-bench-lookup-") as root:
+        return measure(a, root)
+
+
+def measure(a: argparse.Namespace, root: Path) -> dict[str, Any]:
+    """Lookup and KNN timings against pylance's planners and the base indexes, tables under ``root``."""
     uri = str(root / f"t_{a.base_rows}_{a.dim}_{a.regions}_{a.newer_rows}")
     if not Path(uri).exists():
         t0 = time.perf_counter()

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -37,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_read import machine_info, measure  # noqa: E402
+from bench_read import machine_info, measure, work_dir  # noqa: E402
 
 import memwal_query as mq  # noqa: E402
 from memwal_query.scan.lance_fragment import LanceFragment  # noqa: E402
@@ -99,7 +98,13 @@ class ScanCounter:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    root = Path(args.dir or tempfile.mkdtemp(prefix="memwal-bench-prune-"))
+    """Build (or reuse, with ``--dir``) the table and measure; a temp dir is removed afterwards."""
+    with work_dir(args.dir, "memwal-bench-prune-") as root:
+        return measure_pruning(args, root)
+
+
+def measure_pruning(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    """Pruned, unpruned and lookup timings of the queries on the table under ``root``."""
     uri = str(root / f"t_{args.base_rows}_{args.regions}_{args.rounds}_{args.newer_rows}")
     if not Path(uri).exists():
         t0 = time.perf_counter()

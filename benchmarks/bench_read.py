@@ -43,6 +43,7 @@ scan takes ~2.5 minutes (run once each), the window-dedup queries most of the re
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib.metadata
 import json
@@ -57,7 +58,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -545,6 +546,17 @@ def measure_memory_in_fresh_process(uri: str, lookup_id: int) -> dict[str, float
 # -- report ----------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def work_dir(keep: str | None, prefix: str) -> Iterator[Path]:
+    """``keep`` (created if needed; tables there are reused), else a temp dir removed on exit."""
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        yield Path(keep)
+        return
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        yield Path(tmp)
+
+
 def machine_info() -> dict[str, Any]:
     def version(pkg: str) -> str:
         try:
@@ -822,12 +834,8 @@ def main(argv: list[str] | None = None) -> int:
         probe_memory(args.probe_memory, args.lookup_id)
         return 0
     started = time.perf_counter()
-    tmp = None if args.dir else tempfile.mkdtemp(prefix="memwal-bench-")
-    try:
-        report = run(args, args.dir or tmp)  # type: ignore[arg-type]
-    finally:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
+    with work_dir(args.dir, "memwal-bench-") as root:
+        report = run(args, str(root))
     report["total_seconds"] = time.perf_counter() - started
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -197,7 +197,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     spark = _spark(args.cores, args.regions)
     spark.sparkContext.setLogLevel("ERROR")
-    root = tempfile.mkdtemp(prefix="memwal-bench-spark-")
+    with tempfile.TemporaryDirectory(prefix="memwal-bench-spark-") as root:
+        return _measure(spark, root, args)
+
+
+def _measure(spark: Any, root: str, args: argparse.Namespace) -> int:
+    """Every measurement, tables under ``root``; writes ``--out``."""
     if args.only_stream:
         return _only_stream(spark, root, args)
     rows, results = args.rows, {}
