@@ -1,6 +1,8 @@
 """Property test: random put / delete / flush / merge / refresh sequences on a
-small pylance-written, bucket-sharded MemWAL table; after every step the merged SQL
-answer equals the dict model (fresh open, refreshed table, count(*), filters, lookup).
+small pylance-written, bucket-sharded MemWAL table, with base compactions, a BTREE on
+the key built and brought up to date, and memwal_write's merger beside the model's;
+after every step the merged SQL answer equals the dict model (fresh open, refreshed
+table, count(*), filters, lookups, exact nearest neighbours).
 
 Each hypothesis example writes its own table in a fresh temporary directory. The slow
 variant runs ``MEMWAL_PROPERTY_EXAMPLES`` examples (default 120, ~2 minutes on 2 cores;
@@ -17,12 +19,14 @@ from typing import Any
 
 import datafusion
 import lance
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import memwal_query as mq
+from memwal_write.merger import merge_generations
 
 from lsm_model import PK, ModelTable
 
@@ -31,6 +35,7 @@ SCHEMA = pa.schema(
         pa.field("id", pa.int64(), nullable=False, metadata=PK),
         pa.field("v", pa.int64()),
         pa.field("c", pa.string()),
+        pa.field("e", pa.list_(pa.float32(), 2)),
     ]
 )
 KEYS = st.integers(min_value=0, max_value=60)
@@ -38,7 +43,12 @@ CATS = ["a", "b", "c"]
 MAX_MEMTABLE_ROWS = 50
 # A base row no operation touches: the base always keeps a fragment. (An empty merged
 # table fails ORDER BY in DataFusion; pinned separately in test_empty_table_order_by.)
-SENTINEL = {"id": 1_000_000, "v": -1_000_000, "c": "z"}
+SENTINEL = {"id": 1_000_000, "v": -1_000_000, "c": "z", "e": [1e6, 1e6]}
+
+
+def _vector(key: int, v: int) -> list[float]:
+    """A row's vector: moves with every write of the key (``v`` is fresh per write)."""
+    return [float(v % 89), float(key % 13) + 0.25]
 
 
 class FastModelTable(ModelTable):
@@ -65,7 +75,7 @@ class Scenario:
     """The system under test is a real table; the oracle is ``ModelTable.model``."""
 
     def __init__(self, path: str, buckets: int, base: list[tuple[int, str]], rnd: random.Random) -> None:
-        rows = {k: {"id": k, "v": -1 - i, "c": c} for i, (k, c) in enumerate(base)}  # base keys are unique
+        rows = {k: {"id": k, "v": -1 - i, "c": c, "e": _vector(k, -1 - i)} for i, (k, c) in enumerate(base)}
         rows[SENTINEL["id"]] = SENTINEL
         self.t = FastModelTable(
             path,
@@ -98,7 +108,8 @@ class Scenario:
     def put(self, items: list[tuple[int, str]]) -> None:
         """Updates, new keys, re-inserts and duplicates inside one batch (last wins)."""
         self.seq += 1
-        self.t.put([{"id": k, "v": self.seq * 1000 + i, "c": c} for i, (k, c) in enumerate(items)])
+        rows = [(k, self.seq * 1000 + i, c) for i, (k, c) in enumerate(items)]
+        self.t.put([{"id": k, "v": v, "c": c, "e": _vector(k, v)} for k, v, c in rows])
         self.written.update(k for k, _ in items)
 
     def delete(self, keys: list[int]) -> None:
@@ -135,6 +146,29 @@ class Scenario:
             self.merged[region] = todo[region]
             event("merged a generation")
 
+    def compact(self) -> None:
+        """Compact the base: new fragments and row addresses, deletions materialised."""
+        ds = lance.dataset(self.t.uri)
+        ds.optimize.compact_files(target_rows_per_fragment=40, materialize_deletions_threshold=0.0)
+        event("compacted the base")
+
+    def index(self) -> None:
+        """Build the base's BTREE on the key, or bring it up to date with later fragments."""
+        ds = lance.dataset(self.t.uri)
+        if any(i.name == "id_idx" for i in ds.describe_indices()):
+            ds.optimize.optimize_indices()
+            event("optimized the key index")
+        else:
+            ds.create_scalar_index("id", "BTREE", name="id_idx")
+            event("indexed the key")
+
+    def ours(self) -> None:
+        """memwal_write's merger: every flushed generation of every region, oldest first."""
+        for r in merge_generations(self.t.uri).to_pylist():
+            if r["status"] == "merged":
+                self.merged[r["region_id"]] = max(self.merged.get(r["region_id"], 0), r["generation"])
+                event("merged by memwal_write")
+
     def pin(self) -> None:
         """Keep the current snapshot: later steps must not change what it shows."""
         self.pinned = (mq.open_table(self.t.uri), self.expected())
@@ -168,9 +202,21 @@ class Scenario:
         for k in self.rnd.sample(keys, min(3, len(keys))):
             want = [self.t.model[(k,)]] if (k,) in self.t.model else []
             assert fresh.lookup(k).to_pylist() == want, f"after {step}: lookup({k})"
+        self.check_nearest(fresh, exp, step)
         if self.pinned is not None:
             table, rows = self.pinned
             assert table.to_arrow().sort_by("id").to_pylist() == rows, f"after {step}: pinned snapshot changed"
+
+    def check_nearest(self, table: mq.Table, exp: list[dict[str, Any]], step: str) -> None:
+        """Exact nearest neighbours (no vector index): the model's k smallest distances."""
+        q = np.array([self.rnd.uniform(0, 89), self.rnd.uniform(0, 13)], dtype=np.float32)
+        got = table.nearest("e", q, k=7, columns=["id", "e"])
+        vecs = np.array([r["e"] for r in exp], dtype=np.float32)
+        want = np.sort(((vecs - q) ** 2).sum(axis=1))[:7]
+        assert got.num_rows == want.size, f"after {step}: nearest returned {got.num_rows} rows"
+        assert np.allclose(got["_distance"].to_numpy(), want, rtol=1e-5), f"after {step}: nearest distances"
+        by_id = {r["id"]: r["e"] for r in exp}
+        assert all(by_id.get(i) == e for i, e in zip(got["id"].to_pylist(), got["e"].to_pylist(), strict=True)), step
 
 
 OPS = st.one_of(
@@ -183,6 +229,9 @@ OPS = st.one_of(
     st.tuples(st.just("put"), st.lists(st.tuples(KEYS, st.sampled_from(CATS)), min_size=20, max_size=70)),
     st.tuples(st.just("merge"), st.lists(st.integers(0, 3), min_size=1, max_size=3)),
     st.tuples(st.just("pin")),
+    st.tuples(st.just("compact")),
+    st.tuples(st.just("index")),
+    st.tuples(st.just("ours")),
     st.tuples(st.just("refresh_pinned")),
 )
 SEQUENCES = st.tuples(
