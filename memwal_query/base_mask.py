@@ -14,7 +14,9 @@ fragment's columns decodes its key column with them and hands it over through
 fragments that did not change, within a byte budget), or one read of the key columns:
 straight from the fragment's data and deletion files
 (:mod:`memwal_query.format.fragment_files`), else through Lance. Integer keys are looked
-up in a table over the newer keys' span when it is small enough (one gather per key).
+up in a table over the newer keys' span when it is small enough (:class:`KeyTable`: one
+gather per key, a byte or a bit per value of the span); otherwise key-sorted fragments
+search the sorted newer keys and unsorted ones hash them.
 """
 
 from __future__ import annotations
@@ -29,13 +31,14 @@ from typing import Protocol
 import lance
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from memwal_query.format.fragment_files import FragmentColumns, read_columns
 from memwal_query.format.storage import Storage
 from memwal_query.regionspec.spec import lance_field_ids
 from memwal_query.snapshot.cache import SnapshotCache, fragment_cache_key
 
-__all__ = ["BaseMask", "KeySet", "MaskStatus", "fragment_identity"]
+__all__ = ["BaseMask", "KeySet", "KeyTable", "MaskStatus", "fragment_identity"]
 
 _EMPTY = np.empty(0, dtype=np.uint64)
 
@@ -84,40 +87,90 @@ def fragment_identity(frag: lance.fragment.LanceFragment) -> tuple[object, ...]:
     return (frag.fragment_id, tuple(f.path for f in m.files), deletion)
 
 
-def _sorted_hits(keys: np.ndarray, addrs: np.ndarray, newer: np.ndarray) -> np.ndarray:
-    """Addresses of the rows of key-sorted ``keys`` whose key is in sorted ``newer``."""
+def _sorted_hits(keys: np.ndarray, newer: np.ndarray) -> np.ndarray:
+    """Positions (ascending) of the rows of key-sorted ``keys`` whose key is in sorted ``newer``."""
     w = newer[np.searchsorted(newer, keys[0]) : np.searchsorted(newer, keys[-1], "right")]
     if w.size == 0:
-        return _EMPTY
+        return _EMPTY_POSITIONS
     lo = np.searchsorted(keys, w, "left")
     hi = np.searchsorted(keys, w, "right")
     counts = hi - lo
     total = int(counts.sum())
     if not total:
-        return _EMPTY
+        return _EMPTY_POSITIONS
+    if not bool((counts > 1).any()):  # unique base keys: one row per key found
+        return np.asarray(lo[counts > 0], dtype=np.int64)
     starts = np.repeat(lo, counts)
-    offsets = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
-    return np.asarray(addrs[starts + offsets], dtype=np.uint64)
+    return np.asarray(starts + np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts), dtype=np.int64)
 
 
+_EMPTY_POSITIONS = np.empty(0, dtype=np.int64)
 _DENSE_CHUNK = 1 << 16
 DENSE_MAX_SPAN = 1 << 25
-"""Largest key span (max - min + 1 of the newer keys) held as a membership table (1 byte per key value)."""
+"""Largest key span (max - min + 1 of the newer keys) held as a table of one byte per key value."""
+BITMAP_MAX_SPAN = 1 << 28
+"""Largest key span held as a bitmap (one bit per key value, 32 MiB at most): wider spans
+(and spans over 2,048 values per newer key) search the sorted newer keys instead."""
 
 
-def _dense_table(newer: np.ndarray) -> tuple[int, np.ndarray | None]:
-    """``(min, table)`` with ``table[k - min]`` true for the sorted, unique integer keys
-    ``newer``; no table when their span is over :data:`DENSE_MAX_SPAN` or over 256 values
-    per key (a sparse span costs more to allocate than searching does)."""
-    if not newer.size or newer.dtype.kind not in "iu":
-        return 0, None
-    lo, hi = int(newer[0]), int(newer[-1])
-    span = hi - lo + 1
-    if abs(lo) >= 1 << 62 or abs(hi) >= 1 << 62 or span > DENSE_MAX_SPAN or span > 256 * newer.size:
-        return lo, None
-    table = np.zeros(span, dtype=bool)
-    table[(newer.astype(np.int64) - np.int64(lo))] = True
-    return lo, table
+@dataclass(frozen=True)
+class KeyTable:
+    """Membership of integer keys in the newer keys, by one gather per key.
+
+    ``table[k - lo]`` is true for the newer keys: one byte per value of their span, or one
+    bit per value (``packed``) when the span is too wide for bytes. Order-independent: a
+    base fragment whose keys are not sorted costs the same as a sorted one (an ``argsort``
+    of 10M keys takes ~2 s, the gather ~20 ms).
+    """
+
+    lo: int
+    table: np.ndarray
+    packed: bool
+
+    @staticmethod
+    def of(newer: np.ndarray) -> KeyTable | None:
+        """The table of the sorted, unique integer keys ``newer``; None when their span is too
+        wide or too sparse to be worth one (a sparse span costs more to allocate than searching)."""
+        if not newer.size or newer.dtype.kind not in "iu":
+            return None
+        lo, hi = int(newer[0]), int(newer[-1])
+        span = hi - lo + 1
+        if abs(lo) >= 1 << 62 or abs(hi) >= 1 << 62:
+            return None
+        offsets = newer.astype(np.int64) - np.int64(lo)
+        if span <= DENSE_MAX_SPAN and span <= 256 * newer.size:
+            table = np.zeros(span, dtype=bool)
+            table[offsets] = True
+            return KeyTable(lo, table, packed=False)
+        if span <= BITMAP_MAX_SPAN and span <= 2048 * newer.size:
+            bits = np.zeros((span + 7) // 8, dtype=np.uint8)
+            np.bitwise_or.at(bits, offsets >> 3, np.left_shift(1, offsets & 7).astype(np.uint8))
+            return KeyTable(lo, bits, packed=True)
+        return None
+
+    @property
+    def span(self) -> int:
+        """Key values the table covers."""
+        return self.table.size * 8 if self.packed else self.table.size
+
+    def hits(self, k: np.ndarray) -> np.ndarray:
+        """Boolean per integer key of ``k`` (any order): whether it is a newer key."""
+        out = np.empty(k.size, dtype=bool)
+        off = np.empty(min(k.size, _DENSE_CHUNK), dtype=np.int64)
+        span = np.uint64(self.span)
+        for at in range(0, k.size, _DENSE_CHUNK):  # chunks that stay in cache
+            part = k[at : at + _DENSE_CHUNK]
+            o = off[: part.size]
+            np.subtract(part, np.int64(self.lo), out=o, casting="unsafe")
+            hit = out[at : at + part.size]
+            inside = o.view(np.uint64) < span  # negatives wrap to huge
+            if self.packed:
+                np.clip(o, 0, self.span - 1, out=o)
+                hit[:] = (self.table[o >> 3] >> (o & 7).astype(np.uint8)) & np.uint8(1)
+            else:
+                np.take(self.table, o, mode="clip", out=hit)
+            hit &= inside
+        return out
 
 
 class BaseMask:
@@ -151,7 +204,8 @@ class BaseMask:
         self._all: np.ndarray | None = None
         self._field_ids: dict[str, int] | None = None
         self._sources: dict[int, str] = {}
-        self._dense: tuple[int, np.ndarray | None] | None = None
+        self._table: KeyTable | None = None
+        self._table_built = False
 
     @classmethod
     def none(cls) -> BaseMask:
@@ -204,59 +258,56 @@ class BaseMask:
         """Sorted addresses of the rows of ``run`` (keys and ``_rowaddr``, or a fragment's
         stored rows and which are deleted) whose key has a newer version."""
         if isinstance(run, FragmentColumns):
-            hit = self._hit_mask(run.table)
+            hit = self._hit_positions(run.table)
             if run.live is not None:
-                hit &= run.live
-            return run.addresses(np.flatnonzero(hit))  # ascending
+                hit = hit[run.live[hit]]
+            return run.addresses(hit)  # ascending
         addrs = np.asarray(run.column("_rowaddr").to_numpy(), dtype=np.uint64)
-        return np.sort(addrs[self._hit_mask(run)])
+        return np.sort(addrs[self._hit_positions(run)])
+
+    def _hit_positions(self, keys: pa.Table) -> np.ndarray:
+        """Positions (ascending) of the rows of key columns ``keys`` whose key has a newer version."""
+        assert self.newer is not None
+        numeric = self.newer.sorted_numeric()
+        col = keys.column(self.primary_key[0])
+        if numeric is None or not keys.num_rows or col.null_count:
+            return np.flatnonzero(np.asarray(self.newer.contains(keys), dtype=bool))
+        k = np.asarray(col.to_numpy(), dtype=numeric.dtype)
+        table = self.key_table()
+        if table is not None:
+            return np.flatnonzero(table.hits(k))
+        if bool(np.all(k[1:] >= k[:-1])):
+            return _sorted_hits(k, numeric)
+        # unsorted keys over a wide span: a hash lookup (5x faster than sorting 10M keys)
+        hit = pc.is_in(pa.array(k), value_set=pa.array(numeric))
+        return np.flatnonzero(hit.to_numpy(zero_copy_only=False))
 
     def _hit_mask(self, keys: pa.Table) -> np.ndarray:
         """Boolean per row of key columns ``keys``: whether a newer version of its key exists."""
         assert self.newer is not None
         numeric = self.newer.sorted_numeric()
-        n = keys.num_rows
         col = keys.column(self.primary_key[0])
-        if numeric is None or not n or col.null_count:
-            return np.asarray(self.newer.contains(keys), dtype=bool)
-        k = np.asarray(col.to_numpy(), dtype=numeric.dtype)
-        dense = self._dense_hits(k, numeric)
-        if dense is not None:
-            return dense
-        hit = np.zeros(n, dtype=bool)
-        if bool(np.all(k[1:] >= k[:-1])):
-            hit[_sorted_hits(k, np.arange(n), numeric).astype(np.int64)] = True
-        else:
-            order = np.argsort(k, kind="stable")
-            hit[_sorted_hits(k[order], order, numeric).astype(np.int64)] = True
+        table = self.key_table()
+        if numeric is not None and table is not None and keys.num_rows and not col.null_count:
+            return table.hits(np.asarray(col.to_numpy(), dtype=numeric.dtype))
+        hit = np.zeros(keys.num_rows, dtype=bool)
+        hit[self._hit_positions(keys)] = True
         return hit
 
     @property
     def lookup_table_bytes(self) -> int:
         """Memory of the table over the newer keys' span (0 until built, or none was)."""
-        dense = self._dense
-        return int(dense[1].nbytes) if dense is not None and dense[1] is not None else 0
+        return int(self._table.table.nbytes) if self._table is not None else 0
 
-    def _dense_hits(self, k: np.ndarray, numeric: np.ndarray) -> np.ndarray | None:
-        """Which of integer keys ``k`` (any order) are newer keys, by one gather from a table
-        of the newer keys' span (None when the span is too sparse or large to hold one)."""
-        if self._dense is None:
+    def key_table(self) -> KeyTable | None:
+        """The newer integer keys' membership table (built on first use; None when not worth one)."""
+        if not self._table_built:
             with self._lock:
-                if self._dense is None:
-                    self._dense = _dense_table(numeric)
-        lo, table = self._dense
-        if table is None or not k.size:
-            return None
-        out = np.empty(k.size, dtype=bool)
-        off = np.empty(min(k.size, _DENSE_CHUNK), dtype=np.int64)
-        for at in range(0, k.size, _DENSE_CHUNK):  # chunks that stay in cache
-            part = k[at : at + _DENSE_CHUNK]
-            o = off[: part.size]
-            np.subtract(part, np.int64(lo), out=o, casting="unsafe")
-            hit = out[at : at + part.size]
-            np.take(table, o, mode="clip", out=hit)
-            hit &= o.view(np.uint64) < np.uint64(table.size)  # negatives wrap to huge
-        return out
+                if not self._table_built:
+                    numeric = self.newer.sorted_numeric() if self.newer is not None else None
+                    self._table = KeyTable.of(numeric) if numeric is not None else None
+                    self._table_built = True
+        return self._table
 
     def live(self, keys: pa.Table) -> np.ndarray:
         """Boolean mask over rows of base key columns ``keys``: ``True`` where no newer version exists.

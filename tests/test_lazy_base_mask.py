@@ -231,27 +231,32 @@ class _Keys:
 
 
 @pytest.mark.parametrize(
-    "newer",
+    ("newer", "table_kind"),
     [
-        np.arange(1000, 50_000, 7),  # a dense span: one table lookup per key
-        np.array([-(2**40), -5, 0, 3, 2**40]),  # sparse: binary search
-        np.arange(-3000, 3000, 3),  # negative keys in a table
-        np.array([2**62 + 1, 2**62 + 9]),  # beyond the table's int64 arithmetic
+        (np.arange(1000, 50_000, 7), "bytes"),  # a dense span: one table lookup per key
+        (np.array([-(2**40), -5, 0, 3, 2**40]), None),  # sparse: binary search
+        (np.arange(-3000, 3000, 3), "bytes"),  # negative keys in a table
+        (np.array([2**62 + 1, 2**62 + 9]), None),  # beyond the table's int64 arithmetic
+        (np.arange(-(2**25), 2**25, 1021), "bits"),  # too wide for bytes: a bitmap
+        (np.arange(5, 2**27, 5003), None),  # too sparse for a bitmap
     ],
-    ids=["dense", "sparse", "negative", "huge"],
+    ids=["dense", "sparse", "negative", "huge", "wide", "wide-sparse"],
 )
-def test_base_rows_shadowed_by_newer_keys_in_any_order(newer: np.ndarray) -> None:
+def test_base_rows_shadowed_by_newer_keys_in_any_order(newer: np.ndarray, table_kind: str | None) -> None:
     rng = np.random.default_rng(int(newer.size))
     lo, hi = int(newer.min()) - 100, int(newer.max()) + 100
     keys = np.concatenate([rng.choice(newer, newer.size // 2), rng.integers(lo, hi, 20_000), [lo, hi, 0]])
-    for order in ("sorted", "shuffled"):
-        k = np.sort(keys) if order == "sorted" else rng.permutation(keys)
+    for order in ("sorted", "shuffled", "unique"):  # base keys repeat in the first two
+        k = np.unique(keys) if order == "unique" else np.sort(keys) if order == "sorted" else rng.permutation(keys)
         want = np.isin(k, newer)
         mask = BaseMask("t", None, ["id"], _Keys(newer), None)
         table = pa.table({"id": pa.array(k, pa.int64()), "_rowaddr": pa.array(np.arange(k.size, dtype=np.uint64))})
         assert (~mask.live(table)).tolist() == want.tolist(), order
         frag = SimpleNamespace(fragment_id=0)
         assert mask.decide(frag, table).tolist() == np.flatnonzero(want).tolist(), order  # type: ignore[arg-type]
+        kt = mask.key_table()
+        assert (None if kt is None else "bits" if kt.packed else "bytes") == table_kind
+        assert mask.lookup_table_bytes == (0 if kt is None else kt.table.nbytes)
 
 
 def test_selective_query_uses_the_key_index_and_decodes_nothing(
