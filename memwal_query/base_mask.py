@@ -272,10 +272,10 @@ class BaseMask:
         col = keys.column(self.primary_key[0])
         if numeric is None or not keys.num_rows or col.null_count:
             return np.flatnonzero(np.asarray(self.newer.contains(keys), dtype=bool))
+        hits = self._table_hits(col, numeric.dtype)
+        if hits is not None:
+            return np.flatnonzero(hits)
         k = np.asarray(col.to_numpy(), dtype=numeric.dtype)
-        table = self.key_table()
-        if table is not None:
-            return np.flatnonzero(table.hits(k))
         if bool(np.all(k[1:] >= k[:-1])):
             return _sorted_hits(k, numeric)
         # unsorted keys over a wide span: a hash lookup (5x faster than sorting 10M keys)
@@ -287,12 +287,22 @@ class BaseMask:
         assert self.newer is not None
         numeric = self.newer.sorted_numeric()
         col = keys.column(self.primary_key[0])
-        table = self.key_table()
-        if numeric is not None and table is not None and keys.num_rows and not col.null_count:
-            return table.hits(np.asarray(col.to_numpy(), dtype=numeric.dtype))
+        if numeric is not None and keys.num_rows and not col.null_count:
+            hits = self._table_hits(col, numeric.dtype)
+            if hits is not None:
+                return hits
         hit = np.zeros(keys.num_rows, dtype=bool)
         hit[self._hit_positions(keys)] = True
         return hit
+
+    def _table_hits(self, col: pa.ChunkedArray, dtype: np.dtype) -> np.ndarray | None:
+        """Boolean per key of ``col`` (no NULLs) from the key table, chunk by chunk (no copy
+        of the keys: ``to_numpy`` of a chunked column concatenates); None without a table."""
+        table = self.key_table()
+        if table is None:
+            return None
+        parts = [table.hits(np.asarray(c.to_numpy(), dtype=dtype)) for c in col.chunks]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     @property
     def lookup_table_bytes(self) -> int:

@@ -250,7 +250,9 @@ def test_base_rows_shadowed_by_newer_keys_in_any_order(newer: np.ndarray, table_
         k = np.unique(keys) if order == "unique" else np.sort(keys) if order == "sorted" else rng.permutation(keys)
         want = np.isin(k, newer)
         mask = BaseMask("t", None, ["id"], _Keys(newer), None)
-        table = pa.table({"id": pa.array(k, pa.int64()), "_rowaddr": pa.array(np.arange(k.size, dtype=np.uint64))})
+        cut = [0, k.size // 3, k.size // 2, k.size]  # read keys arrive in chunks
+        ids = pa.chunked_array([pa.array(k[a:b], pa.int64()) for a, b in zip(cut, cut[1:], strict=False)])
+        table = pa.table({"id": ids, "_rowaddr": pa.array(np.arange(k.size, dtype=np.uint64))})
         assert (~mask.live(table)).tolist() == want.tolist(), order
         frag = SimpleNamespace(fragment_id=0)
         assert mask.decide(frag, table).tolist() == np.flatnonzero(want).tolist(), order  # type: ignore[arg-type]
