@@ -5,7 +5,7 @@ Usage::
     memwal sql URI "SELECT category, count(*) FROM t GROUP BY category"
     memwal sql URI "SELECT * FROM t" --format arrow --output rows.arrows
     memwal inspect URI [--json]
-    memwal verify URI [--json]
+    memwal verify URI [--json] [--keys]
 
 The merged table is registered as ``t`` and under its folder name
 (``/data/events`` -> ``events``). Every subcommand takes ``--storage-option
@@ -124,6 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
     ver = sub.add_parser("verify", help="check the layout; exit code 2 when problems are found")
     common(ver, False)
     ver.add_argument("--json", action="store_true", help="machine-readable output")
+    ver.add_argument(
+        "--keys", action="store_true", help="also check that no primary key repeats in the base (reads every key)"
+    )
     return p
 
 
@@ -420,7 +423,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
     bar = _Progress("verifying")
     try:
-        report = verify_table(args.uri, storage_options=parse_storage_options(args.storage_option), progress=bar)
+        report = verify_table(
+            args.uri, storage_options=parse_storage_options(args.storage_option), progress=bar, check_keys=args.keys
+        )
     finally:
         bar.close()
     if args.json:

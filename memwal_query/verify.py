@@ -19,7 +19,9 @@ What is checked, per table:
 * the version hint and the MemWAL index's inline region snapshots decode;
 * MemWAL index consistency: a merged generation never exceeds what its region
   has flushed; index catch-up never exceeds the merged generation; the region's
-  spec exists and its field values decode.
+  spec exists and its field values decode;
+* with ``check_keys=True`` (``memwal verify --keys``): no primary key is stored on
+  more than one live base row (reads every base key; see :mod:`memwal_query.verify_keys`).
 
 Problems name the file involved, one per line; :attr:`VerifyReport.ok` is true
 when there is none.
@@ -69,7 +71,9 @@ from memwal_query.format.paths import generation_rel
 from memwal_query.format.storage import Storage
 from memwal_query.format.wal import WalEntry, read_wal_entry, scan_generations, wal_entry_path
 from memwal_query.regionspec.spec import decode_field_value, lance_field_ids, parse_result_type
+from memwal_query.snapshot.model import primary_key_of
 from memwal_query.text import counted
+from memwal_query.verify_keys import repeated_keys
 
 __all__ = ["Finding", "VerifyReport", "verify_table", "Progress"]
 
@@ -123,6 +127,8 @@ class VerifyReport:
             f"{counted(c['wal_entries'], 'WAL entry', 'WAL entries')}, "
             f"{counted(c['generations'], 'generation')}, {counted(c['specs'], 'spec')}"
         )
+        if "base_keys" in c:
+            what += f", {counted(c['base_keys'], 'base key')}"
         warn = f", {len(self.warnings)} warning{'s' if len(self.warnings) != 1 else ''}" if self.warnings else ""
         if self.ok:
             return f"ok: {what}{warn}"
@@ -182,6 +188,12 @@ class _Checker:
             except MemWalCorruptionError as err:
                 self.problem(rel, str(err))
         return ds, index, rel
+
+    def base_keys(self, ds: lance.LanceDataset) -> None:
+        found = repeated_keys(ds, primary_key_of(ds.schema))
+        self.report.checked["base_keys"] = ds.count_rows()
+        if found.keys:
+            self.problem("data", found.message())
 
     def specs(self, index: MemWalIndex, field_ids: Mapping[int, str], index_rel: str) -> None:
         for spec in index.specs:
@@ -431,6 +443,7 @@ def verify_table(
     *,
     storage_options: Mapping[str, str] | None = None,
     progress: Progress | None = None,
+    check_keys: bool = False,
 ) -> VerifyReport:
     """Check a MemWAL table's layout (see the module docstring for the checks).
 
@@ -438,6 +451,8 @@ def verify_table(
         uri: Table URI (local path or object store).
         storage_options: Object store options, as pylance takes them.
         progress: Called as ``progress(done, total, region_id)`` after each region.
+        check_keys: Also check that no primary key is stored on more than one live base
+            row (reads every base key once: the cost of a scan of the key columns).
 
     Returns:
         A :class:`VerifyReport`; ``report.ok`` is False when problems were found.
@@ -455,6 +470,8 @@ def verify_table(
     if index is None:
         return report
     checker.specs(index, lance_field_ids(ds), index_rel)
+    if check_keys:
+        checker.base_keys(ds)
     regions: list[str] = []
     for name, is_dir in storage.list_dir("_mem_wal"):
         try:
