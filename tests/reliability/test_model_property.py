@@ -26,6 +26,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import memwal_query as mq
+from memwal_query.vector_background import wait_warm
 from memwal_write.merger import merge_generations
 
 from lsm_model import PK, ModelTable
@@ -211,6 +212,7 @@ class Scenario:
         """Exact nearest neighbours (no vector index): the model's k smallest distances."""
         q = np.array([self.rnd.uniform(0, 89), self.rnd.uniform(0, 13)], dtype=np.float32)
         got = table.nearest("e", q, k=7, columns=["id", "e"])
+        wait_warm()  # what the search reads for later searches, while the table exists (and its errors here)
         vecs = np.array([r["e"] for r in exp], dtype=np.float32)
         want = np.sort(((vecs - q) ** 2).sum(axis=1))[:7]
         assert got.num_rows == want.size, f"after {step}: nearest returned {got.num_rows} rows"
