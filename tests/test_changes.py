@@ -1,4 +1,5 @@
-"""The change feed against the dict model: random put / delete / flush / merge / GC sequences.
+"""The change feed against the dict model: random put / delete / flush / merge / GC sequences,
+with base compactions and memwal_write's merger among them.
 
 After every step, for the last few checkpoints (older snapshots and their tokens), the
 changes since the checkpoint applied to the checkpoint's rows give the newer snapshot's
@@ -31,6 +32,7 @@ from memwal_query.format.names import parse_bitrev64_name
 from memwal_query.format.storage import Storage
 from memwal_query.format.wal import WalEntry, read_wal_entry, wal_entry_path
 from memwal_query.snapshot import latest_region_manifest
+from memwal_write.merger import merge_generations
 
 from lsm_model import PK, ModelTable
 
@@ -140,6 +142,19 @@ class Feed:
             self.merged[region] = todo[region]
             event("merged")
 
+    def compact(self) -> None:
+        """Compact the base: a Rewrite (no row changes) with new fragments and row addresses."""
+        ds = lance.dataset(self.t.uri)
+        ds.optimize.compact_files(target_rows_per_fragment=30, materialize_deletions_threshold=0.0)
+        event("compacted the base")
+
+    def ours(self) -> None:
+        """memwal_write's merger: every flushed generation of every region."""
+        for r in merge_generations(self.t.uri).to_pylist():
+            if r["status"] == "merged":
+                self.merged[r["region_id"]] = max(self.merged.get(r["region_id"], 0), r["generation"])
+                event("merged by memwal_write")
+
     def gc(self) -> None:
         """Remove the directories of merged generations (what a merger's GC does)."""
         for region, merged in self.merged.items():
@@ -198,6 +213,8 @@ OPS = st.one_of(
     st.tuples(st.just("flush"), st.lists(st.integers(0, 3), min_size=1, max_size=4)),
     st.tuples(st.just("merge"), st.lists(st.integers(0, 3), min_size=1, max_size=3)),
     st.tuples(st.just("gc")),
+    st.tuples(st.just("compact")),
+    st.tuples(st.just("ours")),
     st.tuples(st.just("gc_wal")),
     st.tuples(st.just("put"), st.lists(KEYS, min_size=25, max_size=70)),
     st.tuples(st.just("checkpoint"), st.booleans()),
