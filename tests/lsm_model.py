@@ -155,6 +155,21 @@ class ModelTable:
             .execute(ups)
         )
 
+    def merge_all(self, merged: dict[str, int]) -> int:
+        """memwal_write's merger over every flushed generation of every region; ``merged``
+        (region -> highest generation merged) is updated. Returns how many it merged."""
+        from memwal_write.merger import merge_generations
+
+        done = [r for r in merge_generations(self.uri).to_pylist() if r["status"] == "merged"]
+        for r in done:
+            merged[r["region_id"]] = max(merged.get(r["region_id"], 0), r["generation"])
+        return len(done)
+
+    def compact_base(self, rows_per_fragment: int) -> None:
+        """Compact the base: a Rewrite commit (no row changes), new fragments and row addresses."""
+        ds = lance.dataset(self.uri)
+        ds.optimize.compact_files(target_rows_per_fragment=rows_per_fragment, materialize_deletions_threshold=0.0)
+
     def lsm_scanner(self) -> Any:
         """pylance's own LsmScanner over base + every unmerged flushed generation."""
         from lance.mem_wal import LsmScanner

@@ -32,7 +32,6 @@ from memwal_query.format.names import parse_bitrev64_name
 from memwal_query.format.storage import Storage
 from memwal_query.format.wal import WalEntry, read_wal_entry, wal_entry_path
 from memwal_query.snapshot import latest_region_manifest
-from memwal_write.merger import merge_generations
 
 from lsm_model import PK, ModelTable
 
@@ -143,17 +142,14 @@ class Feed:
             event("merged")
 
     def compact(self) -> None:
-        """Compact the base: a Rewrite (no row changes) with new fragments and row addresses."""
-        ds = lance.dataset(self.t.uri)
-        ds.optimize.compact_files(target_rows_per_fragment=30, materialize_deletions_threshold=0.0)
+        """Compact the base: new fragments and row addresses, deletions materialised."""
+        self.t.compact_base(30)
         event("compacted the base")
 
     def ours(self) -> None:
-        """memwal_write's merger: every flushed generation of every region."""
-        for r in merge_generations(self.t.uri).to_pylist():
-            if r["status"] == "merged":
-                self.merged[r["region_id"]] = max(self.merged.get(r["region_id"], 0), r["generation"])
-                event("merged by memwal_write")
+        """memwal_write's merger: every flushed generation of every region, oldest first."""
+        if self.t.merge_all(self.merged):
+            event("merged by memwal_write")
 
     def gc(self) -> None:
         """Remove the directories of merged generations (what a merger's GC does)."""

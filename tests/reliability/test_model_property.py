@@ -27,7 +27,6 @@ from hypothesis import strategies as st
 
 import memwal_query as mq
 from memwal_query.vector_background import wait_warm
-from memwal_write.merger import merge_generations
 
 from lsm_model import PK, ModelTable
 
@@ -149,8 +148,7 @@ class Scenario:
 
     def compact(self) -> None:
         """Compact the base: new fragments and row addresses, deletions materialised."""
-        ds = lance.dataset(self.t.uri)
-        ds.optimize.compact_files(target_rows_per_fragment=40, materialize_deletions_threshold=0.0)
+        self.t.compact_base(40)
         event("compacted the base")
 
     def index(self) -> None:
@@ -165,10 +163,8 @@ class Scenario:
 
     def ours(self) -> None:
         """memwal_write's merger: every flushed generation of every region, oldest first."""
-        for r in merge_generations(self.t.uri).to_pylist():
-            if r["status"] == "merged":
-                self.merged[r["region_id"]] = max(self.merged.get(r["region_id"], 0), r["generation"])
-                event("merged by memwal_write")
+        if self.t.merge_all(self.merged):
+            event("merged by memwal_write")
 
     def pin(self) -> None:
         """Keep the current snapshot: later steps must not change what it shows."""
