@@ -154,14 +154,17 @@ class KeyTable:
         return self.table.size * 8 if self.packed else self.table.size
 
     def hits(self, k: np.ndarray) -> np.ndarray:
-        """Boolean per integer key of ``k`` (any order): whether it is a newer key."""
+        """Boolean per integer key of ``k`` (any order, the newer keys' dtype): whether it is a newer key."""
         out = np.empty(k.size, dtype=bool)
         off = np.empty(min(k.size, _DENSE_CHUNK), dtype=np.int64)
         span = np.uint64(self.span)
+        # uint64 keys subtract in uint64 (keys below lo wrap to huge): uint64 - int64 would
+        # compute in float64, which rounds keys over 2^53 to a neighbour's offset
+        lo = np.uint64(self.lo) if k.dtype == np.uint64 else np.int64(self.lo)
         for at in range(0, k.size, _DENSE_CHUNK):  # chunks that stay in cache
             part = k[at : at + _DENSE_CHUNK]
             o = off[: part.size]
-            np.subtract(part, np.int64(self.lo), out=o, casting="unsafe")
+            np.subtract(part, lo, out=o.view(np.uint64) if k.dtype == np.uint64 else o, casting="unsafe")
             hit = out[at : at + part.size]
             inside = o.view(np.uint64) < span  # negatives wrap to huge
             if self.packed:

@@ -30,7 +30,7 @@ from memwal_query.scan.group import SMALL_SOURCE_ROWS
 from memwal_query.scan.indexed_base import IndexedBaseFragment
 
 from builders import events_schema, rows
-from lsm_model import ModelTable, sort_table
+from lsm_model import PK, ModelTable, sort_table
 
 
 def _build(path: str, *, key_index: bool, seed: int = 3) -> ModelTable:
@@ -259,6 +259,28 @@ def test_base_rows_shadowed_by_newer_keys_in_any_order(newer: np.ndarray, table_
         kt = mask.key_table()
         assert (None if kt is None else "bits" if kt.packed else "bytes") == table_kind
         assert mask.lookup_table_bytes == (0 if kt is None else kt.table.nbytes)
+
+
+@pytest.mark.parametrize("low", [2**54, 2**60], ids=["2^54", "2^60"])
+def test_uint64_keys_beyond_float_precision(tmp_path: Path, low: int) -> None:
+    """uint64 keys over 2^53 in the key table: their offsets are computed in uint64 (in float64
+    a key rounded to a neighbour's offset, so base rows were shown beside their newer version)."""
+    schema = pa.schema([pa.field("id", pa.uint64(), nullable=False, metadata=PK), pa.field("v", pa.int64())])
+    ids = [low + i for i in range(3000)]
+    base = pa.table({"id": pa.array(ids, pa.uint64()), "v": range(3000)}, schema=schema)
+    t = ModelTable(str(tmp_path / "t"), schema, base, unsharded=True, max_memtable_rows=500)
+    t.put([{"id": low + i, "v": -i} for i in range(0, 3300, 3)])  # every third key, and new ones
+    t.flush()
+    t.delete([(low + 1,), (low + 3299,)])
+    table = mq.open_table(t.uri)
+    mask = table.merge_state.base_mask
+    assert table.count_rows() == len(t.model)
+    assert sort_table(table.to_arrow(), ["id"]).to_pylist() == sort_table(t.expected(), ["id"]).to_pylist()
+    assert mask.key_table() is not None  # the path under test
+    keys = [low + 1, low + 2, low + 3, low + 3299, low + 3300]
+    assert sorted(table.lookup(keys).to_pylist(), key=lambda r: r["id"]) == [
+        t.model[(k,)] for k in keys if (k,) in t.model
+    ]
 
 
 def test_selective_query_uses_the_key_index_and_decodes_nothing(
