@@ -190,7 +190,11 @@ class _Checker:
         return ds, index, rel
 
     def base_keys(self, ds: lance.LanceDataset) -> None:
-        found = repeated_keys(ds, primary_key_of(ds.schema))
+        pk = primary_key_of(ds.schema)
+        if not pk:
+            self.problem("data", "the base declares no primary key: its keys cannot be checked")
+            return
+        found = repeated_keys(ds, pk)
         self.report.checked["base_keys"] = ds.count_rows()
         if found.keys:
             self.problem("data", found.message())
@@ -452,7 +456,8 @@ def verify_table(
         storage_options: Object store options, as pylance takes them.
         progress: Called as ``progress(done, total, region_id)`` after each region.
         check_keys: Also check that no primary key is stored on more than one live base
-            row (reads every base key once: the cost of a scan of the key columns).
+            row (reads every base key: a scan of the key columns, a second one to name
+            the rows of repeated keys).
 
     Returns:
         A :class:`VerifyReport`; ``report.ok`` is False when problems were found.
