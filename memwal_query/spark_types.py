@@ -1,16 +1,19 @@
 """Arrow data as Spark's Arrow exchange takes it.
 
 Spark has no fixed-size lists (a vector column is an ``ArrayType``: Arrow ``list`` with an
-``element`` child) and, unless told otherwise, exchanges strings and binaries with 32-bit
-offsets. Batches handed to Spark (``read_spark`` tasks, the ``memwal`` data source) are
-cast to :func:`spark_schema` of the table's schema; the values are the same.
+``element`` child), no unsigned integers and, unless told otherwise, exchanges strings and
+binaries with 32-bit offsets. Batches handed to Spark (``read_spark`` tasks, the ``memwal``
+data source) are cast to :func:`spark_schema` of the table's schema; the values are the
+same. Unsigned integers widen as Spark reads Parquet's: uint8 -> short, uint16 -> int,
+uint32 -> long, uint64 -> decimal(20, 0).
 
 Example:
     >>> import pyarrow as pa
-    >>> spark_schema(pa.schema([("vec", pa.list_(pa.float32(), 4)), ("t", pa.large_string())]))
+    >>> spark_schema(pa.schema([("vec", pa.list_(pa.float32(), 4)), ("t", pa.large_string()), ("u", pa.uint64())]))
     vec: list<element: float>
       child 0, element: float
     t: string
+    u: decimal128(20, 0)
 """
 
 from __future__ import annotations
@@ -30,11 +33,15 @@ def _spark_type(t: pa.DataType) -> pa.DataType:
         return pa.string()
     if pa.types.is_large_binary(t):
         return pa.binary()
-    return t
+    return _WIDER.get(t, t)
+
+
+_WIDER = {pa.uint8(): pa.int16(), pa.uint16(): pa.int32(), pa.uint32(): pa.int64(), pa.uint64(): pa.decimal128(20, 0)}
 
 
 def spark_schema(schema: pa.Schema) -> pa.Schema:
-    """``schema`` with the types Spark exchanges (fixed-size lists as lists, 32-bit offsets)."""
+    """``schema`` with the types Spark exchanges (fixed-size lists as lists, unsigned integers
+    widened, 32-bit offsets)."""
     return pa.schema([f.with_type(_spark_type(f.type)) for f in schema], metadata=schema.metadata)
 
 

@@ -307,6 +307,39 @@ def test_read_spark_ships_generations_held_in_memory(spark: Any, tmp_path: Path)
         t.flush()
 
 
+def test_unsigned_columns_read_as_spark_reads_parquet_unsigned(spark: Any, tmp_path: Path) -> None:
+    """Spark has no unsigned integers: read_spark and the data source widen them (uint8 ->
+    short, uint16 -> int, uint32 -> long, uint64 -> decimal(20, 0)), every value exact."""
+    from decimal import Decimal
+
+    from lsm_model import ModelTable
+
+    schema = pa.schema(
+        [
+            pa.field("id", pa.uint64(), nullable=False, metadata=PK),
+            pa.field("a", pa.uint8()),
+            pa.field("b", pa.uint16()),
+            pa.field("c", pa.uint32()),
+        ]
+    )
+    ids = [0, 7, 2**53 + 1, 2**63 + 5, 2**64 - 1]
+
+    def row(i: int, k: int) -> dict[str, Any]:
+        return {"id": k, "a": 255 - i, "b": 65535 - i, "c": 2**32 - 1 - i}
+
+    base = pa.Table.from_pylist([row(i, k) for i, k in enumerate(ids[:3])], schema=schema)
+    t = ModelTable(str(tmp_path / "t"), schema, base, unsharded=True)
+    t.put([row(10 + i, k) for i, k in enumerate(ids[2:])])  # one update, two new keys
+    t.flush()
+    want = [{**r, "id": Decimal(r["id"])} for r in sorted(t.model.values(), key=lambda r: r["id"])]
+    got = memwal_write.read_spark(spark, t.uri).toArrow()
+    assert [f.type for f in got.schema] == [pa.decimal128(20, 0), pa.int16(), pa.int32(), pa.int64()]
+    assert sort_table(got, ["id"]).to_pylist() == want
+    memwal_write.register_data_source(spark)
+    rows = spark.read.format("memwal").load(t.uri).where(f"c >= {2**32 - 11}").toArrow()  # pushed
+    assert sort_table(rows, ["id"]).to_pylist() == [r for r in want if r["c"] >= 2**32 - 11]
+
+
 def test_to_datafusion_joins_merged_table(spark: Any, tmp_path: Path) -> None:
     uri, model = _table(tmp_path, base_rows=300)
     ctx = datafusion.SessionContext()
