@@ -71,9 +71,8 @@ from memwal_query.format.paths import generation_rel
 from memwal_query.format.storage import Storage
 from memwal_query.format.wal import WalEntry, read_wal_entry, scan_generations, wal_entry_path
 from memwal_query.regionspec.spec import decode_field_value, lance_field_ids, parse_result_type
-from memwal_query.snapshot.model import primary_key_of
 from memwal_query.text import counted
-from memwal_query.verify_keys import repeated_keys
+from memwal_query.verify_keys import repeated_key_problem
 
 __all__ = ["Finding", "VerifyReport", "verify_table", "Progress"]
 
@@ -190,14 +189,10 @@ class _Checker:
         return ds, index, rel
 
     def base_keys(self, ds: lance.LanceDataset) -> None:
-        pk = primary_key_of(ds.schema)
-        if not pk:
-            self.problem("data", "the base declares no primary key: its keys cannot be checked")
-            return
-        found = repeated_keys(ds, pk)
         self.report.checked["base_keys"] = ds.count_rows()
-        if found.keys:
-            self.problem("data", found.message())
+        problem = repeated_key_problem(ds)
+        if problem:
+            self.problem("data", problem)
 
     def specs(self, index: MemWalIndex, field_ids: Mapping[int, str], index_rel: str) -> None:
         for spec in index.specs:

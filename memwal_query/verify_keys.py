@@ -25,7 +25,9 @@ import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["RepeatedKey", "RepeatedKeys", "repeated_keys"]
+from memwal_query.snapshot.model import primary_key_of
+
+__all__ = ["RepeatedKey", "RepeatedKeys", "repeated_key_problem", "repeated_keys"]
 
 _EXAMPLES = 3
 _COUNT = "_copies"
@@ -65,6 +67,14 @@ class RepeatedKeys:
 
 def _key_text(key: dict[str, object]) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in key.items())
+
+
+def repeated_key_problem(ds: lance.LanceDataset) -> str | None:
+    """The verify problem of ``ds``'s repeated primary keys (None when every key is unique)."""
+    pk = primary_key_of(ds.schema)
+    if not pk:
+        return "the base declares no primary key: its keys cannot be checked"
+    return repeated_keys(ds, pk).message() or None
 
 
 def repeated_keys(ds: lance.LanceDataset, primary_key: Sequence[str]) -> RepeatedKeys:
