@@ -290,10 +290,11 @@ class BaseMask:
         assert self.newer is not None
         numeric = self.newer.sorted_numeric()
         col = keys.column(self.primary_key[0])
-        if numeric is not None and keys.num_rows and not col.null_count:
-            hits = self._table_hits(col, numeric.dtype)
-            if hits is not None:
-                return hits
+        if numeric is None or not keys.num_rows or col.null_count:
+            return np.asarray(self.newer.contains(keys), dtype=bool)
+        hits = self._table_hits(col, numeric.dtype)
+        if hits is not None:
+            return hits
         hit = np.zeros(keys.num_rows, dtype=bool)
         hit[self._hit_positions(keys)] = True
         return hit
