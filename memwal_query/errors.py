@@ -37,7 +37,20 @@ __all__ = [
 
 
 class MemWalError(Exception):
-    """Base class of every error raised by memwal."""
+    """Base class of every error raised by memwal.
+
+    A message is one line: a cause quoted into it (a DataFusion or Lance error that
+    spans lines) has its line breaks folded into spaces, so a log keeps it whole.
+
+    Example:
+        >>> str(MemWalError("cannot plan 'x = 1': Schema error\\nValid fields are t.id"))
+        "cannot plan 'x = 1': Schema error Valid fields are t.id"
+    """
+
+    def __init__(self, *args: object) -> None:
+        if len(args) == 1 and isinstance(args[0], str) and ("\n" in args[0] or "\r" in args[0]):
+            args = (" ".join(args[0].split()),)
+        super().__init__(*args)
 
 
 class TableNotFoundError(MemWalError):

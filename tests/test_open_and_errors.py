@@ -204,6 +204,17 @@ def test_bad_arguments(tmp_path: Path) -> None:
         mq.open_table(t.uri, version=999999)
 
 
+def test_errors_quoting_a_multi_line_cause_are_one_line(tmp_path: Path) -> None:
+    t = build_events(str(tmp_path / "e"), seed=2, keep_open=False)
+    table = mq.open_table(t.uri)
+    # DataFusion's schema error spans two lines ("... Did you mean ...?\nValid fields are ...").
+    for call in (lambda: table.explain("nope = 1"), lambda: table.plan("nope = 1")):
+        with pytest.raises(mq.InvalidArgumentError, match="nope") as info:
+            call()
+        message = str(info.value)
+        assert "\n" not in message and "Valid fields are" in message and t.uri in message
+
+
 def test_ffi_version_check_names_both_versions(monkeypatch: pytest.MonkeyPatch) -> None:
     from memwal_query import compat
 
