@@ -387,7 +387,11 @@ def open_table(
         consistency: ``"strong"`` (default) also reads every region's WAL tail,
             i.e. other writers' live MemTables; ``"eventual"`` reads flushed
             generations only (cheaper, may lag).
-        version: Base table version to read (default: latest).
+        version: Base table version to read (default: latest). Only the base is
+            read at that version: the levels above it (flushed generations not merged
+            by that version, WAL tails) are read as they are now, so every key still
+            shows its newest value. It is not a view of the table as of that version:
+            MemWAL levels do not record the base version they were written at.
         live: In-process MemTables (:class:`memwal_query.LiveMemTable`) to include.
         on_missing_generation: What to do with a *lost* generation: a flushed
             generation above its region's merged generation (so the base does not hold
