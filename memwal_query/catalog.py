@@ -309,5 +309,9 @@ def register_catalog(
     check_datafusion_supported()
     catalog = MemWalCatalog(root, storage_options=storage_options, consistency=consistency)
     ctx.register_catalog_provider(name, cast(Any, catalog))
-    add_table_resolver(ctx, lambda table: catalog.resolve(table, name))
+    add_table_resolver(
+        ctx,
+        lambda table: catalog.resolve(table, name),
+        lambda: [f"{name}.{SCHEMA_NAME}.{table}" for table in catalog.table_names()],
+    )
     return catalog

@@ -64,6 +64,7 @@ class _Registry(dict[str, HasView]):
     def __init__(self) -> None:
         super().__init__()
         self.resolvers: list[TableResolver] = []
+        self.listers: list[Callable[[], list[str]]] = []
 
     def find(self, name: str) -> HasView | None:
         found = self.get(name)
@@ -72,6 +73,10 @@ class _Registry(dict[str, HasView]):
                 break
             found = resolve(name)
         return found
+
+    def known(self) -> list[str]:
+        """The names registered, then those the resolvers list (e.g. a catalog's tables)."""
+        return sorted(self) + [n for names in self.listers for n in names()]
 
 
 def _value(e: Any, what: str) -> Any:
@@ -87,7 +92,7 @@ def _table(tables: _Registry, e: Any, fn: str) -> TableView:
     name = _value(e, f"{fn}: the table name")
     table = tables.find(str(name))
     if table is None:
-        msg = f"{fn}: no memwal table named {name!r} is registered (known: {sorted(tables)})"
+        msg = f"{fn}: no memwal table named {name!r} is registered (known: {tables.known()})"
         raise InvalidArgumentError(msg)
     return view_of(table)
 
@@ -251,19 +256,25 @@ def _registry(ctx: datafusion.SessionContext) -> _Registry:
     return registry
 
 
-def add_table_resolver(ctx: datafusion.SessionContext, resolve: TableResolver) -> None:
+def add_table_resolver(
+    ctx: datafusion.SessionContext, resolve: TableResolver, names: Callable[[], list[str]] | None = None
+) -> None:
     """Let the SQL functions of ``ctx`` find tables through ``resolve`` (registering them if needed).
 
     Names given to :func:`register_functions` come first; ``resolve(name)`` returns a
     :class:`~memwal_query.Table` (or view) or None. It runs while DataFusion plans a
-    query, so it must not call DataFusion.
+    query, so it must not call DataFusion. ``names()`` (optional) lists the names it
+    resolves, for the error naming an unknown table.
 
     Example:
         >>> import datafusion
         >>> ctx = datafusion.SessionContext()
         >>> add_table_resolver(ctx, lambda name: None)
     """
-    _registry(ctx).resolvers.append(resolve)
+    registry = _registry(ctx)
+    registry.resolvers.append(resolve)
+    if names is not None:
+        registry.listers.append(names)
 
 
 def register_table(ctx: datafusion.SessionContext, name: str, dataset: pds.Dataset, table: HasView) -> None:
