@@ -21,6 +21,8 @@ Example:
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Hashable, Sequence
 
 import pyarrow as pa
@@ -75,13 +77,15 @@ def search_hybrid(  # noqa: PLR0913 - the union of both searches' options
     ``depth`` best rows (default ``max(4 * k, 50)``).
     """
     k = positive_k(k)
-    if not isinstance(rrf_k, (int, float)) or isinstance(rrf_k, bool) or rrf_k < 0:
-        msg = f"rrf_k must be a non-negative number, got {rrf_k!r}"
+    if not isinstance(rrf_k, numbers.Real) or isinstance(rrf_k, bool) or not 0 <= float(rrf_k) < math.inf:
+        msg = f"rrf_k must be a finite non-negative number, got {rrf_k!r}"
         raise InvalidArgumentError(msg)
+    rrf_k = float(rrf_k)
     depth = max(4 * k, 50) if depth is None else depth
-    if not isinstance(depth, int) or isinstance(depth, bool) or depth < k:
+    if not isinstance(depth, numbers.Integral) or isinstance(depth, bool) or depth < k:
         msg = f"depth must be an integer of at least k ({k}), got {depth!r}"
         raise InvalidArgumentError(msg)
+    depth = int(depth)
     schema, pk = view.snapshot.schema, list(view.snapshot.primary_key)
     out = list(columns) if columns is not None else list(schema.names)
     read = list(dict.fromkeys([*pk, *out]))

@@ -153,7 +153,8 @@ def index_coverage(table: HasView, column: str) -> IndexCoverage | None:
     )
 
 
-def _query_vector(view: TableView, column: str, query: Any) -> np.ndarray:
+def _query_vector(view: TableView, column: str, query: Any, metric: str) -> np.ndarray:
+    """``query`` as one float32 vector for ``column``, or a one-line error saying what is wrong."""
     schema = view.snapshot.schema
     if column not in schema.names:
         msg = f"unknown vector column {column!r} in {view.uri} (columns: {schema.names})"
@@ -164,16 +165,33 @@ def _query_vector(view: TableView, column: str, query: Any) -> np.ndarray:
     ):
         msg = f"column {column!r} of {view.uri} is {typ}, not a fixed-size list of numbers (a vector)"
         raise InvalidArgumentError(msg)
+    if not pa.types.is_floating(typ.value_type):  # Lance: int8 never, uint8 by hamming distance only
+        msg = f"column {column!r} of {view.uri} holds {typ.value_type} vectors: Lance searches float vectors only"
+        raise InvalidArgumentError(msg)
+    raw = query.as_py() if isinstance(query, pa.Scalar) else query
     try:
-        q = np.asarray(query.as_py() if isinstance(query, pa.Scalar) else query, dtype=np.float32).reshape(-1)
+        q64 = np.asarray(raw)
+        if q64.dtype.kind not in "biuf":
+            raise TypeError(f"got {type(raw).__name__} holding {q64.dtype}")
+        q64 = q64.astype(np.float64)
     except (TypeError, ValueError) as err:
         msg = f"query for {column!r} is not a numeric vector: {err}"
         raise InvalidArgumentError(msg) from err
-    if q.size != typ.list_size:
-        msg = f"query vector has dimension {q.size}, column {column!r} of {view.uri} has dimension {typ.list_size}"
+    if q64.size != typ.list_size:
+        msg = f"query vector has dimension {q64.size}, column {column!r} of {view.uri} has dimension {typ.list_size}"
         raise InvalidArgumentError(msg)
-    if not np.isfinite(q).all():
+    if sum(n > 1 for n in q64.shape) > 1:  # (d,), (1, d), (d, 1) are one vector; (2, d / 2) is not
+        msg = f"query for {column!r} must be one vector, got an array of shape {q64.shape}"
+        raise InvalidArgumentError(msg)
+    if not np.isfinite(q64).all():
         msg = f"query vector for {column!r} holds NaN or infinite values: no distance to it is defined"
+        raise InvalidArgumentError(msg)
+    if np.abs(q64).max(initial=0) > np.finfo(np.float32).max:
+        msg = f"query vector for {column!r} holds values beyond float32's range (vectors are searched as float32)"
+        raise InvalidArgumentError(msg)
+    q = q64.astype(np.float32).reshape(-1)
+    if metric == "cosine" and not q.any():
+        msg = f"query vector for {column!r} is all zeros: its cosine distance to any row is undefined"
         raise InvalidArgumentError(msg)
     return q
 
@@ -328,9 +346,12 @@ def nearest(
             raise InvalidArgumentError(msg)
     if k > _LARGE_K:  # Lance sizes its top-k buffers by k (k=10**9 aborted the process)
         k = min(k, view.derived(("rows-bound",), lambda: _rows_bound(view)))
-    q = _query_vector(view, column, query)
+    if filter is not None and not isinstance(filter, (str, pc.Expression)):
+        msg = f"filter must be a SQL string or a pyarrow expression, got {type(filter).__name__}"
+        raise InvalidArgumentError(msg)
+    q = _query_vector(view, column, query, METRICS[str(distance).lower()])
     schema = view.snapshot.schema
-    out_cols = list(columns) if columns is not None else list(schema.names)
+    out_cols = list(dict.fromkeys(columns)) if columns is not None else list(schema.names)
     missing = [c for c in out_cols if c not in schema.names]
     if missing:
         msg = f"unknown column(s) {missing} in {view.uri}"

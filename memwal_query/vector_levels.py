@@ -32,6 +32,7 @@ from memwal_query import vector_background as background
 from memwal_query.format.sets import member
 from memwal_query.snapshot.cache import SnapshotCache
 from memwal_query.snapshot.model import GenerationSource
+from memwal_query.vector_distance import exact_distances
 from memwal_query.vector_pool import (
     Partitioning,
     PoolPart,
@@ -50,7 +51,6 @@ from memwal_query.vector_search import (
     Scored,
     SearchSpec,
     by_source,
-    exact_distances,
     lance_search,
 )
 from memwal_query.view.table_view import HasView, TableView, view_of

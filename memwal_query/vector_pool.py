@@ -37,6 +37,7 @@ from memwal_query.format.lance_open import lance_message
 from memwal_query.format.topk import smallest
 from memwal_query.snapshot.cache import SnapshotCache
 from memwal_query.snapshot.model import GenerationSource, Snapshot
+from memwal_query.vector_distance import distances_from_dot, dot_slack, exact_distances
 
 __all__ = [
     "LARGE_GENERATION_ROWS",
@@ -384,6 +385,7 @@ class VectorPool:
     centroids: np.ndarray | None = field(repr=False)
     cosine: bool = False
     _centroid_norms: np.ndarray | None = field(default=None, repr=False, compare=False)
+    _max_norm: float | None = field(default=None, repr=False, compare=False)
 
     @property
     def num_rows(self) -> int:
@@ -393,12 +395,14 @@ class VectorPool:
     def candidates(self, q: np.ndarray, metric: str, nprobes: int | None, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Pool rows (indexes into the pool) of the ``k`` nearest, and their distances.
 
-        The distances rank exactly (Lance's metric up to float rounding); recompute a
-        winner's distance from its vector where it is reported.
+        The ranking is exact (Lance's metric up to float rounding): rows are scored from
+        dot products, then every row within the error bound of those scores
+        (:func:`~memwal_query.vector_distance.dot_slack`) of the k-th is rescored from its
+        vector; recompute a winner's distance from its vector where it is reported.
         """
         ranges = self._probed(q, nprobes)
         if ranges is None:
-            d = _distances(self.vectors, self.norms, q, metric)
+            d = distances_from_dot(np.einsum("ij,j->i", self.vectors, q), self.norms, q, metric)
             idx = np.arange(self.num_rows)
         else:
             n = sum(hi - lo for lo, hi in ranges)
@@ -411,11 +415,19 @@ class VectorPool:
                 norms[at : at + hi - lo] = self.norms[lo:hi]
                 idx[at : at + hi - lo] = np.arange(lo, hi)
                 at += hi - lo
-            d = _from_dot(dot, norms, q, metric)
-        if d.size > k:
-            top = smallest(d, k)
-            d, idx = d[top], idx[top]
-        return idx, d
+            d = distances_from_dot(dot, norms, q, metric)
+        if d.size <= k:
+            return idx, d
+        top = smallest(d, k)
+        kth = d[top].max()
+        if not np.isfinite(kth):  # fewer than k rows have a distance: all of them are in ``top``
+            return idx[top], d[top]
+        doubt = np.flatnonzero(d <= kth + 2 * dot_slack(self.max_norm, q, metric, self.vectors.shape[1]))
+        if doubt.size == top.size:
+            return idx[top], d[top]
+        exact = exact_distances(self.vectors[idx[doubt]], q, metric)
+        best = smallest(exact, k)
+        return idx[doubt[best]], exact[best]
 
     def _probed(self, q: np.ndarray, nprobes: int | None) -> list[tuple[int, int]] | None:
         """Row ranges of the ``nprobes`` partitions whose centroids are nearest (None: every row)."""
@@ -430,6 +442,16 @@ class VectorPool:
         return [(a, b) for a, b in zip(lo, hi, strict=True) if b > a]
 
     @property
+    def max_norm(self) -> float:
+        """The largest l2 norm of a pooled vector (computed once)."""
+        cached = self._max_norm
+        if cached is None:
+            finite = self.norms[np.isfinite(self.norms)]  # a NaN element makes a NaN norm
+            cached = float(np.sqrt(finite.max(initial=0.0)))
+            object.__setattr__(self, "_max_norm", cached)
+        return cached
+
+    @property
     def centroid_norms(self) -> np.ndarray:
         """Squared norms of the centroids (computed once)."""
         assert self.centroids is not None
@@ -438,23 +460,6 @@ class VectorPool:
             cached = np.einsum("ij,ij->i", self.centroids, self.centroids)
             object.__setattr__(self, "_centroid_norms", cached)
         return cached
-
-
-def _distances(mat: np.ndarray, norms: np.ndarray, q: np.ndarray, metric: str) -> np.ndarray:
-    """Lance's distance of each row to ``q``: squared l2, 1 - cosine similarity, 1 - dot."""
-    return _from_dot(np.einsum("ij,j->i", mat, q), norms, q, metric)
-
-
-def _from_dot(dot: np.ndarray, norms: np.ndarray, q: np.ndarray, metric: str) -> np.ndarray:
-    """Distances from each row's dot product with ``q`` and its squared norm."""
-    if metric == "l2":
-        out = np.maximum(norms - 2 * dot + float(q @ q), 0)
-    elif metric == "cosine":
-        qn = float(np.linalg.norm(q))
-        out = 1 - dot / np.where(norms == 0, 1, np.sqrt(norms)) / (qn or 1)
-    else:
-        out = 1 - dot
-    return np.asarray(out, dtype=np.float32)
 
 
 def build_pool(

@@ -38,11 +38,11 @@ from memwal_query.format.row_address import address_option, addresses, take_rows
 from memwal_query.format.sets import member
 from memwal_query.format.topk import smallest
 from memwal_query.planner.lance_filter import for_lance
+from memwal_query.vector_distance import exact_distances
 from memwal_query.vector_pool import PoolPart, vector_matrix
 
 __all__ = [
     "SearchSpec",
-    "exact_distances",
     "lance_search",
     "overfetch",
     "overfetch_rows",
@@ -83,25 +83,6 @@ class SearchSpec:
     def fetch_cols(self) -> list[str]:
         """Columns read from each hit: the output, the key and the vector."""
         return list(dict.fromkeys([*self.out_cols, *self.key_cols, self.column]))
-
-
-def exact_distances(mat: np.ndarray, q: np.ndarray, metric: str) -> np.ndarray:
-    """Lance's distance of each row of ``mat`` to ``q``, computed exactly (float32).
-
-    Example:
-        >>> import numpy as np
-        >>> m = np.array([[1.0, 2.0], [0.0, 0.0]], dtype=np.float32)
-        >>> exact_distances(m, np.zeros(2, np.float32), "l2").tolist()
-        [5.0, 0.0]
-    """
-    if metric == "l2":
-        diff = mat - q
-        return np.asarray((diff * diff).sum(axis=1), dtype=np.float32)
-    dot = mat @ q
-    if metric == "cosine":
-        n = np.linalg.norm(mat, axis=1) * float(np.linalg.norm(q))
-        return np.asarray(1 - dot / np.where(n == 0, 1, n), dtype=np.float32)
-    return np.asarray(1 - dot, dtype=np.float32)
 
 
 def lance_search(
@@ -145,8 +126,9 @@ def lance_search(
         return ds.scanner(**kwargs).to_table()
     except (ValueError, OSError, RuntimeError) as err:
         text = lance_message(err)
-        if filt is not None and "Invalid user input" in text:  # e.g. the filter names no column of the table
-            msg = f"vector search filter {str(filt)!r} does not apply to {what}: {text}"
+        if "Invalid user input" in text:  # e.g. a filter naming no column of this source
+            with_filter = f" with filter {str(filt)!r}" if filt is not None else ""
+            msg = f"Lance refused the vector search of {what}{with_filter}: {text}"
             raise InvalidArgumentError(msg) from err
         msg = f"vector search in {what} failed: {text}"
         raise MemWalError(msg) from err

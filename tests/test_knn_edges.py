@@ -1,0 +1,131 @@
+"""Vector search on awkward data: vectors far from the origin, zero vectors under cosine,
+queries and arguments that are not what they should be. Every answer is checked against
+numpy over the model's live rows, or against Lance's own search of those rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import memwal_query as mq
+from memwal_query.vector import wait_warm
+
+from lsm_model import PK, ModelTable
+
+
+def _points_table(uri: str, pts: np.ndarray, column_type: pa.DataType | None = None) -> ModelTable:
+    """Rows 0..n-1 with vector ``pts[i]``: the first half in the base, a quarter in a flushed
+    generation, the rest in the open writer's MemTable (read from its WAL tail)."""
+    dim = pts.shape[1]
+    schema = pa.schema(
+        [
+            pa.field("id", pa.int64(), nullable=False, metadata=PK),
+            pa.field("xy", column_type or pa.list_(pa.float32(), dim)),
+        ]
+    )
+    rows = [{"id": i, "xy": p.tolist()} for i, p in enumerate(pts)]
+    n = len(rows)
+    base = pa.Table.from_pylist(rows[: n // 2], schema=schema)
+    t = ModelTable(uri, schema, base, unsharded=True, max_memtable_rows=n)
+    t.put(rows[n // 2 : 3 * n // 4])
+    t.flush()
+    t.put(rows[3 * n // 4 :])
+    return t
+
+
+def _numpy_nearest(t: ModelTable, q: np.ndarray, k: int) -> list[int]:
+    ids = np.array([r["id"] for r in t.model.values()])
+    vecs = np.array([r["xy"] for r in t.model.values()], dtype=np.float64)
+    d = ((vecs - q.astype(np.float64)) ** 2).sum(axis=1)
+    return ids[np.argsort(d, kind="stable")[:k]].tolist()
+
+
+def test_exact_search_of_vectors_far_from_the_origin(tmp_path: Path) -> None:
+    """Points in metres (|x|² ~ 1.6e13, gaps of a few metres): scored from dot products in
+    float32, |x|² - 2x·q + |q|² lost the nearest rows of the MemTable and the pooled generation."""
+    rng = np.random.default_rng(0)
+    pts = (np.array([500_000.0, 4_000_000.0]) + rng.uniform(0, 2000, (400, 2))).astype(np.float32)
+    t = _points_table(str(tmp_path / "t"), pts)
+    table = mq.open_table(t.uri)
+    for warm in (False, True):  # the MemTables alone, then the pool with the generation in memory
+        if warm:
+            wait_warm()
+            table = table.refresh()
+        for target in (350, 250, 10):  # a MemTable row, a generation row, a base row
+            q = pts[target] + np.float32(1.0)
+            got = table.nearest("xy", q, k=5)
+            assert got.column("id").to_pylist() == _numpy_nearest(t, q, 5), (warm, target)
+            assert got.column("id").to_pylist()[0] == target
+    wait_warm()
+
+
+def test_cosine_leaves_out_zero_vectors_at_every_level(tmp_path: Path) -> None:
+    """Lance leaves out rows whose cosine distance is undefined (a zero vector); the
+    in-memory search of generations and MemTables scored them 1.0 and returned them."""
+    pts = np.array([[0, 0], [1, 0], [0, 1], [0, 0], [-1, 0], [0, 0], [1, 1], [0, 0]], dtype=np.float32)
+    t = _points_table(str(tmp_path / "t"), pts)  # zero vectors: ids 0, 3 (base), 5 (generation), 7 (MemTable)
+    plain = lance.write_dataset(t.expected(), str(tmp_path / "plain"))
+    table = mq.open_table(t.uri)
+    q = np.array([1.0, 0.2], np.float32)
+    want = plain.to_table(nearest={"column": "xy", "q": q, "k": 10, "metric": "cosine"})
+    assert sorted(want.column("id").to_pylist()) == [1, 2, 4, 6]  # Lance's own answer: no zero vector
+    for filt in (None, "id >= 0"):  # in memory / Lance's flat search of every level
+        got = table.nearest("xy", q, k=10, distance="cosine", filter=filt)
+        assert got.column("id").to_pylist() == want.column("id").to_pylist(), filt
+        assert np.allclose(got.column("_distance").to_numpy(), want.column("_distance").to_numpy(), atol=1e-6)
+    with pytest.raises(mq.InvalidArgumentError, match="'xy' is all zeros: its cosine distance"):
+        table.nearest("xy", [0.0, 0.0], distance="cosine")
+    assert table.nearest("xy", [0.0, 0.0], k=3).num_rows == 3  # l2 to a zero query is defined
+    wait_warm()
+
+
+def test_query_and_argument_errors(tmp_path: Path) -> None:
+    pts = np.arange(16, dtype=np.float32).reshape(4, 4)
+    t = _points_table(str(tmp_path / "t"), pts)
+    table = mq.open_table(t.uri)
+    for query in (np.ones((1, 4)), np.ones((4, 1)), np.ones(4, np.float16), [1, 1, 1, 1]):
+        assert table.nearest("xy", query, k=2).num_rows == 2  # one vector, any layout or number type
+    bad = [
+        (np.ones((2, 2)), "must be one vector, got an array of shape \\(2, 2\\)"),
+        (None, "not a numeric vector"),
+        (np.ones(4) * (1 + 1j), "not a numeric vector"),
+        (["a", "b", "c", "d"], "not a numeric vector"),
+        ([1e300, 0, 0, 0], "beyond float32's range"),
+    ]
+    for query, message in bad:
+        with pytest.raises(mq.InvalidArgumentError, match=message):
+            table.nearest("xy", query)
+    with pytest.raises(mq.InvalidArgumentError, match="filter must be a SQL string or a pyarrow expression, got int"):
+        table.nearest("xy", [1.0] * 4, filter=123)  # type: ignore[arg-type]
+    got = table.nearest("xy", [1.0] * 4, k=2, columns=["id", "id"])
+    assert got.column_names == ["id", "_distance"]
+    ints = _points_table(str(tmp_path / "i8"), pts.astype(np.int8), pa.list_(pa.int8(), 4))
+    with pytest.raises(mq.InvalidArgumentError, match="holds int8 vectors: Lance searches float vectors only"):
+        mq.open_table(ints.uri).nearest("xy", [1.0] * 4, filter="id > 0")
+    wait_warm()
+
+
+def test_hybrid_arguments(tmp_path: Path) -> None:
+    schema = pa.schema(
+        [
+            pa.field("id", pa.int64(), nullable=False, metadata=PK),
+            pa.field("text", pa.string()),
+            pa.field("f", pa.list_(pa.float32(), 2)),
+        ]
+    )
+    base = pa.Table.from_pylist([{"id": i, "text": f"apple {i}", "f": [i, 1.0]} for i in range(10)], schema=schema)
+    t = ModelTable(
+        str(tmp_path / "t"), schema, base, unsharded=True, prepare=lambda ds: ds.create_scalar_index("text", "INVERTED")
+    )
+    table = mq.open_table(t.uri)
+    plain = table.search_hybrid("f", [1, 1], "text", "apple", k=3, depth=50, rrf_k=60)
+    numpy_ints = table.search_hybrid("f", [1, 1], "text", "apple", k=3, depth=np.int64(50), rrf_k=np.int64(60))
+    assert numpy_ints.equals(plain)
+    for bad in (float("nan"), float("inf"), -1):
+        with pytest.raises(mq.InvalidArgumentError, match="rrf_k must be a finite non-negative number"):
+            table.search_hybrid("f", [1, 1], "text", "apple", k=3, rrf_k=bad)
+    wait_warm()
