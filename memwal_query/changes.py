@@ -57,6 +57,7 @@ import pyarrow.compute as pc
 from memwal_query.change_token import ChangeToken, index_anchor, token_of
 from memwal_query.errors import ChangesUnavailableError, InvalidArgumentError
 from memwal_query.format.model import FlushedGeneration
+from memwal_query.format.nested import as_schema
 from memwal_query.format.paths import generation_rel
 from memwal_query.format.storage import Storage
 from memwal_query.format.wal import scan_generations
@@ -273,7 +274,7 @@ def _net(view: TableView, parts: list[pa.Table]) -> pa.Table:
     key_schema = pa.schema([snap.schema.field(k) for k in pk])
     if not parts:
         return out_schema.empty_table()
-    keys = pa.concat_tables([p.select(pk).cast(key_schema) for p in parts])
+    keys = pa.concat_tables([as_schema(p.select(pk), key_schema) for p in parts])
     keys = keys.group_by(pk, use_threads=False).aggregate([]).select(pk)
     if keys.num_rows == 0:
         return out_schema.empty_table()
@@ -290,5 +291,5 @@ def _net(view: TableView, parts: list[pa.Table]) -> pa.Table:
     upserts = live.select(snap.schema.names).append_column(
         CHANGE_COLUMN, pa.array([UPSERT] * live.num_rows, pa.string())
     )
-    result = pa.concat_tables([upserts.cast(out_schema), deletes.cast(out_schema)])
+    result = pa.concat_tables([as_schema(upserts, out_schema), as_schema(deletes, out_schema)])
     return result.take(pc.sort_indices(result, sort_keys=[(k, "ascending") for k in pk]))

@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memwal_query.errors import InvalidArgumentError, positive_k
+from memwal_query.format.nested import as_schema
 from memwal_query.vector import nearest
 from memwal_query.view.table_view import TableView
 
@@ -112,7 +113,7 @@ def search_hybrid(  # noqa: PLR0913 - the union of both searches' options
     dist = dict(zip(kk, knn.column("_distance").to_pylist(), strict=True))
     score = dict(zip(tk, fts.column("_score").to_pylist(), strict=True))
     target = pa.schema([schema.field(c) for c in out])
-    rows = [row_of[key][0].slice(row_of[key][1], 1).select(out).cast(target) for key in best]
+    rows = [as_schema(row_of[key][0].slice(row_of[key][1], 1).select(out), target) for key in best]
     result = pa.concat_tables(rows) if rows else target.empty_table()
     return (
         result.append_column("_distance", pa.array([dist.get(key) for key in best], pa.float32()))

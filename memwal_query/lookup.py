@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memwal_query.errors import InvalidArgumentError
+from memwal_query.format.nested import as_schema
 from memwal_query.format.wal import TOMBSTONE
 from memwal_query.lookup_rows import MATRIX_MIN_GENERATIONS, RegionRows, held_rows, region_rows, take_held
 from memwal_query.planner.lance_filter import for_lance, needs_sql
@@ -360,7 +361,7 @@ def lookup(view: TableView, keys: Any, columns: Sequence[str] | None = None) -> 
     search.base()
     search.run()
     out_schema = pa.schema([schema.field(c) for c in out_cols])
-    parts = [p if p.schema.equals(out_schema) else p.cast(out_schema) for p in search.parts]
+    parts = [as_schema(p, out_schema) for p in search.parts]
     result = (parts[0] if len(parts) == 1 else pa.concat_tables(parts)) if parts else out_schema.empty_table()
     search.stats.seconds = time.perf_counter() - t0
     return LookupResult(result, search.stats)

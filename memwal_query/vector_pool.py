@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 
 from memwal_query.errors import MemWalError
 from memwal_query.format.lance_open import lance_message
+from memwal_query.format.nested import as_schema
 from memwal_query.format.topk import smallest
 from memwal_query.snapshot.cache import SnapshotCache
 from memwal_query.snapshot.model import GenerationSource, Snapshot
@@ -187,7 +188,7 @@ class Partitioning:
 def part_of(table: pa.Table, column: str, snapshot: Snapshot, parts: Partitioning) -> PoolPart:
     """Rows in memory (the snapshot's columns), with their vectors and partitions."""
     names = list(snapshot.schema.names)
-    t = table.select(names).cast(snapshot.schema).combine_chunks()
+    t = as_schema(table.select(names), snapshot.schema).combine_chunks()
     mat, valid = vector_matrix(t.column(column), snapshot.schema.field(column).type.list_size)
     addrs = order = None
     if "_rowaddr" in table.schema.names:

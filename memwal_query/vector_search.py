@@ -34,6 +34,7 @@ from lance.dataset import serialize_row_addrs
 
 from memwal_query.errors import InvalidArgumentError, MemWalError
 from memwal_query.format.lance_open import lance_message
+from memwal_query.format.nested import as_schema
 from memwal_query.format.row_address import address_option, addresses, take_rows
 from memwal_query.format.sets import member
 from memwal_query.format.topk import smallest
@@ -415,7 +416,7 @@ class Candidates:
 
         def piece(s: int, mine: np.ndarray) -> pa.Table:
             t = self.found[s].rows(order[mine] - starts[s]).select(target.names)
-            return t if t.schema == target else t.cast(target)
+            return as_schema(t, target)
 
         rows = by_source(np.searchsorted(starts, order, side="right") - 1, piece)
         return rows.append_column("_distance", pa.array(d[order], pa.float32()))

@@ -54,6 +54,7 @@ from memwal_query.errors import GenerationLostError, MemWalError
 from memwal_query.format.lance_open import lance_message, open_lance, require_table
 from memwal_query.format.memwal_index import read_memwal_index
 from memwal_query.format.model import FlushedGeneration, MemWalIndex
+from memwal_query.format.nested import as_schema
 from memwal_query.format.paths import generation_rel
 from memwal_query.format.storage import Storage
 from memwal_query.snapshot.evolution import conformed_rows, field_paths, stale_columns, tagged_schema
@@ -167,7 +168,7 @@ def _merge_one(storage: Storage, region_id: str, gen: FlushedGeneration, pk: tup
                 .when_matched_update_all()
                 .when_not_matched_insert_all()
                 .mark_sstables_as_compacted([CompactedSsTable(region_id, gen.generation)])
-                .execute(upserts.select(schema.names).cast(schema))
+                .execute(as_schema(upserts.select(schema.names), schema))
             )
         except OSError as err:
             if _is_stale(err):

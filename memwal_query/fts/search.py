@@ -40,6 +40,7 @@ from lance.query import MatchQuery, PhraseQuery
 from memwal_query.errors import InvalidArgumentError, MemWalError, positive_k
 from memwal_query.format.beside import start_beside
 from memwal_query.format.lance_open import lance_message
+from memwal_query.format.nested import as_schema
 from memwal_query.format.row_address import address_option, addresses, take_rows
 from memwal_query.format.sets import member
 from memwal_query.format.topk import smallest
@@ -298,7 +299,7 @@ def _output(hits: list[_Hits], q: _Query, out: list[str], schema: pa.Schema) -> 
     for i in np.unique(part[order]).tolist():
         mine = order[part[order] == i]
         piece = hits[i].load(pos[mine], out).select(out)
-        pieces.append(piece if piece.schema == target else piece.cast(target))
+        pieces.append(as_schema(piece, target))
     rows = pa.concat_tables(pieces).take(pa.array(np.argsort(by_part, kind="stable")))
     return rows.append_column(_SCORE, pa.array(scores[order].astype(np.float32)))
 

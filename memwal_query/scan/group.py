@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from memwal_query.format.nested import as_schema
 from memwal_query.scan.arrays import as_expression, one_chunk
 from memwal_query.scan.filters import scan_columns
 from memwal_query.scan.fragment import SCAN_BATCH_ROWS, CompositeFragment, MemoryFragment, ScanContext, SourceFragment
@@ -65,7 +66,7 @@ class GroupFragment(CompositeFragment[SourceFragment]):
             if t is None:
                 return None
             try:
-                tables.append(t.cast(target))
+                tables.append(as_schema(t, target))
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
                 return None
         combined = pa.concat_tables(tables) if tables else target.empty_table()

@@ -8,6 +8,7 @@ import pyarrow as pa
 
 from memwal_query.conform import conform
 from memwal_query.errors import ManifestError
+from memwal_query.format.nested import with_parent_nulls
 from memwal_query.format.wal import TOMBSTONE, WalTail
 from memwal_query.snapshot.model import LiveMemTable
 
@@ -30,7 +31,9 @@ def memtable_from_wal(
     for e in tail.entries:
         if e.num_rows == 0:
             continue
-        t = _conform(e.table, data_schema, f"region {region_id} WAL position {e.position}", field_ids)
+        t = with_parent_nulls(
+            _conform(e.table, data_schema, f"region {region_id} WAL position {e.position}", field_ids)
+        )
         n = t.num_rows
         seq = pa.array(range(n), pa.uint64())
         seq = pa.compute.add(seq, pa.scalar(e.position << 32, pa.uint64()))
@@ -50,7 +53,7 @@ def memtable_from_live(live: Sequence[LiveMemTable], data_schema: pa.Schema) -> 
         t = pa.Table.from_batches(batches)
         if TOMBSTONE not in t.column_names:
             t = t.append_column(TOMBSTONE, pa.array([False] * t.num_rows, pa.bool_()))
-        t = _conform(t, data_schema, f"live MemTable of region {m.region_id}")
+        t = with_parent_nulls(_conform(t, data_schema, f"live MemTable of region {m.region_id}"))
         n = t.num_rows
         # Live rows rank above WAL rows of the same generation: high bit set.
         base = (1 << 63) | (i << 40)

@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 
 from memwal_query.errors import InvalidArgumentError
 from memwal_query.format.model import ShardingFieldSpec
+from memwal_query.format.nested import as_schema
 from memwal_query.format.storage import Storage
 from memwal_query.merge import MergeState
 from memwal_query.planner.catchup import (
@@ -296,7 +297,7 @@ class TableView:
         ds = self._memo.memtable_datasets.get(region_id)
         if ds is None:
             schema = self.snapshot.schema
-            ds = memory_dataset(rows.select(schema.names).cast(schema))
+            ds = memory_dataset(as_schema(rows.select(schema.names), schema))
             self._memo.memtable_datasets[region_id] = ds
         return ds
 
