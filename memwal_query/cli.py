@@ -244,10 +244,24 @@ def _write_pretty(reader: pa.RecordBatchReader, out: IO[str], max_rows: int) -> 
 
 
 def _write_csv(reader: pa.RecordBatchReader, sink: IO[bytes]) -> None:
+    """CSV; nested values (structs, lists, maps) as JSON text, which CSV has no type for."""
+    import pyarrow as pa
     import pyarrow.csv as pacsv
 
-    with pacsv.CSVWriter(sink, reader.schema) as w:
+    from memwal_query.display import json_value
+
+    nested = [pa.types.is_nested(f.type) for f in reader.schema]
+    schema = pa.schema([f.with_type(pa.string()) if n else f for f, n in zip(reader.schema, nested, strict=True)])
+
+    def as_json(col: pa.Array) -> pa.Array:
+        values = [None if v is None else json.dumps(v, default=json_value, ensure_ascii=False) for v in col.to_pylist()]
+        return pa.array(values, pa.string())
+
+    with pacsv.CSVWriter(sink, schema) as w:
         for batch in _batches(reader):
+            if any(nested):
+                cols = [as_json(c) if n else c for c, n in zip(batch.columns, nested, strict=True)]
+                batch = pa.RecordBatch.from_arrays(cols, schema=schema)
             w.write_batch(batch)
 
 

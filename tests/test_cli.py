@@ -85,6 +85,20 @@ def test_sql_csv_json_arrow_agree(
         assert sort_table(r.read_all(), ["id"]).equals(expected)
 
 
+def test_sql_csv_writes_nested_values_as_json(
+    demo: str, live: pa.Table, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    q = "SELECT id, vec, named_struct('c', category, 'n', id) AS s, make_array(id, NULL) AS l FROM t WHERE id < 40"
+    assert main(["sql", demo, q, "--format", "csv"]) == 0
+    got = pacsv.read_csv(io.BytesIO(capsysbinary.readouterr().out)).sort_by("id").to_pylist()
+    want = live.filter(pa.compute.less(live.column("id"), 40)).to_pylist()
+    assert [r["id"] for r in got] == [r["id"] for r in want] and want
+    for g, w in zip(got, want, strict=True):
+        assert json.loads(g["vec"]) == pytest.approx(w["vec"])
+        assert json.loads(g["s"]) == {"c": w["category"], "n": w["id"]}
+        assert json.loads(g["l"]) == [w["id"], None]
+
+
 def test_sql_arrow_to_stdout_pipe(demo: str, live: pa.Table) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "memwal_query.cli", "sql", demo, "SELECT * FROM t", "--format", "arrow"],
