@@ -162,6 +162,48 @@ def test_pyarrow_filters_over_columns_lance_cannot_take_as_expressions(tmp_path:
     t.flush()
 
 
+@pytest.mark.parametrize(
+    "odd",
+    [pa.large_list(pa.string()), pa.decimal256(50, 10), pa.duration("ms"), pa.struct([("d", pa.duration("s"))])],
+    ids=str,
+)
+def test_pyarrow_filters_on_tables_with_a_column_substrait_cannot_carry(tmp_path: Path, odd: pa.DataType) -> None:
+    """Lance converts the whole schema to Substrait for an expression filter: one such column
+    anywhere made every expression filter fail (to_reader, vector search), whatever it named."""
+    import pyarrow.compute as pc
+
+    schema = pa.schema(
+        [
+            pa.field("id", pa.int64(), nullable=False, metadata=PK),
+            pa.field("v", pa.int32()),
+            pa.field("odd", odd),
+            pa.field("vec", pa.list_(pa.float32(), 2)),
+        ]
+    )
+
+    def rows(ids: range, tag: int) -> pa.Table:
+        return pa.table(
+            {
+                "id": pa.array(ids, pa.int64()),
+                "v": pa.array([i * tag for i in ids], pa.int32()),
+                "odd": pa.nulls(len(ids), odd),
+                "vec": pa.array([[float(i), float(tag)] for i in ids], pa.list_(pa.float32(), 2)),
+            },
+            schema=schema,
+        )
+
+    t = ModelTable(str(tmp_path / "t"), schema, rows(range(100), 1), bucket=("id", 2), max_memtable_rows=50)
+    t.put(rows(range(40, 60), 3))
+    t.flush()
+    t.put(rows(range(50, 120), 2))
+    table = mq.open_table(t.uri)
+    want = sorted(r["id"] for r in t.model.values() if r["v"] > 90)
+    expr = pc.field("v") > 90
+    assert sorted(table.to_reader(columns=["id"], filter=expr).read_all().column("id").to_pylist()) == want
+    assert sorted(table.nearest("vec", [0.0, 0.0], k=500, filter=expr).column("id").to_pylist()) == want
+    t.flush()
+
+
 def test_is_null_counting_nan_stays_an_expression() -> None:
     """``is_null(nan_is_null=True)`` keeps NaN rows; SQL's IS NULL would drop them: not written as SQL."""
     import pyarrow.compute as pc

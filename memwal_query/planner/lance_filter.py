@@ -3,9 +3,10 @@
 Lance turns a ``pyarrow.compute.Expression`` filter into its plan through Substrait, which
 has no unsigned integers, large strings or large binaries: a filter over such a column
 fails there ("not yet supported by Substrait conversion"), while the same condition as SQL
-text runs. :func:`for_lance` writes such an expression as SQL when it can read all of it
-(comparisons, AND/OR/NOT, IS [NOT] NULL, IN lists of literals) and leaves every other
-filter as it was.
+text runs. A large list, decimal256 or duration column anywhere in the table fails every
+expression filter (the whole schema is converted). :func:`for_lance` writes such an
+expression as SQL when it can read all of it (comparisons, AND/OR/NOT, IS [NOT] NULL, IN
+lists of literals) and leaves every other filter as it was.
 
 Example:
     >>> import pyarrow as pa, pyarrow.compute as pc
@@ -37,7 +38,8 @@ def for_lance(filt: str | pc.Expression | None, schema: pa.Schema) -> str | pc.E
     if not isinstance(filt, pc.Expression):
         return filt
     odd = {f.name for f in schema if needs_sql(f.type)}
-    if not odd or not any(name in str(filt) for name in odd):
+    mentioned = any(name in str(filt) for name in odd)
+    if not mentioned and not any(_unconvertible(f.type) for f in schema):
         return filt
     sql = _sql(expression_tree(filt, schema.names))
     return sql if sql is not None else filt
@@ -46,6 +48,20 @@ def for_lance(filt: str | pc.Expression | None, schema: pa.Schema) -> str | pc.E
 def needs_sql(t: pa.DataType) -> bool:
     """Whether Lance cannot filter a column of type ``t`` by expression (Substrait has no such type)."""
     return bool(pa.types.is_unsigned_integer(t) or pa.types.is_large_string(t) or pa.types.is_large_binary(t))
+
+
+def _unconvertible(t: pa.DataType) -> bool:
+    """Whether a column of type ``t`` anywhere in the schema fails every expression filter:
+    Lance converts the whole schema to Substrait, which has no such type."""
+    if pa.types.is_large_list(t) or pa.types.is_decimal256(t) or pa.types.is_duration(t):
+        return True
+    if pa.types.is_struct(t):
+        return any(_unconvertible(t.field(i).type) for i in range(t.num_fields))
+    if pa.types.is_list(t) or pa.types.is_fixed_size_list(t):
+        return _unconvertible(t.value_type)
+    if pa.types.is_map(t):
+        return _unconvertible(t.key_type) or _unconvertible(t.item_type)
+    return False
 
 
 def _sql(n: Tree) -> str | None:

@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 
 from memwal_query.errors import MemWalError
 from memwal_query.merge import NewerKeys
+from memwal_query.planner.lance_filter import for_lance
 from memwal_query.scan.arrays import is_gone
 from memwal_query.scan.dataset import MergedDataset
 from memwal_query.scan.fragment import SCAN_BATCH_ROWS, SourceFragment
@@ -85,11 +86,15 @@ def _base_pass(
     read = cols + [k for k in pk if k not in cols]
     if not read:  # count(*)-like: a column to count rows with
         read = list(dataset.data_schema.names[:1])
-    scanner = base[0].dataset.scanner(
-        fragments=[f.fragment for f in base], columns=read, filter=filt, batch_size=SCAN_BATCH_ROWS
-    )
-    it = scanner.to_batches()
-    try:
+    ds = base[0].dataset
+    try:  # Lance converts an expression filter when the scanner is made: it may refuse it there
+        scanner = ds.scanner(
+            fragments=[f.fragment for f in base],
+            columns=read,
+            filter=for_lance(filt, ds.schema),
+            batch_size=SCAN_BATCH_ROWS,
+        )
+        it = scanner.to_batches()
         first = next(it, None)
     except _LANCE_ERRORS as err:
         if is_gone(err):
