@@ -51,6 +51,14 @@ _CONSTANT_HINT = (
     " always-true part of the predicate"
 )
 
+# A filter comparing a float16 column with an integer literal reaches the scan as a float16
+# comparison (``f < 0``: DataFusion casts the literal), which pyarrow has no kernel for.
+_FLOAT16_FILTER = re.compile(r"has no kernel matching input types \([^)]*halffloat")
+_FLOAT16_HINT = (
+    " (pyarrow cannot compare float16 values in a pushed filter: compare a float16 column with a"
+    " float literal, e.g. f < 0.0, or CAST it AS FLOAT)"
+)
+
 
 def raised_in_engine(err: MemWalError) -> MemWalError:
     """Keep ``err``, raised inside a DataFusion callback, so :func:`engine_error` finds it.
@@ -67,12 +75,20 @@ def raised_in_engine(err: MemWalError) -> MemWalError:
 
 
 def recorded(items: Iterator[T]) -> Iterator[T]:
-    """``items``; a :class:`MemWalError` they raise is kept for :func:`engine_error`."""
+    """``items``; a :class:`MemWalError` they raise is kept for :func:`engine_error`.
+
+    pyarrow's refusal of a float16 comparison (a pushed filter) becomes a MemWalError
+    saying how to write the filter instead.
+    """
     try:
         yield from items
     except MemWalError as err:
         raised_in_engine(err)
         raise
+    except NotImplementedError as err:  # pyarrow.ArrowNotImplementedError
+        if not _FLOAT16_FILTER.search(str(err)):
+            raise
+        raise raised_in_engine(MemWalError(f"cannot apply a pushed filter: {err}{_FLOAT16_HINT}")) from err
 
 
 def engine_error(exc: BaseException) -> MemWalError:
@@ -99,4 +115,6 @@ def engine_error(exc: BaseException) -> MemWalError:
     if m is not None:
         text = text[: m.start()] + m.group("value")
     first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    if _FLOAT16_FILTER.search(first):
+        first += _FLOAT16_HINT
     return MemWalError(f"query failed: {first}")

@@ -204,6 +204,31 @@ def test_pyarrow_filters_on_tables_with_a_column_substrait_cannot_carry(tmp_path
     t.flush()
 
 
+def test_float16_filters_answer_or_say_how_to_write_them(tmp_path: Path) -> None:
+    """pyarrow has no float16 comparison: ``f < 0`` (the literal cast to float16) cannot be
+    applied by a scan; the error says to compare with a float literal, which works."""
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("f", pa.float16())])
+
+    def rows(ids: range, shift: float) -> pa.Table:
+        vals = [None if i % 7 == 0 else np.float16(i / 4 - shift) for i in ids]
+        return pa.table({"id": pa.array(ids, pa.int64()), "f": pa.array(vals, pa.float16())}, schema=schema)
+
+    t = ModelTable(str(tmp_path / "t"), schema, rows(range(40), 5), bucket=("id", 2), max_memtable_rows=50)
+    t.put(rows(range(30, 50), 2))
+    t.flush()
+    t.put(rows(range(45, 60), 8))
+    table = mq.open_table(t.uri)
+    want = sorted(r["id"] for r in t.model.values() if r["f"] is not None and r["f"] < 0)
+    for _ in ("cold", "warm"):
+        assert table.sql("SELECT id FROM t WHERE f < 0.0 ORDER BY id").to_pydict()["id"] == want
+        assert table.sql("SELECT id FROM t WHERE CAST(f AS FLOAT) < 0 ORDER BY id").to_pydict()["id"] == want
+    with pytest.raises(mq.MemWalError, match=r"float16 .* with a float literal, e\.g\. f < 0\.0"):
+        table.to_reader(filter="f < 0").read_all()
+    with pytest.raises(Exception, match=r"float16 .* with a float literal"):
+        table.sql("SELECT id FROM t WHERE f < 0").to_pydict()
+    t.flush()
+
+
 def test_is_null_counting_nan_stays_an_expression() -> None:
     """``is_null(nan_is_null=True)`` keeps NaN rows; SQL's IS NULL would drop them: not written as SQL."""
     import pyarrow.compute as pc
