@@ -171,8 +171,8 @@ def _query_vector(view: TableView, column: str, query: Any, metric: str) -> np.n
     raw = query.as_py() if isinstance(query, pa.Scalar) else query
     try:
         q64 = np.asarray(raw)
-        if q64.dtype.kind not in "biuf":
-            raise TypeError(f"got {type(raw).__name__} holding {q64.dtype}")
+        if raw is None or q64.dtype.kind not in "biuf":
+            raise TypeError("got None" if raw is None else f"got {type(raw).__name__} of {q64.dtype}")
         q64 = q64.astype(np.float64)
     except (TypeError, ValueError) as err:
         msg = f"query for {column!r} is not a numeric vector: {err}"
