@@ -36,6 +36,7 @@ from memwal_query.display import explanation, table_html
 from memwal_query.engine_errors import engine_error
 from memwal_query.errors import MemWalError
 from memwal_query.format.storage import Storage
+from memwal_query.frame import MemWalDataFrame
 from memwal_query.hybrid import RRF_K, search_hybrid
 from memwal_query.interop import shard_snapshots
 from memwal_query.lookup import LookupStats, lookup
@@ -121,11 +122,15 @@ class Table(ViewFacts):
         register_table(ctx, name, self.dataset(hidden_columns=hidden_columns, prune=prune, cache=cache), self)
 
     def sql(self, query: str, *, name: str = "t", ctx: datafusion.SessionContext | None = None) -> datafusion.DataFrame:
-        """Run SQL over this table registered as ``name`` (default ``t``)."""
+        """Run SQL over this table registered as ``name`` (default ``t``).
+
+        Returns a ``datafusion.DataFrame`` (:class:`~memwal_query.frame.MemWalDataFrame`) whose
+        methods raise :class:`MemWalError` when the query fails as it runs.
+        """
         ctx = ctx or datafusion.SessionContext()
         self.register(ctx, name)
         try:
-            return ctx.sql(query)
+            return MemWalDataFrame(ctx.sql(query).df)
         except MemWalError:
             raise
         except Exception as err:  # DataFusion's; ours raised inside it come back as they were

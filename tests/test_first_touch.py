@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import datafusion
 import pyarrow as pa
 import pytest
 
@@ -18,7 +19,6 @@ import memwal_write as mw
 from memwal_query.change_token import ChangeToken
 from memwal_query.cli import main
 from memwal_query.demo import DIM, write_demo_table
-from memwal_query.engine_errors import engine_error
 from memwal_query.errors import InvalidArgumentError, MemWalError, TableNotFoundError
 from memwal_query.lance_log import NOISE
 from memwal_query.sql_functions import FUNCTION_NAMES
@@ -136,15 +136,30 @@ def test_sql_error_without_a_function_is_one_line(demo: str, capsys: pytest.Capt
 def test_predicate_datafusion_cannot_push_down_is_one_line(demo: str, capsys: pytest.CaptureFixture[str]) -> None:
     """datafusion-python 55 cannot hand ``a < 0 AND (a = 0 AND a = 1)`` to any pyarrow-dataset scan."""
     query = "SELECT id FROM t WHERE id < 0 AND (id = 0 AND id = 1)"
-    with pytest.raises(Exception) as raw:  # DataFusion's own, raised when the DataFrame runs
+    with pytest.raises(MemWalError) as raw:  # raised when the DataFrame runs
         mq.open_table(demo).sql(query).collect()
-    ours = engine_error(raw.value)
-    assert "datafusion-python limitation" in str(ours) and "PyErr" not in str(ours) and "\n" not in str(ours)
+    ours = str(raw.value)
+    assert "datafusion-python limitation" in ours and "PyErr" not in ours and "\n" not in ours
     assert main(["sql", demo, query]) == 1
     _, stderr = capsys.readouterr()
     assert stderr.count("\n") == 1 and "datafusion-python limitation" in stderr
     # the contradiction alone is ours to answer (no rows), not an error
     assert mq.open_table(demo).sql("SELECT id FROM t WHERE id = 0 AND id = 1").to_arrow_table().num_rows == 0
+
+
+def test_errors_while_a_sql_dataframe_runs_are_memwal_errors(demo: str) -> None:
+    """Table.sql returns a DataFrame that runs later: what fails then is a one-line MemWalError,
+    from the DataFrame and from every DataFrame derived from it."""
+    table = mq.open_table(demo)
+    df = table.sql("SELECT id, 1 / (id - id) AS boom FROM t")
+    for run in (df.collect, df.to_arrow_table, df.to_pandas, df.limit(3).to_pydict):
+        with pytest.raises(MemWalError, match="query failed: .*Divide by zero") as info:
+            run()
+        assert "\n" not in str(info.value)
+    ok = table.sql("SELECT id FROM t").filter(datafusion.col("id") < 5).sort(datafusion.col("id"))
+    assert ok.to_pydict()["id"] == sorted(i for i in table.to_arrow().column("id").to_pylist() if i < 5)
+    with pytest.raises(MemWalError, match="nope"):
+        ok.select("nope")
 
 
 WRITES: dict[str, Callable[[str], Any]] = {
