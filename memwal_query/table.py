@@ -122,11 +122,7 @@ class Table(ViewFacts):
         register_table(ctx, name, self.dataset(hidden_columns=hidden_columns, prune=prune, cache=cache), self)
 
     def sql(self, query: str, *, name: str = "t", ctx: datafusion.SessionContext | None = None) -> datafusion.DataFrame:
-        """Run SQL over this table registered as ``name`` (default ``t``).
-
-        Returns a ``datafusion.DataFrame`` (:class:`~memwal_query.frame.MemWalDataFrame`) whose
-        methods raise :class:`MemWalError` when the query fails as it runs.
-        """
+        """SQL over this table as ``name``: a DataFrame raising :class:`MemWalError` as it runs."""
         ctx = ctx or datafusion.SessionContext()
         self.register(ctx, name)
         try:
