@@ -42,6 +42,8 @@ def as_schema(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """``table.cast(schema)``, leaving columns of the right type as they are."""
     if table.schema.equals(schema):
         return table
+    if table.schema.names != schema.names:
+        return table.cast(schema)  # pyarrow's error names the mismatch
     cols = [c if c.type == f.type else c.cast(f.type) for c, f in zip(table.columns, schema, strict=True)]
     return pa.Table.from_arrays(cols, schema=schema)
 
