@@ -313,6 +313,18 @@ def test_phrase_queries_where_the_index_has_positions(tmp_path: Path) -> None:
     assert_same(filtered, oracle_search(ds, "apple banana", 20, "cat = 'a'", phrase=True), 20)
 
 
+def test_phrase_queries_on_an_ngram_index_answer_as_lance_does(tmp_path: Path) -> None:
+    """Lance's n-gram tokens all sit at position 0: its phrase query passes any document
+    holding one of them (a plain query). MemTable rows were checked as real phrases."""
+    params = {"base_tokenizer": "ngram", "min_ngram_length": 2, "max_ngram_length": 3, "with_position": True}
+    t = build(str(tmp_path / "t"), seed=8, params=params)
+    ds = oracle(t, str(tmp_path / "o"), params)
+    table = mq.open_table(t.uri)
+    for q in ["apple", "banan", "kiwi pear"]:
+        got = table.search_text("text", q, k=40, phrase=True)
+        assert_same(got, oracle_search(ds, q, 40, phrase=True), 40)
+
+
 def test_clear_errors(tables: Any, tmp_path: Path) -> None:
     t, _ = tables
     table = mq.open_table(t.uri)

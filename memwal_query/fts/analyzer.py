@@ -105,6 +105,12 @@ class Analyzer:
         opts = tuple((k, params[k]) for k in _OPTIONS if k in params)
         return cls(opts, bool(params.get("with_position", False)))
 
+    @property
+    def phrase_is_match(self) -> bool:
+        """Whether Lance answers a phrase query like a match query: n-gram tokens all sit at
+        position 0, so the phrase check passes any document holding one of them (measured)."""
+        return dict(self.options).get("base_tokenizer") == "ngram"
+
     def tokenize(self, text: str | None) -> Doc:
         """``text`` as the index sees it (NULL and empty text: no tokens)."""
         if not text:

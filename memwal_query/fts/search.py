@@ -217,7 +217,7 @@ def _pool_hits(corpus: Corpus, q: _Query, pruned: set[str]) -> list[_Hits]:
         passing = [_passing(f, q) if k else np.zeros(len(f.postings), bool) for f, k in flat]
         mask = mask & (np.concatenate(passing) if passing else np.zeros(0, bool))
     rows, scores = pool.score(q.tokens.tokens, q.stats, mask)
-    if q.phrase and rows.size:
+    if q.phrase and rows.size and not q.corpus.analyzer.phrase_is_match:
         hold = np.array([phrase_match(pool.doc(r), q.tokens) for r in rows.tolist()], dtype=bool)
         rows, scores = rows[hold], scores[hold]
     best = _top(scores, q.k)
