@@ -446,7 +446,7 @@ def compute_merge(snapshot: Snapshot, cache: SnapshotCache, storage: Storage | N
         else:
             cross = _cross_region_keys(pa.concat_tables(newer_keys), pk, snapshot.uri)
     return MergeState(
-        base_mask=BaseMask(snapshot.uri, snapshot.base, pk, newer, cache, storage),
+        base_mask=BaseMask(snapshot.cache_source, snapshot.base, pk, newer, cache, storage),
         generation_drop=gen_drop,
         memtables=memtables,
         region_stats=stats,

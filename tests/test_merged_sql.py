@@ -274,7 +274,7 @@ def test_fragment_columns_are_decoded_once_and_forgotten_when_unused(
         assert got.equals(expect if "id FROM" not in query else expect.select(["id"]))
     gens = {g.uri for r in table.snapshot.regions for g in r.generations}
     assert gens and len(reads) == _fragment_count(table)  # once each, then memory
-    assert {k[0] for k in table._cache.fragment_columns} == gens | {table.uri}
+    assert {k[0] for k in table._cache.fragment_columns} == gens | {table.snapshot.cache_source}
     again = table.refresh()  # nothing changed: a new snapshot reuses the decoded columns
     assert sort_table(again.to_arrow(), ["id"]).equals(want) and len(reads) == _fragment_count(table)
     for r in t.regions():
@@ -282,7 +282,7 @@ def test_fragment_columns_are_decoded_once_and_forgotten_when_unused(
     table = table.refresh()
     assert not table.snapshot.regions[0].generations
     # merged generations and rewritten base fragments are forgotten
-    current = {fragment_cache_key(table.uri, f) for f in table.snapshot.base.get_fragments()}
+    current = {fragment_cache_key(table.snapshot.cache_source, f) for f in table.snapshot.base.get_fragments()}
     assert set(table._cache.fragment_columns) <= current
     assert table._cache.resident_bytes == sum(
         a.nbytes for cols in table._cache.fragment_columns.values() for a in cols.values()

@@ -143,7 +143,7 @@ class MergedDataset(pds.Dataset):  # type: ignore[misc]
         base = self.snapshot.base
         for f in base.get_fragments():
             frag = LanceFragment(self.context, base, f, None, 0, None, f"base/{f.fragment_id}", mask)
-            frag.resident, frag.source_uri = self._resident, self.snapshot.uri
+            frag.resident, frag.source_uri = self._resident, self.snapshot.cache_source
             frags.append(frag)
         for region in self.snapshot.regions:
             for g in region.generations:

@@ -7,6 +7,7 @@ only what changed. Strong reads settle on a consistent cut across regions.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import uuid as uuidlib
 from collections.abc import Callable, Mapping, Sequence
@@ -235,6 +236,7 @@ def _load_once(
         consistency_source=source,
         inline_regions=tuple(inline or ()),
         consistent_cut=cut,
+        fields_tag=hashlib.sha1(repr(sorted(columns.paths.items())).encode(), usedforsecurity=False).hexdigest()[:16],
     )
 
 

@@ -168,6 +168,14 @@ class Snapshot:
     consistent_cut: bool = False
     #: How unmerged generations that cannot be read were handled (``open_table``).
     on_missing_generation: MissingGenerationPolicy = "recover"
+    #: Which Lance field each column path of the base is (a digest): a column dropped and
+    #: added again, or renamed, keeps its data files but not its field id.
+    fields_tag: str = ""
+
+    @property
+    def cache_source(self) -> str:
+        """The base's name in the cache of decoded columns (columns are cached by name)."""
+        return f"{self.uri}#fields={self.fields_tag}" if self.fields_tag else self.uri
 
 
 def primary_key_of(schema: pa.Schema) -> tuple[str, ...]:

@@ -25,7 +25,7 @@ def _forget_unread(cache: SnapshotCache, snap: Snapshot) -> None:
         cache.keep_base_runs({fragment_identity(f) for f in snap.base.get_fragments()})
     if cache.fragment_columns or cache.over_budget or cache.touched:  # a fresh open has nothing to forget
         cache.keep_fragments(
-            {fragment_cache_key(snap.uri, f) for f in snap.base.get_fragments()}
+            {fragment_cache_key(snap.cache_source, f) for f in snap.base.get_fragments()}
             | {
                 fragment_cache_key(g.uri, f)
                 for r in snap.regions
