@@ -150,8 +150,9 @@ def _key_filter(keys: pa.Table, pk: Sequence[str]) -> pc.Expression:
     return expr
 
 
-def _semi(rows: pa.Table, keys: pa.Table, pk: Sequence[str]) -> pa.Table:
-    if len(pk) == 1 or rows.num_rows == 0:
+def _semi(rows: pa.Table, keys: pa.Table, pk: Sequence[str], exact: bool = True) -> pa.Table:
+    """``rows`` of the ``keys`` (``exact``: one key column filtered exactly already)."""
+    if (len(pk) == 1 and exact) or rows.num_rows == 0:
         return rows
     return rows.join(keys, keys=list(pk), join_type="left semi")
 
@@ -167,8 +168,10 @@ def _base_filter(keys: pa.Table, pk: Sequence[str]) -> str | pc.Expression | Non
     """The base query's filter: SQL text for one integer key column or one string key (what
     Lance's scalar index planner sees most directly, like a user's ``id = X``), else an expression."""
     col = keys.column(pk[0])
-    if len(pk) == 1 and pa.types.is_integer(col.type) and _PLAIN_NAME.fullmatch(pk[0]):
-        values = [str(v) for v in col.to_pylist() if v is not None]
+    ints = col.to_pylist() if len(pk) == 1 and pa.types.is_integer(col.type) else []
+    # -2**63 in SQL is minus 2**63, a float to Lance's parser: such a key goes as an expression
+    if ints and _PLAIN_NAME.fullmatch(pk[0]) and -(2**63) not in ints:
+        values = [str(v) for v in ints if v is not None]
         if len(values) == 1:
             return f"{pk[0]} = {values[0]}"
         return f"{pk[0]} IN ({', '.join(values)})"
@@ -291,7 +294,8 @@ class _Search:
         base, cols, pk = self.view.snapshot.base, self.read_cols, self.pk
 
         def read() -> pa.Table:
-            return _semi(base.to_table(columns=cols, filter=_base_filter(keys, pk)), keys, pk)
+            filt = _base_filter(keys, pk)  # None: every row (keys Lance cannot filter by)
+            return _semi(base.to_table(columns=cols, filter=filt), keys, pk, exact=filt is not None)
 
         self.base_job = len(self.jobs)
         self.jobs.append(read)
