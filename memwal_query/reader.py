@@ -59,7 +59,18 @@ def to_reader(view: TableView, columns: Sequence[str] | None = None, filter: Fil
     if filter is not None and not isinstance(filter, pc.Expression):
         msg = f"filter must be a SQL string or a pyarrow.compute.Expression, got {type(filter).__name__} ({view.uri})"
         raise InvalidArgumentError(msg)
-    return pa.RecordBatchReader.from_batches(out, stream_batches(dataset, columns, filter))
+    batches = stream_batches(dataset, columns, filter)
+    return pa.RecordBatchReader.from_batches(out, batches if filter is None else _applying(batches, filter, view.uri))
+
+
+def _applying(batches: Iterator[pa.RecordBatch], filt: pc.Expression, uri: str) -> Iterator[pa.RecordBatch]:
+    """``batches``; pyarrow refusing to evaluate ``filt`` (a literal out of the column's range, no
+    kernel for its types) is an :class:`InvalidArgumentError` naming the filter."""
+    try:
+        yield from batches
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as err:
+        msg = f"filter {filt} cannot be applied to {uri}: {err}"
+        raise InvalidArgumentError(msg) from err
 
 
 def _sql_batches(dataset: MergedDataset, out: pa.Schema, predicate: str) -> Iterator[pa.RecordBatch]:

@@ -199,6 +199,10 @@ def test_bad_arguments(tmp_path: Path) -> None:
         table.register(object(), "x")  # type: ignore[arg-type]
     with pytest.raises(mq.InvalidArgumentError, match="unknown column"):
         table.to_arrow(columns=["id", "nope"])
+    import pyarrow.compute as pc
+
+    with pytest.raises(mq.InvalidArgumentError, match=r"filter \(id == \"5\"\) cannot be applied to .*no kernel"):
+        table.to_reader(filter=pc.field("id") == pa.scalar("5")).read_all()  # pyarrow compares no int with a string
     latest = lance.dataset(t.uri).version
     with pytest.raises(mq.TableNotFoundError, match=f"has no version 999999 \\(latest: {latest}\\)"):
         mq.open_table(t.uri, version=999999)
