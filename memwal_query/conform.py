@@ -129,9 +129,17 @@ def conform(
     Raises:
         MemWalError: ``error``, naming ``what`` and the column.
     """
+    unknown_keys = [k for k in keys or () if k not in schema.names]
+    if unknown_keys:
+        msg = f"{what}: key column(s) {unknown_keys} are not in the table schema {schema.names}"
+        raise error(msg)
     target = pa.schema([schema.field(k) for k in keys]) if keys else schema
     if field_ids is not None:
         data = by_field_id(data, field_ids)
+    twice = sorted({c for c in data.column_names if data.column_names.count(c) > 1})
+    if twice:
+        msg = f"{what}: column(s) {twice} appear more than once"
+        raise error(msg)
     if strict and not keys:
         extra = [c for c in data.column_names if c not in schema.names]
         if extra:

@@ -10,9 +10,12 @@ always prunable. :func:`write_arrow` is the one-call form.
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import logging
+import numbers
 import os
+import sys
 import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -74,19 +77,22 @@ def _to_table(data: Any) -> pa.Table:
         return pa.Table.from_batches([data])
     if isinstance(data, pa.RecordBatchReader):
         return data.read_all()
+    pd = sys.modules.get("pandas")  # a DataFrame exists only if pandas was imported
+    if pd is not None and isinstance(data, pd.DataFrame):
+        # before the Arrow stream protocol, which pandas 2.3 has: it would add the index
+        # (``__index_level_0__`` of a filtered frame) as a column
+        return pa.Table.from_pandas(data, preserve_index=False)
     if hasattr(data, "__arrow_c_stream__"):
         return pa.table(data)
-    try:
-        import pandas as pd
-
-        if isinstance(data, pd.DataFrame):
-            return pa.Table.from_pandas(data, preserve_index=False)
-    except ImportError:
-        pass
     msg = (
         f"cannot write {type(data).__name__}: pass a pyarrow Table, RecordBatch, RecordBatchReader or pandas DataFrame"
     )
     raise InvalidArgumentError(msg)
+
+
+def _delete_keys(w: RoutedWriter, keys: Any) -> pa.Table:
+    """``keys`` (rows to delete) as the table's key columns, or the error saying why not."""
+    return conform(_to_table(keys), w.dataset.schema, what=f"delete from {w.uri}", keys=w.primary_key)
 
 
 def _check_spec_on_key(spec: RegionSpec, names: Mapping[int, str], pk: tuple[str, ...], uri: str) -> None:
@@ -168,8 +174,25 @@ class RoutedWriter:
         if spec is None and region_id is None:
             msg = f"{storage.uri} has no region spec: pass region_id= to choose the region to write"
             raise InvalidArgumentError(msg)
-        if spec is not None and region_id is None:
+        if spec is not None and region_id is not None:
+            msg = (
+                f"{storage.uri} routes rows by its region spec {spec.spec_id}: region_id= is for tables "
+                "without one (rows written to another region than their spec value's would be missed by "
+                "queries that prune regions)"
+            )
+            raise InvalidArgumentError(msg)
+        if spec is not None:
             _check_spec_on_key(spec, lance_field_ids(ds), pk, storage.uri)
+        takes = inspect.signature(lance.LanceDataset.mem_wal_writer).parameters
+        unknown = sorted(k for k in writer_options if k not in takes or k in ("self", "shard_id"))
+        if unknown:
+            options = sorted(k for k in takes if k not in ("self", "shard_id"))
+            msg = f"unknown writer option(s) {unknown} for {storage.uri} (mem_wal_writer takes {options})"
+            raise InvalidArgumentError(msg)
+        n = max_rows_per_put
+        if n is not None and (not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 1):
+            msg = f"max_rows_per_put for {storage.uri} must be a positive integer or None, got {n!r}"
+            raise InvalidArgumentError(msg)
         limit = int(
             writer_options.get("max_memtable_rows")
             or index.writer_config_defaults.get("max_memtable_rows", 0)
@@ -263,6 +286,9 @@ class RoutedWriter:
         if w is None:
             try:
                 w = self.dataset.mem_wal_writer(region_id, **self.writer_options)
+            except TypeError as err:  # an option mem_wal_writer does not take
+                msg = f"bad writer option(s) {sorted(self.writer_options)} for {self.uri}: {err}"
+                raise InvalidArgumentError(msg) from err
             except (OSError, ValueError, RuntimeError) as err:
                 msg = f"cannot open a writer for region {region_id} of {self.uri}: {lance_message(err)}"
                 raise MemWalError(msg) from err
@@ -316,7 +342,7 @@ class RoutedWriter:
             _region_values: Internal, as for :meth:`put`.
             _rows: Internal, as for :meth:`put`.
         """
-        table = conform(_to_table(keys), self.dataset.schema, what=f"delete from {self.uri}", keys=self.primary_key)
+        table = _delete_keys(self, keys)
         full = pa.table(
             {
                 f.name: table.column(f.name) if f.name in table.column_names else pa.nulls(table.num_rows, f.type)
@@ -374,7 +400,7 @@ class RoutedWriter:
             try:
                 item[1].close()
             except (OSError, RuntimeError) as err:
-                errors.append(f"region {item[0]}: {err}")
+                errors.append(f"region {item[0]}: {lance_message(err)}")
 
         if self.max_workers <= 1 or len(writers) <= 1:
             for item in writers:
@@ -438,8 +464,9 @@ def write_arrow(
         max_workers=max_workers,
         **writer_options,
     ) as w:
+        keys = None if deletes is None else _delete_keys(w, deletes)  # checked before any row is put
         if data is not None:
             w.put(data)
-        if deletes is not None:
-            w.delete(deletes)
+        if keys is not None:
+            w.delete(keys)
         return w.stats()

@@ -40,7 +40,9 @@ Example:
 from __future__ import annotations
 
 import logging
+import numbers
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -50,7 +52,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from lance.mem_wal import CompactedSsTable
 
-from memwal_query.errors import GenerationLostError, MemWalError
+from memwal_query.errors import GenerationLostError, InvalidArgumentError, MemWalError
 from memwal_query.format.lance_open import lance_message, open_lance, require_table
 from memwal_query.format.memwal_index import read_memwal_index
 from memwal_query.format.model import FlushedGeneration, MemWalIndex
@@ -234,7 +236,7 @@ def merge_generations(
     ds, index = _open_latest(storage, str(uri))
     pk = primary_key_of(ds.schema)
     stats: list[GenerationMergeStats] = []
-    for region_id in regions if regions is not None else list_regions(storage):
+    for region_id in _regions_to_merge(storage, regions, max_generations):
         manifest = latest_region_manifest(storage, region_id)
         if manifest is None:
             continue
@@ -245,6 +247,32 @@ def merge_generations(
         for gen in pending:
             stats.append(_merge_one(storage, region_id, gen, pk))
     return _stats_table(stats)
+
+
+def _regions_to_merge(storage: Storage, regions: Sequence[str] | None, max_generations: int | None) -> list[str]:
+    """The regions a merge call names (default: all), checked with its ``max_generations``."""
+    n = max_generations
+    if n is not None and (not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 1):
+        msg = f"max_generations for {storage.uri} must be a positive integer or None, got {n!r}"
+        raise InvalidArgumentError(msg)
+    present = list_regions(storage)
+    if regions is None:
+        return present
+    if isinstance(regions, (str, bytes)):
+        msg = f"regions for {storage.uri} takes a list of region ids, got the string {regions!r}"
+        raise InvalidArgumentError(msg)
+    known = set(present)
+    out: dict[str, None] = {}
+    for r in regions:
+        try:
+            rid = str(uuid.UUID(str(r)))
+        except ValueError:
+            rid = None
+        if rid is None or rid not in known:
+            msg = f"{storage.uri} has no region {r!r} (regions: {present})"
+            raise InvalidArgumentError(msg)
+        out[rid] = None
+    return list(out)
 
 
 def _merge_task(uri: str, storage_options: Mapping[str, str] | None, max_generations: int | None) -> Any:
@@ -287,7 +315,7 @@ def merge_generations_spark(
     """
     storage = Storage.open(uri, storage_options)
     require_table(storage, str(uri), " to merge generations")
-    todo = list(regions) if regions is not None else list_regions(storage)
+    todo = _regions_to_merge(storage, regions, max_generations)
     from pyspark.sql.pandas.types import from_arrow_schema
 
     out_schema = from_arrow_schema(MERGE_STATS_SCHEMA)

@@ -227,6 +227,45 @@ def test_write_errors_are_clear(bucket_table: tuple[str, Model], tmp_path: Path)
         write_arrow(plain, _rows([2], np.random.default_rng(0), 0))
 
 
+def test_write_and_merge_arguments_are_checked_before_anything_is_written(tmp_path: Path) -> None:
+    """Arguments that used to write to the wrong region (region_id on a spec table: pruned
+    queries then missed the rows), write nothing (max_rows_per_put=-1), write the puts of a
+    call whose deletes were bad, or merge nothing, all without an error."""
+    import pandas as pd
+
+    from memwal_write import merge_generations
+
+    uri = str(tmp_path / "t")
+    rng = np.random.default_rng(3)
+    lance.write_dataset(_rows(range(10), rng, 0), uri).initialize_mem_wal(bucket_column="id", num_buckets=4)
+    before = sort_table(mq.open_table(uri).to_arrow(), ["id"])
+    some = _rows([20, 21, 22], rng, 1)
+    region = str(uuid.uuid5(NS, "bucket-0"))
+    bad_calls = [
+        (lambda: write_arrow(uri, some, region_id=region), "region_id= is for tables without one"),
+        (lambda: write_arrow(uri, some, max_rows_per_put=-1), "max_rows_per_put .* positive integer"),
+        (lambda: write_arrow(uri, some, deletes=pa.table({"city": ["x"]})), "required column 'id' is missing"),
+        (lambda: write_arrow(uri, some.append_column("id", pa.array([1, 2, 3]))), "\\['id'\\] appear more than once"),
+        (lambda: write_arrow(uri, some, max_memtable_row=10), "unknown writer option.*'max_memtable_row'"),
+        (lambda: merge_generations(uri, regions=region), "takes a list of region ids"),
+        (lambda: merge_generations(uri, regions=["../.."]), "has no region '../..'"),
+        (lambda: merge_generations(uri, max_generations=-1), "max_generations .* positive integer"),
+    ]
+    for call, message in bad_calls:
+        with pytest.raises(mq.InvalidArgumentError, match=message):
+            call()
+    assert sort_table(mq.open_table(uri).to_arrow(), ["id"]).equals(before)
+    frame = some.to_pandas()
+    write_arrow(uri, frame[frame["id"] > 20])  # a filtered frame: its index is not a column
+    got = mq.open_table(uri).sql("SELECT id FROM t WHERE id >= 20 ORDER BY id").to_pydict()["id"]
+    assert got == [21, 22] and isinstance(frame, pd.DataFrame)
+    for i in (21, 22):  # pruned point queries find them: routed by the spec
+        assert mq.open_table(uri).sql(f"SELECT count(*) AS n FROM t WHERE id = {i}").to_pydict()["n"] == [1]
+    written = sorted(p.name for p in Path(uri, "_mem_wal").iterdir())[0]
+    merged = merge_generations(uri, regions=[written.upper()])  # region ids in any case
+    assert set(merged.column("region_id").to_pylist()) == {written}
+
+
 def test_one_put_keeps_the_last_row_of_a_key_in_every_region(tmp_path: Path) -> None:
     """Routing reorders rows by region but never rows of one key (the last one wins)."""
     rng = np.random.default_rng(7)
