@@ -4,16 +4,20 @@
 
 * ``spark.read.format("memwal").load(uri)``: the merged table, one region per Spark
   partition (its generations and MemTable plus a row-balanced share of the base, planned
-  once on the driver as :func:`memwal_query.spark_read.read_spark` does); simple
-  filters Spark pushes (``=``, ``<``, ``<=``, ``>``, ``>=``, ``IN``, ``IS [NOT] NULL``,
-  ``NOT`` of those, on int / float / string / bool values) prune regions and run as Lance
-  filters in every fragment scan; the others stay in Spark. Arrow batches.
+  once on the driver as :func:`memwal_query.spark_read.read_spark` does). Arrow batches.
+  With ``.option("pushFilters", "true")``, simple filters Spark pushes (``=``, ``<``,
+  ``<=``, ``>``, ``>=``, ``IN``, ``IS [NOT] NULL``, ``NOT`` of those, on int / float /
+  string / bool values) prune regions and run as Lance filters in every fragment scan;
+  the others stay in Spark. Off by default: Spark 4.3 keeps the read planned for one
+  query of a DataFrame and reuses it for the next query of that DataFrame that pushes no
+  filter (``df.where("id = 5").count()`` then ``df.count()`` counted 1 row), so a pushing
+  read must be loaded afresh for every query.
 * ``df.write.format("memwal").mode("append").save(uri)``: upserts (or, with
   ``.option("operation", "delete")``, deletes) with :func:`memwal_write.write`'s rules
   (:mod:`memwal_write.spark_sink`).
 * ``writeStream`` / ``readStream``: :mod:`memwal_write.spark_stream`.
 
-Options: ``consistency`` (``strong`` / ``eventual``, reads), ``storage.<key>`` (object
+Options: ``consistency`` (``strong`` / ``eventual``, reads), ``pushFilters`` (reads), ``storage.<key>`` (object
 store options), ``order_by``, ``operation``, ``region_id``, ``sink_id`` (writes),
 ``readChangeFeed`` / ``startingToken`` (stream reads).
 
@@ -117,6 +121,9 @@ class MemwalReader(DataSourceReader):
         self.pushed: list[pc.Expression] = []
 
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:  # noqa: N802 - Spark's name
+        if str(self.options.get("pushFilters", "false")).lower() != "true":
+            yield from filters  # Spark filters (see the module docs: why pushing is opt-in)
+            return
         for f in filters:
             expr = filter_expression(f, self.columns)
             if expr is None:

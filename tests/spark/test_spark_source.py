@@ -130,8 +130,15 @@ def test_batch_read_equals_model_with_filters(registered: Any, tmp_path: Path) -
         "cat LIKE 'c2%' AND id > 1000": pc.and_(pc.equal(want["cat"], "c2"), pc.greater(want["id"], 1000)),
     }
     for where, mask in cases.items():
-        got = _sorted(spark.read.format("memwal").option("consistency", "strong").load(uri).where(where).toArrow())
-        assert got.equals(want.filter(mask)), where
+        for push in ("true", "false"):
+            read = spark.read.format("memwal").option("consistency", "strong").option("pushFilters", push)
+            got = _sorted(read.load(uri).where(where).toArrow())
+            assert got.equals(want.filter(mask)), (where, push)
+    # One DataFrame, several queries: Spark 4.3 reused a query's pushed filters in the next
+    # query that pushed none (pushing is opt-in for that reason).
+    reused = spark.read.format("memwal").load(uri)
+    assert reused.where("id = 17").count() == int(pc.sum(pc.equal(want["id"], 17)).as_py() or 0)
+    assert reused.count() == want.num_rows and reused.toArrow().num_rows == want.num_rows
     # eventual: flushed generations only, the same rows pylance's flushed data gives
     eventual = spark.read.format("memwal").option("consistency", "eventual").load(uri).toArrow()
     assert _sorted(eventual).equals(_sorted(mq.open_table(uri, consistency="eventual").to_arrow()))
@@ -144,7 +151,9 @@ def test_pushed_filters_prune_regions(registered: Any, tmp_path: Path) -> None:
     from pyspark.sql.datasource import EqualTo, StringStartsWith
 
     schema = registered.read.format("memwal").load(uri).schema
-    reader = MemwalReader({"path": uri}, schema)
+    kept = MemwalReader({"path": uri}, schema).pushFilters([EqualTo(("id",), 17)])
+    assert [type(f).__name__ for f in kept] == ["EqualTo"]  # not pushed unless asked
+    reader = MemwalReader({"path": uri, "pushFilters": "true"}, schema)
     left = list(reader.pushFilters([EqualTo(("id",), 17), StringStartsWith(("cat",), "c")]))
     assert [type(f).__name__ for f in left] == ["StringStartsWith"]  # Spark keeps the one not pushed
     one = reader.partitions()
