@@ -117,7 +117,7 @@ class MemwalReader(DataSourceReader):
     def __init__(self, options: Any, schema: StructType) -> None:
         self.options = options  # Spark's CaseInsensitiveDict (dict() would lowercase the keys)
         self.columns = [f.name for f in schema.fields]
-        self.arrow_schema = to_arrow_schema(schema)  # what Spark takes back (vectors as arrays)
+        self.arrow_schema = to_arrow_schema(schema, timezone="UTC")  # what Spark takes back (as its own reader)
         self.pushed: list[pc.Expression] = []
 
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:  # noqa: N802 - Spark's name

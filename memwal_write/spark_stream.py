@@ -115,7 +115,7 @@ class MemwalStreamReader(DataSourceStreamReader):
     def __init__(self, options: Any, schema: StructType) -> None:
         self.options = options  # Spark's CaseInsensitiveDict (dict() would lowercase the keys)
         self.uri = str(options.get("path"))
-        self.arrow_schema = to_arrow_schema(schema)
+        self.arrow_schema = to_arrow_schema(schema, timezone="UTC")  # as Spark's own data source reader
         self._latest: Table | None = None
 
     def _open(self) -> Table:
