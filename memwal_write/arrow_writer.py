@@ -28,7 +28,7 @@ from lance.mem_wal import ShardWriter
 
 from memwal_proto import mem_wal_pb2
 from memwal_query.conform import conform
-from memwal_query.errors import InvalidArgumentError, MemWalError
+from memwal_query.errors import InvalidArgumentError, MemWalError, is_panic
 from memwal_query.format.decode import (
     RegionSpec,
     bitrev64_name,
@@ -88,6 +88,19 @@ def _to_table(data: Any) -> pa.Table:
         f"cannot write {type(data).__name__}: pass a pyarrow Table, RecordBatch, RecordBatchReader or pandas DataFrame"
     )
     raise InvalidArgumentError(msg)
+
+
+def _aligned(table: pa.Table) -> pa.Table:
+    """``table`` with decimal columns copied where their values are not 16-byte aligned (Arrow
+    IPC streams, e.g. Spark's, may leave them 8-byte aligned): pylance panics on those."""
+    for i, f in enumerate(table.schema):
+        if not pa.types.is_decimal(f.type):
+            continue
+        col = table.column(i)
+        if any(c.buffers()[1] is not None and c.buffers()[1].address % 16 for c in col.chunks):
+            copies = [c.take(pa.array(range(len(c)), pa.int64())) for c in col.chunks]
+            table = table.set_column(i, f, pa.chunked_array(copies, f.type))
+    return table
 
 
 def _delete_keys(w: RoutedWriter, keys: Any) -> pa.Table:
@@ -157,7 +170,9 @@ class RoutedWriter:
         Args:
             uri: Table URI.
             storage_options: Object store options, as pylance takes them.
-            region_id: Write every row to this region (tables without a region spec).
+            region_id: Write every row to this region: tables without a region spec, or
+                unsharded ones (refused where the spec reads columns: queries pruning
+                regions would miss rows written elsewhere than their spec value's region).
             max_rows_per_put: Rows per ``put`` (default: the writers' ``max_memtable_rows``).
             max_workers: Regions one ``put`` / ``close`` writes at the same time (threads;
                 ``None``: the number of CPUs, at least 8: a durable ``put`` waits for its
@@ -174,14 +189,14 @@ class RoutedWriter:
         if spec is None and region_id is None:
             msg = f"{storage.uri} has no region spec: pass region_id= to choose the region to write"
             raise InvalidArgumentError(msg)
-        if spec is not None and region_id is not None:
+        if spec is not None and region_id is not None and any(f.source_ids for f in spec.fields):
             msg = (
                 f"{storage.uri} routes rows by its region spec {spec.spec_id}: region_id= is for tables "
                 "without one (rows written to another region than their spec value's would be missed by "
                 "queries that prune regions)"
             )
             raise InvalidArgumentError(msg)
-        if spec is not None:
+        if spec is not None and region_id is None:
             _check_spec_on_key(spec, lance_field_ids(ds), pk, storage.uri)
         takes = inspect.signature(lance.LanceDataset.mem_wal_writer).parameters
         unknown = sorted(k for k in writer_options if k not in takes or k in ("self", "shard_id"))
@@ -331,7 +346,7 @@ class RoutedWriter:
             _rows: Internal (the Spark driver path): write only these rows of ``data``,
                 in this order (its deduplicated rows, sorted by region value).
         """
-        table = conform(_to_table(data), self.dataset.schema, what=f"put into {self.uri}")
+        table = _aligned(conform(_to_table(data), self.dataset.schema, what=f"put into {self.uri}"))
         self._each_region(self._parts(table, _region_values, _rows), functools.partial(self._write_region, "put"))
 
     def delete(self, keys: Any, *, _region_values: pa.Table | None = None, _rows: pa.Array | None = None) -> None:
@@ -362,7 +377,9 @@ class RoutedWriter:
                     w.put(chunk)
                 else:
                     w.delete(chunk.select(list(self.primary_key)))
-            except (OSError, RuntimeError) as err:
+            except BaseException as err:  # a Rust panic in pylance is a BaseException
+                if not isinstance(err, (OSError, RuntimeError)) and not is_panic(err):
+                    raise
                 what = f"put of {chunk.num_rows} rows into" if op == "put" else f"delete of {chunk.num_rows} keys in"
                 msg = f"{what} region {rid} of {self.uri} failed: {lance_message(err)}"
                 raise MemWalError(msg) from err
@@ -437,7 +454,7 @@ def write_arrow(
         data: Rows to upsert: pyarrow Table / RecordBatch / RecordBatchReader / pandas.
         deletes: Keys to delete (the primary key columns).
         storage_options: Object store options.
-        region_id: Target region for tables without a region spec.
+        region_id: Target region for tables without a region spec (or unsharded ones).
         max_rows_per_put: Rows per ``put`` call.
         max_workers: Regions written at the same time (default: CPUs, at least 8).
         **writer_options: Passed to ``LanceDataset.mem_wal_writer``.

@@ -266,6 +266,36 @@ def test_write_and_merge_arguments_are_checked_before_anything_is_written(tmp_pa
     assert set(merged.column("region_id").to_pylist()) == {written}
 
 
+def test_decimal_values_8_byte_aligned_are_written(tmp_path: Path) -> None:
+    """An Arrow IPC stream (Spark's) may leave decimal values 8-byte aligned: pylance's writer
+    panicked on them (a BaseException: raw, after other regions had been written)."""
+    import decimal
+
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("x", pa.decimal128(10, 2))])
+    uri = str(tmp_path / "t")
+    lance.write_dataset(pa.table({"id": [0], "x": [decimal.Decimal(0)]}, schema=schema), uri).initialize_mem_wal(
+        unsharded=True
+    )
+    region = str(uuid.uuid5(NS, "unsharded"))  # rows go to one region as they come (no routing copy)
+    rows = pa.table({"id": list(range(1, 40)), "x": [decimal.Decimal(i) / 4 for i in range(1, 40)]}, schema=schema)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, schema) as w:
+        w.write_table(rows)
+    raw = sink.getvalue().to_pybytes()
+    offsets = []
+    for shift in (0, 8):  # one of the two leaves the values 8 bytes off a 16-byte boundary
+        buf = pa.allocate_buffer(len(raw) + 64)
+        start = (64 - buf.address % 64) % 64 + shift
+        view = memoryview(buf).cast("B")
+        view[start : start + len(raw)] = raw
+        got = pa.ipc.open_stream(pa.py_buffer(view[start : start + len(raw)])).read_all()
+        offsets.append(got.column("x").chunk(0).buffers()[1].address % 16)
+        write_arrow(uri, got, region_id=region)
+    assert sorted(offsets) == [0, 8]
+    table = mq.open_table(uri).to_arrow().sort_by("id")
+    assert table.column("x").to_pylist() == [decimal.Decimal(0), *rows.column("x").to_pylist()]
+
+
 def test_one_put_keeps_the_last_row_of_a_key_in_every_region(tmp_path: Path) -> None:
     """Routing reorders rows by region but never rows of one key (the last one wins)."""
     rng = np.random.default_rng(7)
