@@ -11,7 +11,7 @@ from memwal_write.arrow_writer import RegionWriteStats, RoutedWriter, conform, w
 from memwal_write.merger import merge_generations, merge_generations_spark
 from memwal_write.routing import region_id_for
 from memwal_write.spark import delete, to_datafusion, write
-from memwal_write.spark_sink import committed_batches
+from memwal_write.spark_sink import committed_batches, sink_id_for
 
 
 def register_data_source(spark: object) -> None:
@@ -23,4 +23,4 @@ def register_data_source(spark: object) -> None:
 
 __all__ = ["write_arrow", "RoutedWriter", "RegionWriteStats", "conform", "region_id_for"]
 __all__ += ["write", "delete", "read_spark", "to_datafusion", "merge_generations", "merge_generations_spark"]
-__all__ += ["register_data_source", "committed_batches"]
+__all__ += ["register_data_source", "committed_batches", "sink_id_for"]

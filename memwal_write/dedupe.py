@@ -71,7 +71,7 @@ class Dedup:
                 ties = dup[equal_next(t.column(order_col))[dup]]
             if ties.size:
                 for a, b in zip(rows(ties).to_pylist(), rows(ties + 1).to_pylist(), strict=True):
-                    if a != b:
+                    if not _same_value(a, b):
                         key = {k: a[k] for k in self.key}
                         why = f"with the same {self.order_by!r} value" if self.order_by else "and no order_by= column"
                         msg = (
@@ -137,3 +137,19 @@ def numeric_key_order(keys: pa.Table) -> pa.Array | None:
         return None
     values = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     return pa.array(np.argsort(values.to_numpy(zero_copy_only=False)), pa.int64())
+
+
+def _same_value(a: object, b: object) -> bool:
+    """``a == b`` where a NaN equals a NaN (an exact duplicate row holding NaN is a duplicate).
+
+    Example:
+        >>> _same_value({"x": float("nan"), "l": [1.0, float("nan")]}, {"x": float("nan"), "l": [1.0, float("nan")]})
+        True
+    """
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or (a != a and b != b)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_value(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b, strict=True))
+    return a == b

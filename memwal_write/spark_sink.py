@@ -19,10 +19,12 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -34,6 +36,7 @@ from memwal_write.dedupe import Dedup
 from memwal_write.spark_tasks import fencing_explained
 
 __all__ = ["SinkOptions", "apply_rows", "to_ipc", "from_ipc", "COMMIT_DIR", "committed_batches", "record_batch"]
+__all__ += ["batch_record", "check_same_query", "sink_id_for"]
 
 #: Where streaming sinks record the micro-batches they applied (under the table root).
 COMMIT_DIR = "_memwal_spark"
@@ -51,6 +54,8 @@ class SinkOptions:
     operation: str = "upsert"  # "upsert" | "delete"
     region_id: str | None = None
     sink_id: str = "default"
+    #: The streaming query's ``checkpointLocation`` option (None: not given as an option).
+    checkpoint: str | None = None
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -69,8 +74,26 @@ class SinkOptions:
             order_by=options.get("order_by") or None,
             operation=op,
             region_id=options.get("region_id") or None,
-            sink_id=str(options.get("sink_id") or "default"),
+            sink_id=str(options.get("sink_id") or _default_sink_id(options)),
+            checkpoint=str(options["checkpointLocation"]) if options.get("checkpointLocation") else None,
         )
+
+
+def _default_sink_id(options: Mapping[str, str]) -> str:
+    """A sink's id when none is given: one per checkpoint location (a query and its restarts
+    share it; another query, or the same one on a new checkpoint, starts its own record)."""
+    where = options.get("checkpointLocation")
+    return sink_id_for(str(where)) if where else "default"
+
+
+def sink_id_for(checkpoint_location: str) -> str:
+    """The ``sink_id`` of a streaming sink given none, by its ``checkpointLocation`` option.
+
+    Example:
+        >>> sink_id_for("s3://b/ckpt/events")
+        'ckpt-79036030cfbbba22'
+    """
+    return "ckpt-" + hashlib.sha1(checkpoint_location.encode(), usedforsecurity=False).hexdigest()[:16]
 
 
 def storage_options_of(options: Mapping[str, str]) -> dict[str, str]:
@@ -159,7 +182,9 @@ def committed_batches(
 
     Args:
         uri: Table URI.
-        sink_id: The sink's ``sink_id`` option (``"default"`` unless given).
+        sink_id: The sink's ``sink_id`` option; a sink given none has
+            :func:`sink_id_for` its ``checkpointLocation`` option (``"default"`` when
+            the checkpoint location was not given as an option either).
         storage_options: Object store options.
 
     Returns:
@@ -173,12 +198,37 @@ def committed_batches(
     return sorted(int(n.rsplit("/", 1)[-1][: -len(".json")]) for n in names)
 
 
-def is_recorded(storage: Storage, sink_id: str, batch_id: int) -> bool:
-    """Whether the sink already applied this micro-batch."""
-    return storage.exists(_batch_rel(sink_id, batch_id))
+def batch_record(storage: Storage, sink_id: str, batch_id: int) -> dict[str, Any] | None:
+    """The record of a micro-batch the sink already applied (None: not applied)."""
+    raw = storage.read_bytes(_batch_rel(sink_id, batch_id))
+    if raw is None:
+        return None
+    try:
+        got = json.loads(raw)
+    except ValueError:
+        got = None
+    return got if isinstance(got, dict) else {}
 
 
-def record_batch(storage: Storage, sink_id: str, batch_id: int, rows: int) -> None:
+def record_batch(storage: Storage, opts: SinkOptions, batch_id: int, rows: int) -> None:
     """Record an applied micro-batch (written once; a second record is a no-op)."""
-    body = json.dumps({"batch_id": batch_id, "rows": rows, "committed_at": time.time()}).encode()
-    storage.write_bytes_if_absent(_batch_rel(sink_id, batch_id), body)
+    body = {"batch_id": batch_id, "rows": rows, "committed_at": time.time(), "checkpoint": opts.checkpoint}
+    storage.write_bytes_if_absent(_batch_rel(opts.sink_id, batch_id), json.dumps(body).encode())
+
+
+def check_same_query(record: dict[str, Any], opts: SinkOptions, batch_id: int) -> None:
+    """Refuse to skip a batch another query recorded (its checkpoint differs): two queries on
+    one ``sink_id``, or a query restarted on a new checkpoint, would skip each other's batches.
+
+    Raises:
+        InvalidArgumentError: The record names another checkpoint than this query's.
+    """
+    theirs = record.get("checkpoint")
+    if theirs is None or opts.checkpoint is None or theirs == opts.checkpoint:
+        return
+    msg = (
+        f"write to {opts.uri}: sink {opts.sink_id!r} applied batch {batch_id} for the query checkpointed at "
+        f"{theirs!r}, not this one ({opts.checkpoint!r}); its rows would be skipped: give each query its own "
+        "sink_id (without one, each checkpoint location has its own)"
+    )
+    raise InvalidArgumentError(msg)

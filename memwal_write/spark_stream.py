@@ -51,8 +51,9 @@ from memwal_query.table import Table, open_table
 from memwal_write.spark_sink import (
     SinkOptions,
     apply_rows,
+    batch_record,
+    check_same_query,
     from_ipc,
-    is_recorded,
     record_batch,
     storage_options_of,
     to_ipc,
@@ -96,14 +97,16 @@ class MemwalStreamWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 - Spark's name
         storage = Storage.open(self.opts.uri, self.opts.storage_options)
-        if is_recorded(storage, self.opts.sink_id, batchId):
+        record = batch_record(storage, self.opts.sink_id, batchId)
+        if record is not None:
+            check_same_query(record, self.opts, batchId)
             log.info("memwal sink %s: batch %d already applied to %s", self.opts.sink_id, batchId, self.opts.uri)
             return
         rows = from_ipc(m.rows for m in messages if isinstance(m, StagedRows))
         n = 0 if rows is None else rows.num_rows
         if rows is not None:
             apply_rows(rows, self.opts, fail_after_half=self._fail_now(batchId))
-        record_batch(storage, self.opts.sink_id, batchId, n)
+        record_batch(storage, self.opts, batchId, n)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 - Spark's name
         """Nothing is written before :meth:`commit`: nothing to undo."""

@@ -466,6 +466,11 @@ def test_driver_dedupe_keeps_one_row_per_key_in_key_order(key_type: pa.DataType)
     clash = pa.concat_tables([t, t.slice(7, 1).set_column(1, "v", pa.array([-1]))])
     with pytest.raises(InvalidArgumentError, match="appears more than once"):
         _Dedup(("k",), None, True, "mem://t").newest_order(clash)
+    # exact duplicates holding NaN are duplicates (NaN != NaN refused them as ambiguous)
+    nan = pa.table({"k": [1, 1, 2], "v": [float("nan"), float("nan"), 1.0], "l": [[float("nan")]] * 3})
+    assert _Dedup(("k",), None, True, "mem://t").newest_order(nan).to_pylist() in ([1, 2], [0, 2])
+    with pytest.raises(InvalidArgumentError, match="appears more than once"):
+        _Dedup(("k",), None, True, "mem://t").newest_order(nan.set_column(1, "v", pa.array([float("nan"), 2.0, 1.0])))
 
 
 def test_auto_writes_from_the_driver_on_a_local_master(

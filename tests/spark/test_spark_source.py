@@ -333,3 +333,20 @@ def test_stream_writer_skips_a_recorded_batch(tmp_path: Path) -> None:
     assert memwal_write.committed_batches(uri, "q") == [0]
     assert memwal_write.committed_batches(uri, "other") == []
     assert _sorted(mq.open_table(uri).to_arrow()).equals(model.table())
+
+    # Without sink_id each checkpoint location has its own record; one sink_id shared by two
+    # checkpoints (two queries, or a restart on a new checkpoint) is an error, not a skip.
+    a = MemwalStreamWriter({"path": uri, "checkpointLocation": "ckpt/a"})
+    b = MemwalStreamWriter({"path": uri, "checkpointLocation": "ckpt/b"})
+    a.commit([StagedRows(to_ipc(_rows([600], 2.0).to_batches()))], 0)
+    b.commit([StagedRows(to_ipc(_rows([601], 3.0).to_batches()))], 0)
+    model.put(_rows([600], 2.0))
+    model.put(_rows([601], 3.0))
+    assert _sorted(mq.open_table(uri).to_arrow()).equals(model.table())
+    assert memwal_write.committed_batches(uri, memwal_write.sink_id_for("ckpt/b")) == [0]
+    first = MemwalStreamWriter({"path": uri, "checkpointLocation": "ckpt/c", "sink_id": "s"})
+    first.commit([StagedRows(to_ipc(_rows([602], 4.0).to_batches()))], 0)
+    first.commit([StagedRows(to_ipc(_rows([602], 4.0).to_batches()))], 0)  # its own replay: skipped
+    again = MemwalStreamWriter({"path": uri, "checkpointLocation": "ckpt/d", "sink_id": "s"})
+    with pytest.raises(InvalidArgumentError, match="sink 's' applied batch 0 for the query checkpointed at 'ckpt/c'"):
+        again.commit([StagedRows(to_ipc(_rows([603], 5.0).to_batches()))], 0)
