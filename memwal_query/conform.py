@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from memwal_query.errors import InvalidArgumentError, MemWalError
 
@@ -154,6 +155,10 @@ def conform(
             arrays.append(pa.nulls(data.num_rows, f.type))
             continue
         col = data.column(f.name)
+        if pa.types.is_timestamp(col.type) and col.type.tz and pa.types.is_timestamp(f.type) and not f.type.tz:
+            # an instant into a column without a time zone: its wall-clock time where it was
+            # taken (as Spark, DuckDB and pandas cast; Arrow's cast would give the UTC time)
+            col = pc.local_timestamp(col)
         if col.type != f.type:
             try:
                 col = col.cast(f.type)

@@ -79,11 +79,22 @@ def _check_speculation(spark: Any, allow: bool) -> None:
         log.warning("spark.speculation is on: speculative write attempts will fence each other and be retried")
 
 
+def _in_session_zone(table: pa.Table, df: Any) -> pa.Table:
+    """``toArrow``'s timestamps (UTC) in the session time zone, as Spark's tasks hand them over:
+    written into a column without a time zone, a TIMESTAMP keeps its session-local time."""
+    tz = str(df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC")
+    for i, f in enumerate(table.schema):
+        if pa.types.is_timestamp(f.type) and f.type.tz and f.type.tz != tz:
+            t = pa.timestamp(f.type.unit, tz)
+            table = table.set_column(i, f.with_type(t), table.column(i).cast(t))
+    return table
+
+
 def _collect(df: Any, uri: str, mode: str, *, auto: bool) -> pa.Table | None:
     """The rows on the driver (``toArrow``); ``None`` when ``auto`` and they are too
     large for ``spark.driver.maxResultSize`` (nothing is written before this)."""
     try:
-        return df.toArrow()
+        return _in_session_zone(df.toArrow(), df)
     except Exception as err:  # Py4J: e.g. spark.driver.maxResultSize exceeded
         lines = [ln.strip(" :") for ln in str(err).splitlines() if ln.strip(" :")]
         # Py4J's first line only names the Java call; the cause is further down

@@ -296,6 +296,24 @@ def test_decimal_values_8_byte_aligned_are_written(tmp_path: Path) -> None:
     assert table.column("x").to_pylist() == [decimal.Decimal(0), *rows.column("x").to_pylist()]
 
 
+def test_an_instant_written_into_a_column_without_a_time_zone_keeps_its_local_time(tmp_path: Path) -> None:
+    """As Spark, DuckDB and pandas cast: New York midnight is stored as 00:00, not 05:00 (UTC)."""
+    import datetime as dt
+
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("at", pa.timestamp("us"))])
+    uri = str(tmp_path / "t")
+    lance.write_dataset(pa.table({"id": [0], "at": [None]}, schema=schema), uri).initialize_mem_wal(
+        bucket_column="id", num_buckets=2
+    )
+    zoned = pa.array([dt.datetime(2024, 1, 1, 5), dt.datetime(2024, 7, 1, 4)], pa.timestamp("us")).cast(
+        pa.timestamp("us", "UTC")
+    )
+    for tz, want in (("America/New_York", [dt.datetime(2024, 1, 1), dt.datetime(2024, 7, 1)]), ("UTC", None)):
+        write_arrow(uri, pa.table({"id": [1, 2], "at": zoned.cast(pa.timestamp("us", tz))}))
+        got = mq.open_table(uri).to_arrow().sort_by("id").column("at").to_pylist()[1:]
+        assert got == (want or [dt.datetime(2024, 1, 1, 5), dt.datetime(2024, 7, 1, 4)]), tz
+
+
 def test_one_put_keeps_the_last_row_of_a_key_in_every_region(tmp_path: Path) -> None:
     """Routing reorders rows by region but never rows of one key (the last one wins)."""
     rng = np.random.default_rng(7)

@@ -394,6 +394,28 @@ def test_time_types_spark_holds_otherwise(spark: Any, tmp_path: Path) -> None:
         assert rows == want
 
 
+def test_timestamps_into_a_column_without_a_time_zone_keep_the_session_local_time(spark: Any, tmp_path: Path) -> None:
+    """Spark's cast of a TIMESTAMP to TIMESTAMP_NTZ keeps the session-local time: so does a
+    write into a Lance column without a time zone, on both write paths (UTC time before)."""
+    import datetime as dt
+
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("at", pa.timestamp("us"))])
+    old = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    try:
+        df = spark.sql("SELECT 1L AS id, timestamp'2024-01-01 00:00:00' AS at")
+        for via in ("driver", "tasks"):
+            uri = str(tmp_path / via)
+            lance.write_dataset(pa.table({"id": [0], "at": [None]}, schema=schema), uri).initialize_mem_wal(
+                bucket_column="id", num_buckets=2
+            )
+            memwal_write.write(df, uri, via=via)
+            got = mq.open_table(uri).to_arrow().sort_by("id").column("at").to_pylist()
+            assert got == [None, dt.datetime(2024, 1, 1)], via
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", old)
+
+
 def test_to_datafusion_joins_merged_table(spark: Any, tmp_path: Path) -> None:
     uri, model = _table(tmp_path, base_rows=300)
     ctx = datafusion.SessionContext()
