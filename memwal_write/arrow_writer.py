@@ -108,6 +108,31 @@ def _delete_keys(w: RoutedWriter, keys: Any) -> pa.Table:
     return conform(_to_table(keys), w.dataset.schema, what=f"delete from {w.uri}", keys=w.primary_key)
 
 
+def _check_open(
+    uri: str, spec: RegionSpec | None, region_id: str | None, options: Mapping[str, Any], max_rows_per_put: int | None
+) -> None:
+    """Refuse arguments of :meth:`RoutedWriter.open` that cannot be written with, before any write."""
+    if spec is None and region_id is None:
+        msg = f"{uri} has no region spec: pass region_id= to choose the region to write"
+        raise InvalidArgumentError(msg)
+    if spec is not None and region_id is not None and any(f.source_ids for f in spec.fields):
+        msg = (
+            f"{uri} routes rows by its region spec {spec.spec_id}: region_id= is for tables without one "
+            "(rows written to another region than their spec value's would be missed by queries that prune regions)"
+        )
+        raise InvalidArgumentError(msg)
+    params = inspect.signature(lance.LanceDataset.mem_wal_writer).parameters
+    takes = [k for k in params if k not in ("self", "shard_id")]
+    unknown = sorted(k for k in options if k not in takes)
+    if unknown:
+        msg = f"unknown writer option(s) {unknown} for {uri} (mem_wal_writer takes {sorted(takes)})"
+        raise InvalidArgumentError(msg)
+    n = max_rows_per_put
+    if n is not None and (not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 1):
+        msg = f"max_rows_per_put for {uri} must be a positive integer or None, got {n!r}"
+        raise InvalidArgumentError(msg)
+
+
 def _check_spec_on_key(spec: RegionSpec, names: Mapping[int, str], pk: tuple[str, ...], uri: str) -> None:
     """Refuse specs over non-key columns: a key must stay in one region.
 
@@ -186,28 +211,9 @@ class RoutedWriter:
         index = read_memwal_index(storage, ds.version)
         pk = primary_key_of(ds.schema)
         spec = max(index.specs, key=lambda s: s.spec_id) if index.specs else None
-        if spec is None and region_id is None:
-            msg = f"{storage.uri} has no region spec: pass region_id= to choose the region to write"
-            raise InvalidArgumentError(msg)
-        if spec is not None and region_id is not None and any(f.source_ids for f in spec.fields):
-            msg = (
-                f"{storage.uri} routes rows by its region spec {spec.spec_id}: region_id= is for tables "
-                "without one (rows written to another region than their spec value's would be missed by "
-                "queries that prune regions)"
-            )
-            raise InvalidArgumentError(msg)
+        _check_open(storage.uri, spec, region_id, writer_options, max_rows_per_put)
         if spec is not None and region_id is None:
             _check_spec_on_key(spec, lance_field_ids(ds), pk, storage.uri)
-        takes = inspect.signature(lance.LanceDataset.mem_wal_writer).parameters
-        unknown = sorted(k for k in writer_options if k not in takes or k in ("self", "shard_id"))
-        if unknown:
-            options = sorted(k for k in takes if k not in ("self", "shard_id"))
-            msg = f"unknown writer option(s) {unknown} for {storage.uri} (mem_wal_writer takes {options})"
-            raise InvalidArgumentError(msg)
-        n = max_rows_per_put
-        if n is not None and (not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 1):
-            msg = f"max_rows_per_put for {storage.uri} must be a positive integer or None, got {n!r}"
-            raise InvalidArgumentError(msg)
         limit = int(
             writer_options.get("max_memtable_rows")
             or index.writer_config_defaults.get("max_memtable_rows", 0)
