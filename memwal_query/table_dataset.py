@@ -1,10 +1,13 @@
 """An in-memory Arrow table as a dataset DataFusion can scan, even when it has no rows.
 
 SQL table functions hand DataFusion their result as a ``pyarrow.dataset.Dataset``.
-``pyarrow.dataset.dataset(table)`` of an empty table has no fragment, and DataFusion
-rejects a scan of zero partitions under a sort (``SanityCheckPlan ... SinglePartition``):
-``SELECT * FROM memwal_wal('t') ORDER BY position`` would fail on a table with no WAL
-tail. :func:`table_dataset` always has one fragment.
+``pyarrow.dataset.dataset(table)`` of an empty table has no fragment (nor of any table,
+for a filter DataFusion folded to NULL), and DataFusion rejects a scan of zero partitions
+under a sort (``SanityCheckPlan ... SinglePartition``): ``SELECT * FROM memwal_wal('t')
+ORDER BY position`` would fail on a table with no WAL tail. :func:`table_dataset` always
+has one fragment, and filters the way DataFusion does (NaN above every number and equal to
+itself, as the merged table's scans: :mod:`memwal_query.planner.nan_order`), not as
+pyarrow's comparisons do.
 
 Example:
     >>> import datafusion, pyarrow as pa
@@ -24,6 +27,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pds
 
+from memwal_query.planner.nan_order import nan_ordered
+from memwal_query.scan.arrays import constant_filter
+
 __all__ = ["table_dataset"]
 
 
@@ -40,8 +46,11 @@ class _Scan:
 
 
 def _scan(table: pa.Table, columns: Sequence[str] | None, filt: pc.Expression | None) -> _Scan:
-    if filt is not None:
-        table = table.filter(filt)
+    const = constant_filter(filt)  # DataFusion may fold the WHERE clause to a constant
+    if const is False:
+        table = table.slice(0, 0)
+    elif const is None and filt is not None:
+        table = table.filter(nan_ordered(filt, table.schema))  # DataFusion's order of NaN
     names = list(table.schema.names) if columns is None else list(columns)
     out = pa.schema([table.schema.field(c) for c in names])
     if not names:  # count(*): batches with row counts and no columns
@@ -82,5 +91,5 @@ class _TableDataset(pds.Dataset):  # type: ignore[misc]
 
 
 def table_dataset(table: pa.Table) -> pds.Dataset:
-    """``table`` as a dataset for ``datafusion.Table``: at least one fragment, also when empty."""
-    return pds.dataset(table) if table.num_rows else _TableDataset(table)
+    """``table`` as a dataset for ``datafusion.Table``: one fragment, also when empty."""
+    return _TableDataset(table)

@@ -184,6 +184,8 @@ def _pred(n: _Node) -> Predicate:
 def expression_tree(expr: pc.Expression, columns: Collection[str]) -> Tree:
     """The call tree of ``expr``: :class:`Call` nodes over fields (``.name``) and literals
     (``.value``); :class:`Unknown` when it cannot be read (or names a field not in ``columns``)."""
+    if not isinstance(expr, pc.Expression):  # e.g. a constant DataFusion folded the filter to
+        return Unknown(str(expr))
     try:
         buf = expr.__reduce__()[1][0]
         table = ipc.open_file(buf).read_all()

@@ -24,6 +24,7 @@ __all__ = [
     "one_chunk",
     "is_gone",
     "as_expression",
+    "constant_filter",
     "zero_column_batches",
     "chain_first",
 ]
@@ -53,6 +54,21 @@ def drop_mask(rowaddr: pa.Array | pa.ChunkedArray, drop: np.ndarray) -> pa.Array
 def as_expression(filt: object) -> pc.Expression:
     """A pushed filter as an Expression (DataFusion may hand a simplified constant scalar)."""
     return filt if isinstance(filt, pc.Expression) else pc.scalar(filt)
+
+
+def constant_filter(filt: object) -> bool | None:
+    """What a pushed filter DataFusion folded to a constant keeps: every row (True) or none
+    (False: also a NULL, as in ``WHERE c IN (NULL)``); None for a filter over columns.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> constant_filter(pa.scalar(None, pa.bool_())), constant_filter(pa.scalar(True)), constant_filter(None)
+        (False, True, None)
+    """
+    if filt is None or isinstance(filt, pc.Expression):
+        return None
+    value = filt.as_py() if isinstance(filt, pa.Scalar) else filt
+    return bool(value)
 
 
 def in_fragment(drop: np.ndarray, frag: lance.fragment.LanceFragment) -> np.ndarray:

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 from memwal_query.engine_errors import recorded
 from memwal_query.errors import InvalidArgumentError
 from memwal_query.planner.nan_order import nan_ordered
-from memwal_query.scan.arrays import drop_mask, zero_column_batches
+from memwal_query.scan.arrays import constant_filter, drop_mask, zero_column_batches
 from memwal_query.scan_gate import guarded
 from memwal_query.snapshot.model import GenerationSource
 
@@ -124,10 +124,14 @@ class SourceFragment:
         """
         out = self._out_schema(columns)
         cols = list(out.names)
-        if not cols and filter is None:
+        const = constant_filter(filter)
+        if const is False:  # DataFusion folded the WHERE clause to false or NULL
+            return Scan(out, iter(()))
+        given = None if const else filter
+        if not cols and given is None:
             return Scan(out, zero_column_batches(self.live_rows()))
         # in memory (pyarrow) as in Lance: DataFusion's order of NaN
-        filt = nan_ordered(filter, self.context.data_schema) if filter is not None else None
+        filt = nan_ordered(given, self.context.data_schema) if given is not None else None
         return Scan(out, self.batches(cols, filt, out, batch_size))
 
     def live_rows(self) -> int:
