@@ -19,7 +19,9 @@ one by one:
   saying so (read those with pylance).
 * The SQL table functions (``memwal_knn``, ``memwal_regions``, ``memwal_changes`` ...)
   take the catalog's tables by folder name or full name (``'events'``,
-  ``'memwal.public.events'``), with the same fresh snapshot rule.
+  ``'memwal.public.events'``), with the same fresh snapshot rule: each call takes its own
+  snapshot, so with writers running a query joining a table with a function of it may read
+  two (pin the table for one).
 
 DataFusion calls the catalog while it plans a query; the catalog reads storage and
 Lance only, never DataFusion (which would panic there: docs/DESIGN.md "Sharp edges").

@@ -30,6 +30,7 @@ must not be re-entered from inside a query).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -42,7 +43,7 @@ from memwal_query.changes import changes
 from memwal_query.compat import check_datafusion_supported
 from memwal_query.describe import describe_table
 from memwal_query.engine_errors import raised_in_engine
-from memwal_query.errors import InvalidArgumentError, MemWalError
+from memwal_query.errors import InvalidArgumentError, MemWalError, one_line
 from memwal_query.hybrid import search_hybrid
 from memwal_query.lookup import lookup
 from memwal_query.state_sql import generations_table, history_table, regions_table, wal_table
@@ -67,12 +68,23 @@ class _Registry(dict[str, HasView]):
         self.listers: list[Callable[[], list[str]]] = []
 
     def find(self, name: str) -> HasView | None:
-        found = self.get(name)
-        for resolve in self.resolvers:
-            if found is not None:
-                break
-            found = resolve(name)
-        return found
+        """The table ``name`` names as SQL would: a registered table (names are case-insensitive,
+        as DataFusion's unquoted ones; ``public.`` optional), else the one catalog holding it.
+
+        Raises:
+            InvalidArgumentError: Several catalogs hold a table of that name.
+        """
+        key = name.lower()
+        for prefix in ("datafusion.public.", "public."):
+            key = key.removeprefix(prefix)
+        found = self.get(key)
+        if found is not None:
+            return found
+        hits = [t for t in (resolve(name) for resolve in self.resolvers) if t is not None]
+        if len(hits) > 1:
+            msg = f"{name!r} names a table in {len(hits)} catalogs: give its full name ('<catalog>.public.<table>')"
+            raise InvalidArgumentError(msg)
+        return hits[0] if hits else None
 
     def known(self) -> list[str]:
         """The names registered, then those the resolvers list (e.g. a catalog's tables)."""
@@ -95,6 +107,16 @@ def _table(tables: _Registry, e: Any, fn: str) -> TableView:
         msg = f"{fn}: no memwal table named {name!r} is registered (known: {tables.known()})"
         raise InvalidArgumentError(msg)
     return view_of(table)
+
+
+def _filter(e: Any, fn: str) -> Any:
+    """A function's filter argument; one SQL expression (Lance, which runs it, reads only the
+    first of several statements: ``a = 1; b = 2`` would filter by ``a = 1`` alone)."""
+    v = _value(e, f"{fn}: the filter")
+    if isinstance(v, str) and ";" in re.sub(r"'(?:[^']|'')*'", "", v):
+        msg = f"{fn}: the filter must be one SQL expression, got {v!r}"
+        raise InvalidArgumentError(msg)
+    return v
 
 
 def _int(e: Any, what: str) -> int:
@@ -126,7 +148,7 @@ def _knn(registry: _Registry, *args: Any) -> pa.Table:
     column = _value(args[1], "memwal_knn: the column")
     query = _value(args[2], "memwal_knn: the query vector")
     k = _int(args[3], "memwal_knn: k")
-    filt = _value(args[4], "memwal_knn: the filter") if len(args) > 4 else None
+    filt = _filter(args[4], "memwal_knn") if len(args) > 4 else None
     nprobes = _int(args[5], "memwal_knn: nprobes") if len(args) > 5 else None
     return nearest(table, str(column), query, k=k, filter=filt or None, nprobes=nprobes, in_query=True).rows
 
@@ -172,7 +194,7 @@ def _fts(registry: _Registry, *args: Any) -> pa.Table:
     column = _str(args[1], "memwal_fts: the column")
     query = _str(args[2], "memwal_fts: the query")
     k = _int(args[3], "memwal_fts: k")
-    filt = _value(args[4], "memwal_fts: the filter") if len(args) > 4 else None
+    filt = _filter(args[4], "memwal_fts") if len(args) > 4 else None
     from memwal_query.fts.search import search_text  # the full-text modules load on first use
 
     return search_text(table, column, query, k=k, filter=filt or None, in_query=True).rows
@@ -186,7 +208,7 @@ def _hybrid(registry: _Registry, *args: Any) -> pa.Table:
     tcol = _str(args[3], "memwal_hybrid: the text column")
     query = _str(args[4], "memwal_hybrid: the text query")
     k = _int(args[5], "memwal_hybrid: k")
-    filt = _value(args[6], "memwal_hybrid: the filter") if len(args) > 6 else None
+    filt = _filter(args[6], "memwal_hybrid") if len(args) > 6 else None
     return search_hybrid(table, vcol, vector, tcol, query, k=k, filter=filt or None, in_query=True)
 
 
@@ -242,7 +264,7 @@ def register_functions(ctx: datafusion.SessionContext, tables: Mapping[str, HasV
         >>> ctx = datafusion.SessionContext()
         >>> register_functions(ctx, {})
     """
-    _registry(ctx).update(tables)
+    _registry(ctx).update({name.lower(): table for name, table in tables.items()})
 
 
 def _registry(ctx: datafusion.SessionContext) -> _Registry:
@@ -294,5 +316,12 @@ def register_table(ctx: datafusion.SessionContext, name: str, dataset: pds.Datas
         ctx.deregister_table(name)
     except Exception:  # noqa: BLE001 - not registered yet
         pass
-    ctx.register_dataset(name, dataset)
+    try:
+        ctx.register_dataset(name, dataset)
+    except Exception as err:  # DataFusion's: e.g. a default schema that takes no tables (a memwal catalog)
+        why = one_line(err)
+        if "_PublicSchema" in why:  # the session's default schema is a memwal catalog's
+            why = "its default catalog is a memwal catalog, which serves the tables under its root only"
+        msg = f"cannot register {name!r} in this session: {why}"
+        raise InvalidArgumentError(msg) from err
     register_functions(ctx, {name: table})

@@ -134,6 +134,28 @@ def test_default_catalog_lets_queries_use_folder_names(root: Path) -> None:
     assert count(ctx, "events") == 10
 
 
+def test_sql_functions_name_tables_as_sql_does(root: Path, tmp_path: Path) -> None:
+    """Registered names are case-insensitive (DataFusion lowercases unquoted names) with an
+    optional ``public.``; a name two catalogs hold is ambiguous (the first catalog answered);
+    a table cannot be registered into a memwal catalog (a clear error, not DataFusion's)."""
+    config = datafusion.SessionConfig().with_default_catalog_and_schema("memwal", "public")
+    ctx = datafusion.SessionContext(config)
+    mq.register_catalog(ctx, str(root))
+    with pytest.raises(InvalidArgumentError, match="its default catalog is a memwal catalog"):
+        mq.open_table(str(root / "users")).register(ctx, "extra")
+    other = tmp_path / "other"
+    memwal_table(str(other / "events"), 4)
+    mq.register_catalog(ctx, str(other), name="other")
+    with pytest.raises(Exception, match="'events' names a table in 2 catalogs: give its full name"):
+        ctx.sql("SELECT count(*) AS n FROM memwal_regions('events')").collect()
+    n = ctx.sql("SELECT count(*) AS n FROM memwal_lookup('other.public.events', [1, 2, 3, 9])").to_pydict()["n"]
+    assert n == [3]
+    plain = datafusion.SessionContext()
+    mq.open_table(str(root / "users")).register(plain, "Users")
+    for name in ("Users", "users", "public.users", "datafusion.public.USERS"):
+        assert plain.sql(f"SELECT count(*) AS n FROM memwal_lookup('{name}', [0, 1, 7])").to_pydict()["n"] == [2]
+
+
 def test_bad_arguments(root: Path) -> None:
     with pytest.raises(InvalidArgumentError, match="SessionContext"):
         mq.register_catalog("ctx", str(root))  # type: ignore[arg-type]

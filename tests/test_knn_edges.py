@@ -103,6 +103,12 @@ def test_query_and_argument_errors(tmp_path: Path) -> None:
         table.nearest("xy", [1.0] * 4, filter=123)  # type: ignore[arg-type]
     got = table.nearest("xy", [1.0] * 4, k=2, columns=["id", "id"])
     assert got.column_names == ["id", "_distance"]
+    # Lance reads the first of several statements only: the SQL function (whose filter cannot be
+    # planned by DataFusion inside the query) refuses them as the Python call does
+    knn = "SELECT id FROM memwal_knn('t', 'xy', [1.0, 1.0, 1.0, 1.0], 2, '{}')"
+    with pytest.raises(mq.InvalidArgumentError, match="filter must be one SQL expression"):
+        table.sql(knn.format("id > 0; id < 0")).collect()
+    assert len(table.sql(knn.format("id > 0 AND id < 99")).to_pydict()["id"]) == 2
     ints = _points_table(str(tmp_path / "i8"), pts.astype(np.int8), pa.list_(pa.int8(), 4))
     with pytest.raises(mq.InvalidArgumentError, match="holds int8 vectors: Lance searches float vectors only"):
         mq.open_table(ints.uri).nearest("xy", [1.0] * 4, filter="id > 0")
