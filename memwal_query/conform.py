@@ -102,6 +102,24 @@ def _nested(arr: pa.Array, have: pa.Field, want: pa.Field) -> pa.Array:
     return pa.StructArray.from_arrays(children, fields=list(names), mask=arr.is_null())
 
 
+def _dropped_children(have: pa.DataType, want: pa.DataType, path: str) -> list[str]:
+    """Struct children of ``have`` that ``want`` has no field for (paths, at any depth)."""
+    if pa.types.is_struct(have) and pa.types.is_struct(want):
+        names = {want.field(i).name: want.field(i).type for i in range(want.num_fields)}
+        out = []
+        for i in range(have.num_fields):
+            child = have.field(i)
+            if child.name not in names:
+                out.append(f"{path}.{child.name}")
+            else:
+                out += _dropped_children(child.type, names[child.name], f"{path}.{child.name}")
+        return out
+    lists = (pa.types.is_list, pa.types.is_large_list, pa.types.is_fixed_size_list)
+    if any(f(have) for f in lists) and any(f(want) for f in lists):
+        return _dropped_children(have.value_type, want.value_type, f"{path}[]")
+    return []
+
+
 def conform(
     data: pa.Table,
     schema: pa.Schema,
@@ -159,6 +177,11 @@ def conform(
             # an instant into a column without a time zone: its wall-clock time where it was
             # taken (as Spark, DuckDB and pandas cast; Arrow's cast would give the UTC time)
             col = pc.local_timestamp(col)
+        if strict and col.type != f.type:
+            lost = _dropped_children(col.type, f.type, f.name)
+            if lost:  # pyarrow's struct cast would drop them without a word
+                msg = f"{what}: struct field(s) {lost} are not in the table schema ({f.name!r} is {f.type})"
+                raise error(msg)
         if col.type != f.type:
             try:
                 col = col.cast(f.type)

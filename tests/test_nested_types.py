@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 
 import memwal_query as mq
 from memwal_query.format.nested import as_schema, with_parent_nulls
@@ -111,3 +112,20 @@ def test_helpers_on_sliced_and_nested_arrays() -> None:
     wanted = pa.schema([pa.field("x", pa.int64(), nullable=False)])
     assert as_schema(plain, wanted).schema == wanted and as_schema(plain, wanted).column(0).type == pa.int64()
     assert as_schema(plain, pa.schema([pa.field("x", pa.int32())])).column(0).type == pa.int32()
+
+
+def test_a_struct_with_a_field_the_table_lacks_is_refused(tmp_path: Path) -> None:
+    """An extra top-level column is refused; an extra struct field was dropped without a word."""
+    from memwal_write import write_arrow
+
+    base = pa.Table.from_pylist([_row(i, 0) for i in range(6)], schema=SCHEMA)
+    t = ModelTable(str(tmp_path / "t"), SCHEMA, base, bucket=("id", 2))
+    extra = pa.struct([("a", pa.int32()), ("b", pa.string()), ("secret", pa.string())])
+    rows = pa.table({"id": pa.array([1], pa.int64()), "s": pa.array([{"a": 1, "b": "x", "secret": "y"}], extra)})
+    with pytest.raises(mq.InvalidArgumentError, match=r"struct field\(s\) \['s.secret'\] are not in the table schema"):
+        write_arrow(t.uri, rows)
+    nested = pa.list_(extra)
+    rows = pa.table({"id": pa.array([1], pa.int64()), "ls": pa.array([[{"a": 1, "b": "x", "secret": "y"}]], nested)})
+    with pytest.raises(mq.InvalidArgumentError, match=r"\['ls\[\].secret'\]"):
+        write_arrow(t.uri, rows)
+    assert mq.open_table(t.uri).to_arrow().sort_by("id").equals(base.sort_by("id"))
