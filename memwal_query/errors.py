@@ -19,6 +19,7 @@ from google.protobuf.message import DecodeError
 
 __all__ = [
     "positive_k",
+    "positive_int",
     "MALFORMED",
     "one_line",
     "is_panic",
@@ -156,7 +157,23 @@ def positive_k(k: object) -> int:
         >>> positive_k(3)
         3
     """
-    if not isinstance(k, numbers.Integral) or isinstance(k, bool) or int(k) <= 0:
-        msg = f"k must be a positive integer, got {k!r}"
+    return positive_int(k, "k")
+
+
+def positive_int(value: object, what: str, *, optional: bool = False) -> int:
+    """``value`` as an int: a positive integer, numpy's too (``optional``: None passes as 0).
+
+    Raises:
+        InvalidArgumentError: ``value`` is not a positive integer (a bool is not one),
+            naming ``what``.
+
+    Example:
+        >>> positive_int(None, "max_rows_per_put for t", optional=True)
+        0
+    """
+    if optional and value is None:
+        return 0
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or int(value) <= 0:
+        msg = f"{what} must be a positive integer{' or None' if optional else ''}, got {value!r}"
         raise InvalidArgumentError(msg)
-    return int(k)
+    return int(value)

@@ -13,7 +13,6 @@ import functools
 import inspect
 import json
 import logging
-import numbers
 import os
 import sys
 import uuid
@@ -28,7 +27,7 @@ from lance.mem_wal import ShardWriter
 
 from memwal_proto import mem_wal_pb2
 from memwal_query.conform import conform
-from memwal_query.errors import InvalidArgumentError, MemWalError, is_panic
+from memwal_query.errors import InvalidArgumentError, MemWalError, is_panic, positive_int
 from memwal_query.format.decode import (
     RegionSpec,
     bitrev64_name,
@@ -127,10 +126,7 @@ def _check_open(
     if unknown:
         msg = f"unknown writer option(s) {unknown} for {uri} (mem_wal_writer takes {sorted(takes)})"
         raise InvalidArgumentError(msg)
-    n = max_rows_per_put
-    if n is not None and (not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 1):
-        msg = f"max_rows_per_put for {uri} must be a positive integer or None, got {n!r}"
-        raise InvalidArgumentError(msg)
+    positive_int(max_rows_per_put, f"max_rows_per_put for {uri}", optional=True)
 
 
 def _check_spec_on_key(spec: RegionSpec, names: Mapping[int, str], pk: tuple[str, ...], uri: str) -> None:

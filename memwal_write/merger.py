@@ -40,7 +40,6 @@ Example:
 from __future__ import annotations
 
 import logging
-import numbers
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -52,7 +51,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from lance.mem_wal import CompactedSsTable
 
-from memwal_query.errors import GenerationLostError, InvalidArgumentError, MemWalError
+from memwal_query.errors import GenerationLostError, InvalidArgumentError, MemWalError, positive_int
 from memwal_query.format.lance_open import lance_message, open_lance, require_table
 from memwal_query.format.memwal_index import read_memwal_index
 from memwal_query.format.model import FlushedGeneration, MemWalIndex
@@ -251,10 +250,7 @@ def merge_generations(
 
 def _regions_to_merge(storage: Storage, regions: Sequence[str] | None, max_generations: int | None) -> list[str]:
     """The regions a merge call names (default: all), checked with its ``max_generations``."""
-    n = max_generations
-    if n is not None and (not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 1):
-        msg = f"max_generations for {storage.uri} must be a positive integer or None, got {n!r}"
-        raise InvalidArgumentError(msg)
+    positive_int(max_generations, f"max_generations for {storage.uri}", optional=True)
     present = list_regions(storage)
     if regions is None:
         return present
