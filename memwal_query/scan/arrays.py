@@ -23,7 +23,6 @@ __all__ = [
     "in_fragment",
     "one_chunk",
     "is_gone",
-    "as_expression",
     "constant_filter",
     "zero_column_batches",
     "chain_first",
@@ -49,11 +48,6 @@ def drop_mask(rowaddr: pa.Array | pa.ChunkedArray, drop: np.ndarray) -> pa.Array
     idx = np.searchsorted(drop, ra)
     idx[idx == drop.size] = 0
     return pa.array(drop[idx] != ra)
-
-
-def as_expression(filt: object) -> pc.Expression:
-    """A pushed filter as an Expression (DataFusion may hand a simplified constant scalar)."""
-    return filt if isinstance(filt, pc.Expression) else pc.scalar(filt)
 
 
 def constant_filter(filt: object) -> bool | None:

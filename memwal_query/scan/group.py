@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memwal_query.format.nested import as_schema
-from memwal_query.scan.arrays import as_expression, one_chunk
+from memwal_query.scan.arrays import one_chunk
 from memwal_query.scan.filters import scan_columns
 from memwal_query.scan.fragment import SCAN_BATCH_ROWS, CompositeFragment, MemoryFragment, ScanContext, SourceFragment
 from memwal_query.scan.lance_fragment import LanceFragment
@@ -82,7 +82,7 @@ class GroupFragment(CompositeFragment[SourceFragment]):
         rows = self._combined(scan_columns(cols, filt, self.context.data_schema.names), decode=filt is not None)
         if rows is not None and filt is not None:
             try:
-                rows = rows.filter(as_expression(filt))
+                rows = rows.filter(filt)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError):
                 rows = None  # let each source evaluate it
         if rows is not None:

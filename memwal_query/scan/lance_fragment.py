@@ -21,7 +21,7 @@ from lance.dataset import serialize_row_addrs
 
 from memwal_query.base_mask import BaseMask
 from memwal_query.errors import MemWalError
-from memwal_query.scan.arrays import as_expression, chain_first, drop_mask, fragment_cache_key, is_gone, one_chunk
+from memwal_query.scan.arrays import chain_first, drop_mask, fragment_cache_key, is_gone, one_chunk
 from memwal_query.scan.filters import filter_columns, mentions_any, scan_columns
 from memwal_query.scan.fragment import HIDDEN_COLUMNS, SCAN_BATCH_ROWS, ScanContext, SourceFragment
 from memwal_query.snapshot.cache import SnapshotCache
@@ -353,7 +353,7 @@ class LanceFragment(SourceFragment):
     ) -> Iterator[pa.RecordBatch] | None:
         if filt is not None:
             try:
-                rows = rows.filter(as_expression(filt))
+                rows = rows.filter(filt)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError):
                 return None  # let Lance evaluate it
         return (
