@@ -451,8 +451,7 @@ def verify_table(
         storage_options: Object store options, as pylance takes them.
         progress: Called as ``progress(done, total, region_id)`` after each region.
         check_keys: Also check that no primary key is stored on more than one live base
-            row (reads every base key: a scan of the key columns, a second one to name
-            the rows of repeated keys).
+            row (reads every base key and its row address: one scan of the key columns).
 
     Returns:
         A :class:`VerifyReport`; ``report.ok`` is False when problems were found.

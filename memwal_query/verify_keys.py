@@ -89,21 +89,20 @@ def repeated_keys(ds: lance.LanceDataset, primary_key: Sequence[str]) -> Repeate
         addresses.
     """
     pk = list(primary_key)
-    keys = ds.to_table(columns=pk)
+    keys = ds.to_table(columns=pk, with_row_address=True)
     if keys.num_rows == 0:
         return RepeatedKeys(0, 0, ())
-    counts = keys.group_by(pk).aggregate([([], "count_all")]).rename_columns([*pk, _COUNT])
+    counts = keys.select(pk).group_by(pk).aggregate([([], "count_all")]).rename_columns([*pk, _COUNT])
     repeated = counts.filter(pc.greater(counts.column(_COUNT), 1))
     if repeated.num_rows == 0:
         return RepeatedKeys(0, 0, ())
     rows = int(pc.sum(repeated.column(_COUNT)).as_py())
     shown = repeated.slice(0, _EXAMPLES).select(pk)
-    return RepeatedKeys(repeated.num_rows, rows, _examples(ds, pk, shown))
+    return RepeatedKeys(repeated.num_rows, rows, _examples(keys, shown))
 
 
-def _examples(ds: lance.LanceDataset, pk: list[str], shown: pa.Table) -> tuple[RepeatedKey, ...]:
-    """The row addresses of each key of ``shown`` (a second read of the key columns)."""
-    rows = ds.to_table(columns=pk, with_row_address=True)
+def _examples(rows: pa.Table, shown: pa.Table) -> tuple[RepeatedKey, ...]:
+    """The row addresses (``rows``: key columns and ``_rowaddr``) of each key of ``shown``."""
     out = []
     for key in shown.to_pylist():
         mask = None
