@@ -13,7 +13,6 @@ asked for, not the number of generations.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -29,7 +28,7 @@ from memwal_query.errors import InvalidArgumentError
 from memwal_query.format.nested import as_schema
 from memwal_query.format.wal import TOMBSTONE
 from memwal_query.lookup_rows import MATRIX_MIN_GENERATIONS, RegionRows, held_rows, region_rows, take_held
-from memwal_query.planner.lance_filter import for_lance, needs_sql
+from memwal_query.planner.lance_filter import expression_runs, for_lance, quote_name
 from memwal_query.planner.routing import route_keys
 from memwal_query.snapshot.model import RegionSnapshot
 from memwal_query.view.table_view import TableView
@@ -37,7 +36,6 @@ from memwal_query.view.table_view import TableView
 __all__ = ["LookupStats", "LookupResult", "normalize_keys", "lookup"]
 
 _READERS = 4  # generation takes and the base read running at once
-_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass
@@ -164,35 +162,34 @@ class LookupResult(NamedTuple):
     stats: LookupStats
 
 
-def _base_filter(keys: pa.Table, pk: Sequence[str]) -> str | pc.Expression | None:
+def _base_filter(keys: pa.Table, pk: Sequence[str], schema: pa.Schema) -> str | pc.Expression | None:
     """The base query's filter: SQL text for one integer key column or one string key (what
     Lance's scalar index planner sees most directly, like a user's ``id = X``), else an expression."""
     col = keys.column(pk[0])
+    name = quote_name(pk[0])
     ints = col.to_pylist() if len(pk) == 1 and pa.types.is_integer(col.type) else []
     # -2**63 in SQL is minus 2**63, a float to Lance's parser: such a key goes as an expression
-    if ints and _PLAIN_NAME.fullmatch(pk[0]) and -(2**63) not in ints:
+    if ints and name is not None and -(2**63) not in ints:
         values = [str(v) for v in ints if v is not None]
         if len(values) == 1:
-            return f"{pk[0]} = {values[0]}"
-        return f"{pk[0]} IN ({', '.join(values)})"
-    if len(pk) == 1 and keys.num_rows == 1 and pa.types.is_string(col.type) and _PLAIN_NAME.fullmatch(pk[0]):
+            return f"{name} = {values[0]}"
+        return f"{name} IN ({', '.join(values)})"
+    if len(pk) == 1 and keys.num_rows == 1 and pa.types.is_string(col.type) and name is not None:
         value = col[0].as_py()
         if value is not None and value.isprintable() and "\\" not in value:
             # one string key: ``k = '...'`` plans ~0.3 ms faster than the expression
             quoted = value.replace("'", "''")
-            return f"{pk[0]} = '{quoted}'"
-    return lance_key_filter(keys, pk)
+            return f"{name} = '{quoted}'"
+    return lance_key_filter(keys, pk, schema)
 
 
-def lance_key_filter(keys: pa.Table, pk: Sequence[str]) -> str | pc.Expression | None:
-    """A filter Lance can run that keeps at least the rows of ``keys`` (refine with a semi-join):
-    the key expression, as SQL text over key types Lance cannot filter by expression
-    (:func:`memwal_query.planner.lance_filter.for_lance`); None (read every row) when such
-    a key cannot be written as SQL either."""
-    expr = _key_filter(keys, pk)
-    out = for_lance(expr, keys.schema)
-    odd = any(needs_sql(keys.column(k).type) for k in pk)
-    return None if odd and isinstance(out, pc.Expression) else out
+def lance_key_filter(keys: pa.Table, pk: Sequence[str], schema: pa.Schema) -> str | pc.Expression | None:
+    """A filter Lance can run over a dataset of ``schema`` that keeps at least the rows of
+    ``keys`` (refine with a semi-join): the key expression, as SQL text where Lance cannot
+    filter by expression (:func:`memwal_query.planner.lance_filter.for_lance`: key types, or
+    another column of the dataset); None (read every row) when it cannot be written as SQL."""
+    out = for_lance(_key_filter(keys, pk), schema)
+    return None if isinstance(out, pc.Expression) and not expression_runs(out, schema) else out
 
 
 class _Search:
@@ -294,7 +291,7 @@ class _Search:
         base, cols, pk = self.view.snapshot.base, self.read_cols, self.pk
 
         def read() -> pa.Table:
-            filt = _base_filter(keys, pk)  # None: every row (keys Lance cannot filter by)
+            filt = _base_filter(keys, pk, base.schema)  # None: every row (keys Lance cannot filter by)
             return _semi(base.to_table(columns=cols, filter=filt), keys, pk, exact=filt is not None)
 
         self.base_job = len(self.jobs)
@@ -321,7 +318,7 @@ def _take(ds: Any, keys: pa.Table, addrs: np.ndarray, cols: list[str] | None, pk
     if rows.num_rows != keys.num_rows or not all(rows.column(k).equals(keys.column(k)) for k in pk):
         # Row addresses are row ids in a generation (no stable row ids); if a writer
         # ever changes that, read the rows by key and address instead.
-        rows = ds.to_table(columns=cols, filter=lance_key_filter(keys, pk), with_row_address=True)
+        rows = ds.to_table(columns=cols, filter=lance_key_filter(keys, pk, ds.schema), with_row_address=True)
         rows = rows.filter(pc.is_in(rows.column("_rowaddr"), pa.array(addrs, pa.uint64())))
     return cast("pa.Table", rows)
 

@@ -74,15 +74,19 @@ def _applying(batches: Iterator[pa.RecordBatch], filt: pc.Expression, uri: str) 
 
 
 def _sql_batches(dataset: MergedDataset, out: pa.Schema, predicate: str) -> Iterator[pa.RecordBatch]:
-    """Rows matching a SQL predicate, through DataFusion (planned now: a bad predicate raises here)."""
+    """Rows matching a SQL predicate, through DataFusion (planned now: a bad predicate raises here).
+
+    The predicate is parsed as one expression: text after it (``ORDER BY``, ``UNION``, ``;``)
+    is an error, never a part of the query."""
     ctx = datafusion.SessionContext()
     ctx.register_dataset("t", dataset)
-    names = ", ".join('"' + c.replace('"', '""') + '"' for c in out.names) or "1 AS _one"
+    names = ['"' + c.replace('"', '""') + '"' for c in out.names] or ["1 AS _one"]
     try:
-        stream = ctx.sql(f"SELECT {names} FROM t WHERE {predicate}").execute_stream()
+        df = ctx.table("t")
+        stream = df.filter(df.parse_sql_expr(predicate)).select_exprs(*names).execute_stream()
     except MemWalError:
         raise
-    except Exception as err:  # DataFusion's planning error: the predicate
+    except Exception as err:  # DataFusion's parsing or planning error: the predicate
         msg = f"invalid filter {predicate!r} for {dataset.context.uri}: {engine_error(err)}"
         raise InvalidArgumentError(msg) from err
     return _converted(stream, out)

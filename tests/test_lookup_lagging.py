@@ -324,8 +324,8 @@ def test_single_string_keys_with_quotes_and_escapes(tmp_path: Path, monkeypatch:
     filters: list[object] = []
     real = lookup_module._base_filter
 
-    def spy(keys: pa.Table, pk: list[str]) -> object:
-        filters.append(out := real(keys, pk))
+    def spy(keys: pa.Table, pk: list[str], schema: pa.Schema) -> object:
+        filters.append(out := real(keys, pk, schema))
         return out
 
     monkeypatch.setattr(lookup_module, "_base_filter", spy)
@@ -333,7 +333,7 @@ def test_single_string_keys_with_quotes_and_escapes(tmp_path: Path, monkeypatch:
         table = mq.open_table(t.uri)
         for k in [*names, "O'NEIL", "a\\\\b", "k", "nope'"]:
             assert table.lookup(k).to_pylist() == ([t.model[(k,)]] if (k,) in t.model else []), repr(k)
-        assert "k = 'x'' OR ''1''=''1'" in [f for f in filters if isinstance(f, str)]  # quoted SQL text
+        assert "`k` = 'x'' OR ''1''=''1'" in [f for f in filters if isinstance(f, str)]  # quoted SQL text
         assert any(not isinstance(f, str) for f in filters)  # backslash / control characters: an expression
     finally:
         t.flush()

@@ -186,6 +186,41 @@ def test_lookup_of_keys_sql_text_cannot_carry(tmp_path: Path, key_type: pa.DataT
     t.flush()
 
 
+@pytest.mark.parametrize("key_type", [pa.int64(), pa.string()], ids=str)
+def test_lookups_and_filters_over_columns_named_like_sql_words(tmp_path: Path, key_type: pa.DataType) -> None:
+    """Filters written as SQL for Lance named columns bare: a key column ``null`` read as the
+    NULL literal (lookups found nothing), ``true`` as a boolean (an error). A duration column
+    anywhere (no Substrait type) made lookups of several keys fail."""
+    import pyarrow.compute as pc
+
+    schema = pa.schema(
+        [
+            pa.field("null", key_type, nullable=False, metadata=PK),
+            pa.field("true", pa.uint32()),
+            pa.field("d", pa.duration("s")),
+        ]
+    )
+    ints = pa.types.is_integer(key_type)
+    keys = [-(2**63), 0, 2, 3, 9] if ints else ["a", "b", "c", "d", "e"]
+
+    def rows(picked: list[Any], tag: int) -> pa.Table:
+        n = len(picked)
+        true = pa.array([tag + i for i in range(n)], pa.uint32())
+        return pa.table({"null": pa.array(picked, key_type), "true": true, "d": pa.array([tag] * n, pa.duration("s"))})
+
+    t = ModelTable(str(tmp_path / "t"), schema, rows(keys, 0), bucket=("null", 2))
+    t.put(rows(keys[3:], 10))
+    table = mq.open_table(t.uri)
+    for probe in (keys[2:3], keys[:3], keys):
+        want = sorted((r for k, r in t.model.items() if k[0] in probe), key=lambda r: r["true"])
+        assert table.lookup(probe).sort_by("true").to_pylist() == want, probe
+    true = pc.field("true")
+    for expr, keep in ((true == pa.scalar(2, pa.uint32()), lambda v: v == 2), (true >= 10, lambda v: v >= 10)):
+        got = table.to_reader(columns=["true"], filter=expr).read_all().column("true").to_pylist()
+        assert sorted(got) == sorted(r["true"] for r in t.model.values() if keep(r["true"])), str(expr)
+    t.flush()
+
+
 def test_lookup_wrong_key_type(events) -> None:  # type: ignore[no-untyped-def]
     table = mq.open_table(events.uri)
     # NULL keys name no row (a primary key holds no NULL): nothing, not an error

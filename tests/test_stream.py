@@ -88,6 +88,10 @@ def test_reader_bad_arguments_raise_memwal_errors(events: Any) -> None:
         table.to_reader(filter="no_such_column > 3")
     with pytest.raises(InvalidArgumentError, match="filter must be"):
         table.to_reader(filter=3)  # type: ignore[arg-type]
+    # a SQL filter is one expression: nothing after it becomes part of the query
+    for tail in ("ORDER BY id LIMIT 1", "UNION ALL SELECT id FROM t", "GROUP BY id HAVING id > 7", "; SELECT 1"):
+        with pytest.raises(InvalidArgumentError, match="invalid filter"):
+            table.to_reader(columns=["id"], filter=f"qty >= 0 {tail}")
 
 
 def test_reader_is_one_shot_and_stream_rereads(events: Any) -> None:

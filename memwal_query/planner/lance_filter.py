@@ -12,7 +12,7 @@ Example:
     >>> import pyarrow as pa, pyarrow.compute as pc
     >>> schema = pa.schema([("u", pa.uint32()), ("s", pa.string())])
     >>> for_lance((pc.field("u") > pa.scalar(5, pa.uint32())) & pc.field("s").is_valid(), schema)
-    '((u > 5) AND (s IS NOT NULL))'
+    '((`u` > 5) AND (`s` IS NOT NULL))'
     >>> for_lance(pc.field("s") == "x", schema)  # Lance runs it as it is
     <pyarrow.compute.Expression (s == "x")>
 """
@@ -20,16 +20,13 @@ Example:
 from __future__ import annotations
 
 import math
-import re
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from memwal_query.planner.arrow_expr import COMPARISONS, Call, Field, Lit, Tree, expression_tree, nan_is_null, value_set
 
-__all__ = ["for_lance", "needs_sql"]
-
-_NAME = re.compile(r"[a-z_][a-z0-9_]*")
+__all__ = ["expression_runs", "for_lance", "needs_sql", "quote_name"]
 
 
 def for_lance(filt: str | pc.Expression | None, schema: pa.Schema) -> str | pc.Expression | None:
@@ -37,12 +34,30 @@ def for_lance(filt: str | pc.Expression | None, schema: pa.Schema) -> str | pc.E
     and can be written as SQL; otherwise ``filt`` itself."""
     if not isinstance(filt, pc.Expression):
         return filt
-    odd = {f.name for f in schema if needs_sql(f.type)}
-    mentioned = any(name in str(filt) for name in odd)
-    if not mentioned and not any(_unconvertible(f.type) for f in schema):
+    if expression_runs(filt, schema):
         return filt
     sql = _sql(expression_tree(filt, schema.names))
     return sql if sql is not None else filt
+
+
+def expression_runs(filt: pc.Expression, schema: pa.Schema) -> bool:
+    """Whether Lance can run ``filt`` as an expression over a dataset of ``schema``: it
+    names no column Substrait cannot carry, and no column of the schema fails every one."""
+    odd = {f.name for f in schema if needs_sql(f.type)}
+    if any(name in str(filt) for name in odd):
+        return False
+    return not any(_unconvertible(f.type) for f in schema)
+
+
+def quote_name(name: str) -> str | None:
+    """A column name as Lance's SQL reads it back whatever it spells (``null``, ``true``,
+    spaces, capitals): backtick-quoted; None for a name with a backtick of its own.
+
+    Example:
+        >>> quote_name("null")
+        '`null`'
+    """
+    return None if "`" in name else f"`{name}`"
 
 
 def needs_sql(t: pa.DataType) -> bool:
@@ -66,7 +81,7 @@ def _unconvertible(t: pa.DataType) -> bool:
 
 def _sql(n: Tree) -> str | None:
     if isinstance(n, Field):
-        return n.name if _NAME.fullmatch(n.name) else None
+        return quote_name(n.name)
     if isinstance(n, Lit):
         return _literal(n.value.as_py())
     if not isinstance(n, Call):
@@ -99,7 +114,9 @@ def _literal(v: object) -> str | None:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, int):
-        return str(v) if -(2**63) <= v < 2**64 else None
+        if v == -(2**63):  # its digits read as minus 2**63, a float to Lance's parser
+            return f"({-(2**63) + 1} - 1)"
+        return str(v) if -(2**63) < v < 2**64 else None
     if isinstance(v, float):
         return repr(v) if math.isfinite(v) else None
     if isinstance(v, str) and v.isprintable() and "\\" not in v:

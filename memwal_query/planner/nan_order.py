@@ -8,9 +8,12 @@ then answer a query differently from the Lance scan of the same rows, and from D
 :func:`nan_ordered` rewrites a pushed filter's comparisons on floating-point columns so
 that both engines give DataFusion's answer: ``f > c`` becomes ``NOT (f <= c)`` (true for a
 NaN ``f``), ``f = NaN`` becomes ``is_nan(f)``, and so on (NULLs stay NULL, so ``NOT`` stays right).
-Comparisons of two float columns follow the same order. A filter this module cannot read
-whole is left as it is (DataFusion pushes only comparisons, AND/OR/NOT, IS [NOT] NULL,
-BETWEEN and IN lists of literals).
+Comparisons of two float columns follow the same order. ``IN`` lists answer as SQL's: NULL
+(not FALSE) for a NULL value, and for a value not listed when the list holds a NULL
+(pyarrow's ``is_in`` matches NULL to NULL), so ``NOT`` over them stays right too. A filter
+this module cannot read whole is left as it is (DataFusion pushes only comparisons,
+AND/OR/NOT, IS [NOT] NULL, BETWEEN and IN lists of literals); :func:`reads_whole` tells
+such a filter (a user's pyarrow expression may be anything) from the others.
 
 Example:
     >>> import pyarrow as pa, pyarrow.compute as pc
@@ -33,28 +36,39 @@ import pyarrow.compute as pc
 
 from memwal_query.planner.arrow_expr import COMPARISONS, Call, Field, Lit, Tree, expression_tree, nan_is_null, value_set
 
-__all__ = ["nan_ordered"]
+__all__ = ["nan_ordered", "reads_whole"]
 
 _CACHE_ENTRIES = 256
-_cache: OrderedDict[tuple[str, tuple[str, ...]], pc.Expression] = OrderedDict()
+_cache: OrderedDict[tuple[str, tuple[str, ...], tuple[str, ...]], pc.Expression | None] = OrderedDict()
 _lock = threading.Lock()
 
 
 def nan_ordered(expr: pc.Expression, schema: pa.Schema) -> pc.Expression:
-    """``expr`` with its comparisons on floating-point columns of ``schema`` ordered as DataFusion does."""
+    """``expr`` with its comparisons on floating-point columns of ``schema`` ordered as
+    DataFusion does, and its IN lists answering as SQL's."""
+    if not isinstance(expr, pc.Expression):
+        return expr
     floats = tuple(f.name for f in schema if pa.types.is_floating(f.type))
-    if not floats or not isinstance(expr, pc.Expression):
-        return expr
     text = str(expr)
-    if not any(name in text for name in floats):
+    if "is_in(" not in text and not any(name in text for name in floats):
         return expr
-    key = (text, floats)
+    rebuilt = _rebuilt(expr, schema)
+    return rebuilt if rebuilt is not None else expr
+
+
+def reads_whole(expr: pc.Expression, schema: pa.Schema) -> bool:
+    """Whether :func:`nan_ordered` reads all of ``expr``: pyarrow then filters with it as
+    DataFusion (and Lance) would; any other expression may answer differently there."""
+    return _rebuilt(expr, schema) is not None
+
+
+def _rebuilt(expr: pc.Expression, schema: pa.Schema) -> pc.Expression | None:
+    floats = tuple(f.name for f in schema if pa.types.is_floating(f.type))
+    key = (str(expr), floats, tuple(schema.names))
     with _lock:
-        hit = _cache.get(key)
-    if hit is not None:
-        return hit
-    rebuilt = _rebuild(expression_tree(expr, schema.names), set(floats))
-    out = rebuilt if rebuilt is not None else expr
+        if key in _cache:
+            return _cache[key]
+    out = _rebuild(expression_tree(expr, schema.names), set(floats))
     with _lock:
         _cache[key] = out
         while len(_cache) > _CACHE_ENTRIES:
@@ -91,8 +105,17 @@ def _rebuild(n: Tree, floats: set[str]) -> pc.Expression | None:
         return done[0].is_null(nan_is_null=nan_is_null(n.options))
     if n.name == "is_in" and len(done) == 1:
         values = value_set(n.options)
-        return done[0].isin(values) if values is not None else None
+        return _sql_in(done[0], values) if values is not None else None
     return None
+
+
+def _sql_in(x: pc.Expression, values: pa.Array) -> pc.Expression:
+    """``x IN (values)`` as SQL answers it: TRUE for a listed value; NULL for a NULL ``x`` and,
+    when the list holds a NULL, for a value not listed; FALSE otherwise."""
+    unknown = pc.scalar(pa.scalar(None, pa.bool_()))
+    listed = values.drop_null()
+    miss = unknown if values.null_count else pc.if_else(x.is_null(), unknown, pc.scalar(False))
+    return pc.if_else(x.isin(listed), pc.scalar(True), miss)
 
 
 def _compare(name: str, left: Tree, right: Tree, floats: set[str]) -> pc.Expression | None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -45,6 +44,7 @@ from memwal_query.planner.pruning import RegionValues
 from memwal_query.regionspec.spec import decode_field_value, evaluate_field, lance_field_ids, parse_result_type
 from memwal_query.scan.dataset import MergedDataset, ScanPlan
 from memwal_query.scan.filters import decoded
+from memwal_query.scan.lance_eval import memory_dataset
 from memwal_query.snapshot.cache import SnapshotCache
 from memwal_query.snapshot.model import LiveMemTable, Snapshot
 
@@ -300,11 +300,6 @@ class TableView:
             ds = memory_dataset(as_schema(rows.select(schema.names), schema))
             self._memo.memtable_datasets[region_id] = ds
         return ds
-
-
-def memory_dataset(table: pa.Table) -> lance.LanceDataset:
-    """An in-memory Lance dataset of ``table`` (for MemTable rows)."""
-    return lance.write_dataset(table, f"memory://memwal-{uuid.uuid4().hex}")
 
 
 class HasView(Protocol):
