@@ -24,12 +24,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from memwal_query.errors import InvalidArgumentError
+from memwal_query.errors import InvalidArgumentError, MemWalError
+from memwal_query.format.lance_open import lance_message
 from memwal_query.format.nested import as_schema
 from memwal_query.format.wal import TOMBSTONE
 from memwal_query.lookup_rows import MATRIX_MIN_GENERATIONS, RegionRows, held_rows, region_rows, take_held
 from memwal_query.planner.lance_filter import expression_runs, for_lance, quote_name
 from memwal_query.planner.routing import route_keys
+from memwal_query.scan.arrays import is_gone
 from memwal_query.snapshot.model import RegionSnapshot
 from memwal_query.view.table_view import TableView
 
@@ -335,6 +337,20 @@ def _with_newer_version(view: TableView, want: pa.Table) -> pa.Table:
     return want.filter(pa.array(view.merge.newer.contains(want.select(list(pk)))))
 
 
+def _read_failed(view: TableView, err: BaseException) -> MemWalError:
+    """The error for a lookup whose Lance read failed: a file gone since the snapshot opened
+    (merged and garbage-collected, compacted and cleaned up), or another failure."""
+    uri, text = view.snapshot.uri, lance_message(err)
+    if is_gone(err):
+        msg = (
+            f"a file of the snapshot of {uri} (base version {view.snapshot.base_version}) is no longer "
+            f"readable: it was merged, compacted or garbage-collected after this snapshot was opened; "
+            f"refresh() the table and retry ({text})"
+        )
+        return MemWalError(msg)
+    return MemWalError(f"lookup in {uri} failed: {text}")
+
+
 def lookup(view: TableView, keys: Any, columns: Sequence[str] | None = None) -> LookupResult:
     """Newest live row per key (absent when deleted or never written). See module docs."""
     t0 = time.perf_counter()
@@ -353,14 +369,17 @@ def lookup(view: TableView, keys: Any, columns: Sequence[str] | None = None) -> 
     routed = (  # None: every region
         route_keys(snap, view.region_values(), view.field_names(), probe) if probe.num_rows else {}
     )
-    for region in snap.regions:
-        rkeys = routed.get(region.region_id) if routed is not None else probe
-        if rkeys is None or rkeys.num_rows == 0:
-            search.stats.regions_pruned += 1
-            continue
-        search.region(region, rkeys)
-    search.base()
-    search.run()
+    try:
+        for region in snap.regions:
+            rkeys = routed.get(region.region_id) if routed is not None else probe
+            if rkeys is None or rkeys.num_rows == 0:
+                search.stats.regions_pruned += 1
+                continue
+            search.region(region, rkeys)
+        search.base()
+        search.run()
+    except (OSError, ValueError, RuntimeError, pa.ArrowException) as err:
+        raise _read_failed(view, err) from err
     out_schema = pa.schema([schema.field(c) for c in out_cols])
     parts = [as_schema(p, out_schema) for p in search.parts]
     result = (parts[0] if len(parts) == 1 else pa.concat_tables(parts)) if parts else out_schema.empty_table()

@@ -386,6 +386,9 @@ def test_query_of_a_snapshot_whose_generation_was_merged_and_gcd(tmp_path: Path)
         table.to_arrow()
     with pytest.raises(mq.MemWalError, match=GONE.split(";")[0]):
         _ids(table)
+    keys = [k for k, _ in _expected(t)]
+    with pytest.raises(mq.MemWalError, match="garbage-collected after this snapshot was opened; refresh"):
+        table.lookup(keys)  # was pyarrow's ArrowInvalid with Lance's "Not found" and a Rust path
     assert _ids(table.refresh()) == _expected(t)
 
 
