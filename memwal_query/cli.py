@@ -106,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-f",
         choices=("pretty", "csv", "json", "arrow"),
         default="pretty",
-        help="pretty (default) text table; csv; json (an array of objects); arrow (Arrow IPC stream)",
+        help="pretty (default) text table; csv (nested values as JSON text, binary as base64); json (an array of objects; binary as base64, NaN and infinities as the strings NaN, Infinity, -Infinity); arrow (Arrow IPC stream: every value exactly)",
     )
     sql.add_argument("--output", "-o", metavar="FILE", help="write the result to FILE instead of stdout")
     sql.add_argument(
@@ -244,37 +244,71 @@ def _write_pretty(reader: pa.RecordBatchReader, out: IO[str], max_rows: int) -> 
 
 
 def _write_csv(reader: pa.RecordBatchReader, sink: IO[bytes]) -> None:
-    """CSV; nested values (structs, lists, maps) as JSON text, which CSV has no type for."""
+    """CSV; nested values (structs, lists, maps) as JSON text and binary values as base64,
+    which CSV has no type for."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
-    from memwal_query.display import json_value
+    from memwal_query.display import json_value, python_values
 
-    nested = [pa.types.is_nested(f.type) for f in reader.schema]
-    schema = pa.schema([f.with_type(pa.string()) if n else f for f, n in zip(reader.schema, nested, strict=True)])
+    def texted(t: pa.DataType) -> bool:
+        return (
+            pa.types.is_nested(t)
+            or pa.types.is_binary(t)
+            or pa.types.is_large_binary(t)
+            or (pa.types.is_fixed_size_binary(t) or pa.types.is_binary_view(t))
+        )
 
-    def as_json(col: pa.Array) -> pa.Array:
-        values = [None if v is None else json.dumps(v, default=json_value, ensure_ascii=False) for v in col.to_pylist()]
-        return pa.array(values, pa.string())
+    as_text = [texted(f.type) for f in reader.schema]
+    schema = pa.schema([f.with_type(pa.string()) if t else f for f, t in zip(reader.schema, as_text, strict=True)])
+
+    def text(col: pa.Array, name: str) -> pa.Array:
+        nested = pa.types.is_nested(col.type)
+        values = python_values(col, name)
+        texts = [None if v is None else _json_text(v, json_value) if nested else json_value(v) for v in values]
+        return pa.array(texts, pa.string())
 
     with pacsv.CSVWriter(sink, schema) as w:
         for batch in _batches(reader):
-            if any(nested):
-                cols = [as_json(c) if n else c for c, n in zip(batch.columns, nested, strict=True)]
+            if any(as_text):
+                cols = [
+                    text(c, f.name) if t else c for c, f, t in zip(batch.columns, reader.schema, as_text, strict=True)
+                ]
                 batch = pa.RecordBatch.from_arrays(cols, schema=schema)
             w.write_batch(batch)
 
 
-def _write_json(reader: pa.RecordBatchReader, out: IO[str]) -> None:
-    from memwal_query.display import json_value
+def _json_safe(value: Any) -> Any:
+    """``value`` with NaN and the infinities as the strings ``"NaN"``, ``"Infinity"``,
+    ``"-Infinity"`` at any depth: JSON has no such numbers (and ``null`` is SQL's NULL)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
 
+
+def _json_text(value: Any, default: Any) -> str:
+    return json.dumps(_json_safe(value), default=default, ensure_ascii=False, allow_nan=False)
+
+
+def _write_json(reader: pa.RecordBatchReader, out: IO[str]) -> None:
+    from memwal_query.display import json_value, python_values
+
+    names = reader.schema.names
     out.write("[")
     first = True
     for batch in _batches(reader):
-        for row in batch.to_pylist():
-            # NaN and infinities are not JSON: write null
-            clean = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()}
-            out.write(("\n" if first else ",\n") + json.dumps(clean, default=json_value, ensure_ascii=False))
+        columns = [python_values(c, n) for c, n in zip(batch.columns, names, strict=True)]
+        rows = (
+            (dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True))
+            if names
+            else ({} for _ in range(batch.num_rows))
+        )
+        for row in rows:
+            out.write(("\n" if first else ",\n") + _json_text(row, json_value))
             first = False
     out.write("\n]\n" if not first else "]\n")
 

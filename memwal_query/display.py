@@ -28,13 +28,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from memwal_query.describe import describe_table, freshness
+from memwal_query.errors import InvalidArgumentError
 from memwal_query.explain import render_explain
 from memwal_query.text import counted
 from memwal_query.view.table_view import HasView
 
 __all__ = [
+    "python_values",
     "format_text_table",
     "json_value",
     "describe_table",
@@ -55,6 +58,17 @@ _MAX_CELL = 40
 # --------------------------------------------------------------------------- #
 
 
+#: Control characters shown escaped, and the backslash, so that what is shown tells them apart
+#: (a line break from a backslash and an ``n``; a carriage return does not move the cursor).
+_ESCAPES = {
+    **{c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F]},
+    ord("\\"): "\\\\",
+    ord("\n"): "\\n",
+    ord("\r"): "\\r",
+    ord("\t"): "\\t",
+}
+
+
 def _cell_text(value: Any) -> str:
     if value is None:
         return "NULL"
@@ -62,8 +76,28 @@ def _cell_text(value: Any) -> str:
         return repr(value)
     if isinstance(value, bytes):
         return "0x" + value.hex()
-    text = str(value).replace("\n", "\\n")
-    return text
+    return str(value).translate(_ESCAPES)
+
+
+def python_values(column: pa.Array | pa.ChunkedArray, name: str) -> list[Any]:
+    """The Python values of a column; dates and timestamps Python cannot hold (a year after
+    9999: valid Arrow) as Arrow writes them (``10183-09-21``).
+
+    Raises:
+        InvalidArgumentError: Such a value nested in a list or struct (names the column).
+
+    Example:
+        >>> import pyarrow as pa
+        >>> python_values(pa.array([3_000_000], pa.date32()), "d")
+        ['10183-09-21']
+    """
+    try:
+        return column.to_pylist()
+    except (OverflowError, ValueError) as err:
+        if pa.types.is_temporal(column.type):
+            return pc.cast(column, pa.string()).to_pylist()
+        msg = f"column {name!r} ({column.type}) holds a value Python cannot represent ({err}): read it as Arrow"
+        raise InvalidArgumentError(msg) from err
 
 
 def _clip(text: str, width: int) -> str:
@@ -92,7 +126,9 @@ def format_text_table(
     numeric = [
         pa.types.is_integer(f.type) or pa.types.is_floating(f.type) or pa.types.is_decimal(f.type) for f in table.schema
     ]
-    columns = [[_clip(_cell_text(v), max_cell) for v in table.column(i).to_pylist()] for i in range(len(names))]
+    columns = [
+        [_clip(_cell_text(v), max_cell) for v in python_values(table.column(i), names[i])] for i in range(len(names))
+    ]
     widths = [max([len(n)] + [len(c) for c in col]) for n, col in zip(names, columns, strict=True)]
     rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
     head = "| " + " | ".join(n.ljust(w) for n, w in zip(names, widths, strict=True)) + " |"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import shutil
@@ -301,3 +302,32 @@ def test_progress_only_on_a_terminal() -> None:
         bar.close()
     assert plain.getvalue() == ""
     assert "4/4" in tty.getvalue()
+
+
+ODD_VALUES = (
+    "SELECT id, X'00ff' AS b, CAST('NaN' AS DOUBLE) AS nan, make_array(CAST('-Infinity' AS DOUBLE), 1.5) AS l, "
+    "arrow_cast(3000000, 'Date32') AS d, 'a' || chr(10) || 'b' AS nl, 'a\\nb' AS slash, NULL AS z "
+    "FROM t WHERE id < 3 ORDER BY id"
+)
+
+
+def test_sql_outputs_of_values_text_formats_lack(demo: str, capsysbinary: pytest.CaptureFixture[bytes]) -> None:
+    """Binary that is not UTF-8 (CSV crashed), NaN and infinities (JSON wrote null, or bare
+    NaN inside lists: not JSON), dates after year 9999 (pretty and JSON crashed: Python has
+    no such date), line breaks vs a backslash and an n (pretty showed them alike)."""
+    assert main(["sql", demo, ODD_VALUES, "--format", "csv"]) == 0
+    rows = pacsv.read_csv(io.BytesIO(capsysbinary.readouterr().out)).to_pylist()
+    assert [base64.b64decode(r["b"]) for r in rows] == [b"\x00\xff"] * 3
+    assert str(rows[0]["d"]) == "10183-09-21" and rows[0]["nl"] == "a\nb"
+
+    def no_constant(name: str) -> None:
+        raise AssertionError(f"not JSON: {name}")
+
+    assert main(["sql", demo, ODD_VALUES, "-f", "json"]) == 0
+    rows = json.loads(capsysbinary.readouterr().out, parse_constant=no_constant)
+    assert [(r["nan"], r["l"], r["d"], r["z"]) for r in rows] == [("NaN", ["-Infinity", 1.5], "10183-09-21", None)] * 3
+    assert base64.b64decode(rows[0]["b"]) == b"\x00\xff"
+
+    assert main(["sql", demo, ODD_VALUES]) == 0
+    out = capsysbinary.readouterr().out.decode()
+    assert "| 10183-09-21 |" in out and "| a\\nb |" in out and "| a\\\\nb |" in out and "| NULL |" in out
