@@ -106,7 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
         "-f",
         choices=("pretty", "csv", "json", "arrow"),
         default="pretty",
-        help="pretty (default) text table; csv (nested values as JSON text, binary as base64); json (an array of objects; binary as base64, NaN and infinities as the strings NaN, Infinity, -Infinity); arrow (Arrow IPC stream: every value exactly)",
+        help=(
+            "pretty (default) text table; csv (nested values as JSON text, binary as base64); json (an array of "
+            "objects; binary as base64, NaN and infinities as strings); arrow (Arrow IPC stream: every value exactly)"
+        ),
     )
     sql.add_argument("--output", "-o", metavar="FILE", help="write the result to FILE instead of stdout")
     sql.add_argument(
