@@ -255,7 +255,7 @@ def _write_csv(reader: pa.RecordBatchReader, sink: IO[bytes]) -> None:
     from memwal_query.display import json_value, python_values
 
     def texted(t: pa.DataType) -> bool:
-        return (
+        return bool(
             pa.types.is_nested(t)
             or pa.types.is_binary(t)
             or pa.types.is_large_binary(t)

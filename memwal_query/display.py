@@ -92,10 +92,10 @@ def python_values(column: pa.Array | pa.ChunkedArray, name: str) -> list[Any]:
         ['10183-09-21']
     """
     try:
-        return column.to_pylist()
+        return list(column.to_pylist())
     except (OverflowError, ValueError) as err:
         if pa.types.is_temporal(column.type):
-            return pc.cast(column, pa.string()).to_pylist()
+            return list(pc.cast(column, pa.string()).to_pylist())
         msg = f"column {name!r} ({column.type}) holds a value Python cannot represent ({err}): read it as Arrow"
         raise InvalidArgumentError(msg) from err
 
