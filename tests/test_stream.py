@@ -84,6 +84,9 @@ def test_reader_bad_arguments_raise_memwal_errors(events: Any) -> None:
     table = mq.open_table(events.uri)
     with pytest.raises(InvalidArgumentError, match="nope"):
         table.to_reader(columns=["id", "nope"])
+    for read in (table.to_reader, table.to_stream):  # was Lance's ValueError with a Rust source path
+        with pytest.raises(InvalidArgumentError, match=r"\['id'\] asked for more than once"):
+            read(columns=["id", "qty", "id"], filter="qty > 3")
     with pytest.raises(InvalidArgumentError, match="invalid filter"):
         table.to_reader(filter="no_such_column > 3")
     with pytest.raises(InvalidArgumentError, match="filter must be"):

@@ -98,6 +98,10 @@ class ScanContext:
         if missing:
             msg = f"unknown column(s) {missing} in {self.uri}"
             raise InvalidArgumentError(msg)
+        twice = sorted({c for c in columns if list(columns).count(c) > 1})
+        if twice:
+            msg = f"column(s) {twice} asked for more than once from {self.uri}"
+            raise InvalidArgumentError(msg)
         return pa.schema([self.schema.field(c) for c in columns])
 
 
