@@ -20,7 +20,9 @@ The candidate keys are those levels' keys; each one's state now comes from a poi
 lookup (:func:`memwal_query.lookup.lookup`). So the cost follows what was written since
 the token, not the table. The result is a superset of the keys whose row changed: a key
 written back to its old row, or put and deleted again, appears too (an idempotent
-change); a key never written since never appears.
+change), and so does a key the token saw only in its WAL tail once that tail is flushed
+(the generation above the token's highest is read whole: which of its rows the token saw
+is not recorded); a key in no level written since never appears.
 
 When a generation merged since the token was garbage-collected, its WAL entries after
 the token's position are read instead (a merger may keep them longer than the
