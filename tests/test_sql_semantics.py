@@ -294,4 +294,7 @@ def test_pyarrow_expressions_answer_alike_in_every_source(tmp_path: Path) -> Non
         got = table.to_reader(columns=["id"], filter=expr).read_all().column("id").to_pylist()
         assert sorted(got) == want, str(expr)
         assert table.to_reader(columns=[], filter=expr).read_all().num_rows == len(want)
+        for _ in ("first read", "from the column cache"):  # the dataset DataFusion scans
+            got = table.dataset().to_table(columns=["id"], filter=expr).column("id").to_pylist()
+            assert sorted(got) == want, str(expr)
     t.flush()

@@ -71,6 +71,8 @@ def _rebuilt(expr: pc.Expression, schema: pa.Schema) -> pc.Expression | None:
     out = _rebuild(expression_tree(expr, schema.names), set(floats))
     with _lock:
         _cache[key] = out
+        if out is not None:  # a rewritten filter is one already: given again, it stays as it is
+            _cache[(str(out), floats, key[2])] = out
         while len(_cache) > _CACHE_ENTRIES:
             _cache.popitem(last=False)
     return out

@@ -22,8 +22,10 @@ import pyarrow.compute as pc
 
 from memwal_query.engine_errors import recorded
 from memwal_query.errors import InvalidArgumentError
-from memwal_query.planner.nan_order import nan_ordered
+from memwal_query.planner.nan_order import nan_ordered, reads_whole
 from memwal_query.scan.arrays import constant_filter, drop_mask, zero_column_batches
+from memwal_query.scan.filters import scan_columns
+from memwal_query.scan.lance_eval import lance_filtered
 from memwal_query.scan_gate import guarded
 from memwal_query.snapshot.model import GenerationSource
 
@@ -110,6 +112,9 @@ class SourceFragment:
 
     kind = "fragment"
     region: str | None = None
+    #: Rows held in memory and filtered by pyarrow: a filter :func:`reads_whole` cannot read
+    #: (a user's pyarrow expression) is run by Lance instead, as for the sources Lance reads.
+    in_memory = False
 
     def __init__(self, owner: ScanContext) -> None:
         self.context = owner
@@ -134,9 +139,24 @@ class SourceFragment:
         given = None if const else filter
         if not cols and given is None:
             return Scan(out, zero_column_batches(self.live_rows()))
+        if self.in_memory and given is not None and not reads_whole(given, self.context.schema):
+            # pyarrow may answer such a filter (a user's expression) otherwise than Lance does
+            return Scan(out, self._by_lance(cols, given, out, batch_size))
         # in memory (pyarrow) as in Lance: DataFusion's order of NaN
         filt = nan_ordered(given, self.context.data_schema) if given is not None else None
         return Scan(out, self.batches(cols, filt, out, batch_size))
+
+    def _by_lance(
+        self, cols: list[str], filt: pc.Expression, out: pa.Schema, batch_size: int | None
+    ) -> Iterator[pa.RecordBatch]:
+        """The rows Lance keeps for ``filt``, as it filters the sources it reads."""
+        need = scan_columns(cols, filt, self.context.schema.names)
+        rows = lance_filtered(self.scanner(columns=need).to_table(), filt)
+        for b in rows.to_batches(max_chunksize=batch_size or SCAN_BATCH_ROWS):
+            if cols:
+                yield pa.RecordBatch.from_arrays([b.column(c) for c in cols], schema=out)
+            else:
+                yield pa.record_batch({"_": pa.nulls(b.num_rows)}).select([])
 
     def live_rows(self) -> int:
         """Rows this fragment contributes to the merged table."""
@@ -221,6 +241,8 @@ class CompositeFragment(SourceFragment, Generic[P]):
 
 class MemoryFragment(SourceFragment):
     """A region's surviving MemTable rows."""
+
+    in_memory = True
 
     def __init__(self, owner: ScanContext, table: pa.Table, region: str) -> None:
         super().__init__(owner)

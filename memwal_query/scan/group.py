@@ -30,6 +30,8 @@ class GroupFragment(CompositeFragment[SourceFragment]):
     generations would cost more in partitions than in rows.
     """
 
+    in_memory = True
+
     def __init__(
         self, owner: ScanContext, parts: list[SourceFragment], memo: dict[object, pa.Table] | None = None
     ) -> None:

@@ -21,6 +21,7 @@ from lance.dataset import serialize_row_addrs
 
 from memwal_query.base_mask import BaseMask
 from memwal_query.errors import MemWalError
+from memwal_query.planner.nan_order import reads_whole
 from memwal_query.scan.arrays import chain_first, drop_mask, fragment_cache_key, is_gone, one_chunk
 from memwal_query.scan.filters import filter_columns, mentions_any, scan_columns
 from memwal_query.scan.fragment import HIDDEN_COLUMNS, SCAN_BATCH_ROWS, ScanContext, SourceFragment
@@ -437,7 +438,9 @@ class LanceFragment(SourceFragment):
             # An unfiltered scan returns every surviving row: unless its columns are cached
             # already, it streams from Lance batch by batch (and may keep what it decodes).
             names = scan_columns(read, filt, owner.data_schema.names)
-            lance_first = self.index_serves(filt, names) or self.first_touch(names)
+            # a filter pyarrow may answer otherwise (a user's expression) is Lance's on every scan
+            foreign = filt is not None and not reads_whole(filt, owner.data_schema)
+            lance_first = foreign or self.index_serves(filt, names) or self.first_touch(names)
             rows = None if lance_first else self.survivors(names, decode=filt is not None)
             if rows is not None:
                 resident = self._resident_batches(rows, cols, lance_filter, out, size)

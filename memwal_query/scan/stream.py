@@ -27,13 +27,9 @@ import pyarrow.compute as pc
 from memwal_query.errors import MemWalError
 from memwal_query.merge import NewerKeys
 from memwal_query.planner.lance_filter import for_lance
-from memwal_query.planner.nan_order import reads_whole
 from memwal_query.scan.arrays import is_gone
 from memwal_query.scan.dataset import MergedDataset
-from memwal_query.scan.filters import scan_columns
-from memwal_query.scan.fragment import SCAN_BATCH_ROWS, MemoryFragment, SourceFragment
-from memwal_query.scan.group import GroupFragment
-from memwal_query.scan.lance_eval import lance_filtered
+from memwal_query.scan.fragment import SCAN_BATCH_ROWS, SourceFragment
 from memwal_query.scan.lance_fragment import LanceFragment
 
 __all__ = ["stream_batches", "shadowed"]
@@ -78,23 +74,7 @@ def _fragments(
     frags: list[SourceFragment], cols: list[str], filt: pc.Expression | None, out: pa.Schema
 ) -> Iterator[pa.RecordBatch]:
     for f in frags:
-        in_memory = isinstance(f, (MemoryFragment, GroupFragment))
-        # pyarrow might answer such a filter otherwise than Lance does for the base
-        if filt is not None and in_memory and not reads_whole(filt, f.context.data_schema):
-            yield from _through_lance(f, cols, filt, out)
-            continue
         yield from f.scanner(columns=cols, filter=filt, batch_size=SCAN_BATCH_ROWS).to_batches()
-
-
-def _through_lance(f: SourceFragment, cols: list[str], filt: pc.Expression, out: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """The rows of an in-memory fragment that Lance keeps for ``filt`` (as it does the base's)."""
-    need = scan_columns(cols, filt, f.context.data_schema.names)
-    rows = lance_filtered(f.scanner(columns=need).to_table(), filt)
-    for b in rows.to_batches(max_chunksize=SCAN_BATCH_ROWS):
-        if not cols:
-            yield pa.record_batch({"_": pa.nulls(b.num_rows)}).select([])
-        else:
-            yield pa.RecordBatch.from_arrays([_cast(b.column(c), out.field(c).type) for c in cols], schema=out)
 
 
 def _base_pass(
