@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import IO, TYPE_CHECKING, Any
 
 from memwal_query.text import counted
@@ -210,121 +209,8 @@ def _run_query(table: Table, query: str) -> pa.RecordBatchReader:
         raise engine_error(err) from err
 
 
-def _batches(reader: pa.RecordBatchReader) -> Iterator[pa.RecordBatch]:
-    from memwal_query.engine_errors import engine_error
-    from memwal_query.errors import MemWalError
-
-    while True:
-        try:
-            batch = reader.read_next_batch()
-        except StopIteration:
-            return
-        except MemWalError:
-            raise
-        except Exception as err:  # an execution error surfaces while streaming
-            raise engine_error(err) from err
-        yield batch
-
-
-def _write_pretty(reader: pa.RecordBatchReader, out: IO[str], max_rows: int) -> None:
-    import pyarrow as pa
-
-    from memwal_query.display import format_text_table
-
-    taken: list[pa.RecordBatch] = []
-    n = 0
-    more = False
-    for batch in _batches(reader):
-        if n + batch.num_rows > max_rows:
-            taken.append(batch.slice(0, max_rows - n))
-            more = True
-            break
-        taken.append(batch)
-        n += batch.num_rows
-    table = pa.Table.from_batches(taken, schema=reader.schema)
-    footer = f"more rows not shown (--max-rows {max_rows}; --format csv|json|arrow writes all)" if more else None
-    out.write(format_text_table(table, footer=footer) + "\n")
-
-
-def _write_csv(reader: pa.RecordBatchReader, sink: IO[bytes]) -> None:
-    """CSV; nested values (structs, lists, maps) as JSON text and binary values as base64,
-    which CSV has no type for."""
-    import pyarrow as pa
-    import pyarrow.csv as pacsv
-
-    from memwal_query.display import json_value, python_values
-
-    def texted(t: pa.DataType) -> bool:
-        return bool(
-            pa.types.is_nested(t)
-            or pa.types.is_binary(t)
-            or pa.types.is_large_binary(t)
-            or (pa.types.is_fixed_size_binary(t) or pa.types.is_binary_view(t))
-        )
-
-    as_text = [texted(f.type) for f in reader.schema]
-    schema = pa.schema([f.with_type(pa.string()) if t else f for f, t in zip(reader.schema, as_text, strict=True)])
-
-    def text(col: pa.Array, name: str) -> pa.Array:
-        nested = pa.types.is_nested(col.type)
-        values = python_values(col, name)
-        texts = [None if v is None else _json_text(v, json_value) if nested else json_value(v) for v in values]
-        return pa.array(texts, pa.string())
-
-    with pacsv.CSVWriter(sink, schema) as w:
-        for batch in _batches(reader):
-            if any(as_text):
-                cols = [
-                    text(c, f.name) if t else c for c, f, t in zip(batch.columns, reader.schema, as_text, strict=True)
-                ]
-                batch = pa.RecordBatch.from_arrays(cols, schema=schema)
-            w.write_batch(batch)
-
-
-def _json_safe(value: Any) -> Any:
-    """``value`` with NaN and the infinities as the strings ``"NaN"``, ``"Infinity"``,
-    ``"-Infinity"`` at any depth: JSON has no such numbers (and ``null`` is SQL's NULL)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
-    return value
-
-
-def _json_text(value: Any, default: Any) -> str:
-    return json.dumps(_json_safe(value), default=default, ensure_ascii=False, allow_nan=False)
-
-
-def _write_json(reader: pa.RecordBatchReader, out: IO[str]) -> None:
-    from memwal_query.display import json_value, python_values
-
-    names = reader.schema.names
-    out.write("[")
-    first = True
-    for batch in _batches(reader):
-        columns = [python_values(c, n) for c, n in zip(batch.columns, names, strict=True)]
-        rows = (
-            (dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True))
-            if names
-            else ({} for _ in range(batch.num_rows))
-        )
-        for row in rows:
-            out.write(("\n" if first else ",\n") + _json_text(row, json_value))
-            first = False
-    out.write("\n]\n" if not first else "]\n")
-
-
-def _write_arrow(reader: pa.RecordBatchReader, sink: IO[bytes]) -> None:
-    import pyarrow as pa
-
-    with pa.ipc.new_stream(sink, reader.schema) as w:
-        for batch in _batches(reader):
-            w.write_batch(batch)
-
-
 def _cmd_sql(args: argparse.Namespace) -> int:
+    from memwal_query.cli_output import write_arrow, write_csv, write_json, write_pretty
     from memwal_query.errors import InvalidArgumentError
 
     if args.max_rows < 0:
@@ -343,13 +229,13 @@ def _cmd_sql(args: argparse.Namespace) -> int:
         fh = sys.stdout.buffer if binary else sys.stdout
     try:
         if args.format == "pretty":
-            _write_pretty(reader, fh, args.max_rows)
+            write_pretty(reader, fh, args.max_rows)
         elif args.format == "csv":
-            _write_csv(reader, fh)
+            write_csv(reader, fh)
         elif args.format == "json":
-            _write_json(reader, fh)
+            write_json(reader, fh)
         else:
-            _write_arrow(reader, fh)
+            write_arrow(reader, fh)
         fh.flush()
     finally:
         if args.output:
