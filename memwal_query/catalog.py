@@ -268,13 +268,13 @@ class MemWalCatalog:
             self._pinned.pop(name, None)
 
     def resolve(self, name: str, catalog_name: str) -> Table | None:
-        """The table a SQL function names: ``'events'``, ``'public.events'`` or ``'<catalog>.public.events'``."""
-        parts = name.split(".")
-        if parts[:-1] not in ([], [SCHEMA_NAME], [catalog_name, SCHEMA_NAME]):
-            return None
-        if not self.has_table(parts[-1]):
-            return None
-        return self.table(parts[-1])
+        """The table a SQL function names: ``'events'``, ``'public.events'`` or ``'<catalog>.public.events'``
+        (a folder name may hold dots: ``'v1.2'``, ``'memwal.public.v1.2'``)."""
+        for prefix in ("", f"{SCHEMA_NAME}.", f"{catalog_name}.{SCHEMA_NAME}."):
+            rest = name[len(prefix) :]
+            if name.startswith(prefix) and rest and self.has_table(rest):
+                return self.table(rest)
+        return None
 
 
 def register_catalog(

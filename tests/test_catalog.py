@@ -125,6 +125,9 @@ def test_sql_functions_find_catalog_tables(root: Path) -> None:
     known = re.escape("(known: ['memwal.public.events', 'memwal.public.users'])")
     with pytest.raises(Exception, match=f"no memwal table named 'other.public.events' is registered {known}"):
         ctx.sql("SELECT * FROM memwal_regions('other.public.events')").collect()
+    memwal_table(str(root / "v1.2"), 4)  # a folder name with a dot: every part before the last was a prefix
+    for name in ("v1.2", "public.v1.2", "memwal.public.v1.2"):
+        assert ctx.sql(f"SELECT count(*) AS n FROM memwal_lookup('{name}', [1, 2, 9])").to_pydict()["n"] == [2]
 
 
 def test_default_catalog_lets_queries_use_folder_names(root: Path) -> None:
@@ -169,3 +172,37 @@ def test_eventual_catalog(root: Path) -> None:
     ctx = datafusion.SessionContext()
     catalog = mq.register_catalog(ctx, str(root), consistency="eventual")
     assert catalog.table("events").consistency == "eventual"
+
+
+@pytest.mark.parametrize("flushed", [False, True], ids=["wal-tail", "flushed"])
+def test_a_table_written_again_at_the_same_place(tmp_path: Path, flushed: bool) -> None:
+    """A table deleted and written again where the catalog (or a Table) had read one reuses
+    region ids, WAL positions and version numbers: refreshed snapshots served the old
+    table's cached WAL entries (old rows, no error) or reported its generations lost."""
+    import shutil
+
+    from lsm_model import ModelTable
+
+    uri = str(tmp_path / "alpha")
+
+    def write(n: int, tag: str) -> ModelTable:
+        base = pa.table({"id": list(range(n)), "v": [tag] * n}, schema=SCHEMA)
+        t = ModelTable(uri, SCHEMA, base, bucket=("id", 2))
+        t.put(pa.table({"id": list(range(n - 3, n + 3)), "v": [tag + "-new"] * 6}, schema=SCHEMA))
+        if flushed:
+            t.flush()
+        return t
+
+    first = write(20, "first")
+    ctx = datafusion.SessionContext()
+    mq.register_catalog(ctx, str(tmp_path))
+    old = mq.open_table(uri)
+    assert count(ctx, "memwal.public.alpha") == len(first.model) == old.count_rows()
+    first.flush()
+    shutil.rmtree(uri)
+    second = write(8, "second")
+    want = sorted(second.expected().to_pylist(), key=lambda r: r["id"])
+    assert sorted(old.refresh().to_arrow().to_pylist(), key=lambda r: r["id"]) == want
+    got = ctx.sql("SELECT * FROM memwal.public.alpha ORDER BY id").to_arrow_table().to_pylist()
+    assert got == want
+    second.flush()

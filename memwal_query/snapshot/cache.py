@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from dataclasses import dataclass, field
 
@@ -68,7 +69,22 @@ class SnapshotCache:
     #: Vector search's in-memory rows of small generations (``("part", uri, column, partitioning)``)
     #: and base index centroids (``("centroids", ...)``): see :mod:`memwal_query.vector_pool`.
     vector_parts: dict[tuple[object, ...], object] = field(default_factory=dict)
+    #: The base version the cache was last loaded at and a digest of its Lance manifest: a
+    #: table deleted and written again at the same place reuses region ids, WAL positions
+    #: and version numbers, so only the manifest tells it from the table cached.
+    table_mark: tuple[int, str] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def reset(self) -> None:
+        """Forget everything (the table at this place was replaced)."""
+        with self.lock:
+            for f in dataclasses.fields(self):
+                if f.name != "lock":
+                    value = getattr(self, f.name)
+                    if isinstance(value, dict | set):
+                        value.clear()
+            self.base_runs_bytes = self.resident_bytes = 0
+            self.table_mark = None
 
     @property
     def generation_rows_bytes(self) -> int:

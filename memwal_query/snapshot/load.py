@@ -18,7 +18,7 @@ import pyarrow as pa
 from memwal_query.errors import InvalidArgumentError, NoPrimaryKeyError, TableNotFoundError
 from memwal_query.format.inline_snapshots import InlineRegion, decode_inline_snapshots
 from memwal_query.format.lance_open import lance_dataset
-from memwal_query.format.memwal_index import read_memwal_index
+from memwal_query.format.memwal_index import manifest_digest, read_version
 from memwal_query.format.model import MemWalIndex
 from memwal_query.format.names import lance_manifest_file_name
 from memwal_query.format.storage import Storage
@@ -181,6 +181,23 @@ def load_snapshot(
     raise AssertionError("unreachable")
 
 
+def _same_table(storage: Storage, cache: SnapshotCache, version: int, digest: str) -> None:
+    """Forget what ``cache`` holds when the table it was filled from is not the one here now
+    (deleted and written again at the same place): the manifest of the version it was last
+    loaded at must still be the same file. A version cleaned up since cannot be compared:
+    the cache is forgotten too (a refresh then reads what it needs again)."""
+    with cache.lock:
+        mark = cache.table_mark
+    if mark is not None:
+        seen_version, seen = mark
+        now = digest if seen_version == version else manifest_digest(storage, seen_version)
+        if now != seen:
+            log.info("%s: the table at this place is not the one read before; reading it afresh", storage.uri)
+            cache.reset()
+    with cache.lock:
+        cache.table_mark = (version, digest)
+
+
 def _load_once(
     storage: Storage,
     version: int | None,
@@ -198,7 +215,8 @@ def _load_once(
             "metadata {'lance-schema:unenforced-primary-key': 'true'}"
         )
         raise NoPrimaryKeyError(msg)
-    index = read_memwal_index(storage, base.version)
+    index, digest = read_version(storage, base.version)
+    _same_table(storage, cache, base.version, digest)
     data_schema = pa.schema(list(schema) + [pa.field(TOMBSTONE, pa.bool_())])
     columns = BaseColumns.of(base, pk)
     inline = _inline_regions(index, storage, base.version)
