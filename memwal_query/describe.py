@@ -14,6 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from memwal_query.format.wal import WalTail
 from memwal_query.merge import MergeState
 from memwal_query.planner.catchup import CatchupPlan
 from memwal_query.planner.pruning import RegionValues
@@ -86,6 +87,13 @@ def freshness(source: HasView) -> dict[str, Any]:
     return {"base_version": table.snapshot.base_version, "newest_region_manifest": newest}
 
 
+def _positions(tail: WalTail | None) -> list[int] | None:
+    """The first and last WAL position of a tail read; empty for a tail of no entry."""
+    if tail is None:
+        return None
+    return [tail.first_position, tail.last_position] if tail.last_position >= tail.first_position else []
+
+
 def _generation(g: GenerationSource, merge: MergeState) -> dict[str, Any]:
     """One unmerged generation of a region's description."""
     return {
@@ -154,7 +162,7 @@ def _region_description(
             "tail_read": tail is not None,
             "tail_entries": len(tail.entries) if tail is not None else None,
             "tail_rows": tail.num_rows if tail is not None else None,
-            "tail_positions": [tail.first_position, tail.last_position] if tail is not None else None,
+            "tail_positions": _positions(tail),
             "torn_position": tail.torn_position if tail is not None else None,
             "fenced_positions": list(tail.fenced_positions) if tail is not None else None,
         },

@@ -71,3 +71,24 @@ def test_empty_function_results_sort(events: Any) -> None:
     assert rows(t, "SELECT * FROM memwal_lookup('t', [999999]) ORDER BY id") == []
     assert rows(t, f"SELECT * FROM memwal_changes('t', '{t.change_token}') ORDER BY id") == []
     assert rows(t, f"SELECT count(*) AS n FROM memwal_changes('t', '{t.change_token}')") == [{"n": 0}]
+
+
+def test_described_wal_tail_positions(tmp_path: Any) -> None:
+    """A region whose writer flushed everything has a tail of no entry: its positions are
+    empty (they read ``[7, 6]``: the first position after the flushed ones, then the last)."""
+    import pyarrow as pa
+
+    from lsm_model import PK, ModelTable
+
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("v", pa.int64())])
+    t = ModelTable(str(tmp_path / "t"), schema, pa.table({"id": [1, 2], "v": [0, 0]}, schema=schema), unsharded=True)
+    t.put(pa.table({"id": [3], "v": [1]}, schema=schema))
+    t.flush()
+    (region,) = describe_table(mq.open_table(t.uri))["regions"]
+    assert region["wal"]["tail_entries"] == 0 and region["wal"]["tail_positions"] == []
+    t.put(pa.table({"id": [4], "v": [1]}, schema=schema))
+    t.put(pa.table({"id": [5], "v": [1]}, schema=schema))
+    (region,) = describe_table(mq.open_table(t.uri))["regions"]
+    first, last = region["wal"]["tail_positions"]
+    assert region["wal"]["tail_entries"] == 2 and first <= last
+    t.flush()
