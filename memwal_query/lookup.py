@@ -1,5 +1,7 @@
 """Point lookups by primary key across LSM levels, resolved in memory, then fetched.
 
+The rows come back in the order of the keys asked for (a key asked twice, once).
+
 For each key: the region it routes to (region pruning), then the snapshot's
 in-memory index of the region's newer levels (``merge.NewerKeys``: the newest
 version of every key in its unmerged generations and MemTable, built once by the
@@ -133,9 +135,10 @@ def normalize_keys(keys: Any, schema: pa.Schema, pk: Sequence[str]) -> pa.Table:
     for k in pk:  # a key with a NULL part names no row (key columns hold no NULLs)
         if out.column(k).null_count:
             out = out.filter(pc.is_valid(out.column(k)))
-    if out.num_rows > 1:
-        out = out.group_by(list(pk), use_threads=False).aggregate([])
-        out = out.select(list(pk))
+    if out.num_rows > 1:  # each key once, where it first appears
+        numbered = out.append_column("_i", pa.array(np.arange(out.num_rows, dtype=np.int64)))
+        first = numbered.group_by(list(pk), use_threads=False).aggregate([("_i", "min")])
+        out = first.sort_by("_i_min").select(list(pk))
     return out
 
 
@@ -364,7 +367,8 @@ def lookup(view: TableView, keys: Any, columns: Sequence[str] | None = None) -> 
         raise InvalidArgumentError(msg)
     want = normalize_keys(keys, schema, pk)
     want = want.append_column("_row", pa.array(np.arange(want.num_rows, dtype=np.int64)))
-    search = _Search(view, want, list(dict.fromkeys(pk + out_cols)), out_cols)
+    keep = list(dict.fromkeys(pk + out_cols))  # the keys too: the rows come back in their order
+    search = _Search(view, want, keep, keep)
     probe = _with_newer_version(view, want)
     routed = (  # None: every region
         route_keys(snap, view.region_values(), view.field_names(), probe) if probe.num_rows else {}
@@ -380,8 +384,22 @@ def lookup(view: TableView, keys: Any, columns: Sequence[str] | None = None) -> 
         search.run()
     except (OSError, ValueError, RuntimeError, pa.ArrowException) as err:
         raise _read_failed(view, err) from err
-    out_schema = pa.schema([schema.field(c) for c in out_cols])
-    parts = [as_schema(p, out_schema) for p in search.parts]
-    result = (parts[0] if len(parts) == 1 else pa.concat_tables(parts)) if parts else out_schema.empty_table()
+    kept = pa.schema([schema.field(c) for c in keep])
+    parts = [as_schema(p, kept) for p in search.parts]
+    result = (parts[0] if len(parts) == 1 else pa.concat_tables(parts)) if parts else kept.empty_table()
+    result = _in_key_order(result, want, pk).select(out_cols)
     search.stats.seconds = time.perf_counter() - t0
     return LookupResult(result, search.stats)
+
+
+def _in_key_order(rows: pa.Table, want: pa.Table, pk: list[str]) -> pa.Table:
+    """``rows`` in the order of the keys asked for (``want``, deduplicated, with ``_row``)."""
+    if rows.num_rows <= 1:
+        return rows
+    if len(pk) == 1:
+        at = pc.index_in(rows.column(pk[0]), value_set=want.column(pk[0]).combine_chunks())
+        return rows.take(pa.array(np.argsort(at.to_numpy(zero_copy_only=False), kind="stable")))
+    numbered = rows.select(pk).append_column("_at", pa.array(np.arange(rows.num_rows, dtype=np.int64)))
+    pairs = numbered.join(want.select([*pk, "_row"]), keys=pk, join_type="inner", use_threads=False)
+    order = pc.take(pairs.column("_at"), pc.sort_indices(pairs.column("_row")))
+    return rows.take(order)

@@ -187,7 +187,8 @@ class Table(ViewFacts):
 
     # -- point lookups and vector search ----------------------------------------
     def lookup(self, keys: object, columns: Sequence[str] | None = None) -> pa.Table:
-        """The newest live row of each key (one key, a list / Arrow array, or key columns).
+        """The newest live row of each key (one key, a list / Arrow array, or key columns),
+        in the order of the keys given (a key given twice comes once).
 
         Deleted and missing keys are absent; see :func:`memwal_query.lookup.lookup`.
         Raises :class:`InvalidArgumentError` for keys that do not fit or unknown columns.
