@@ -40,6 +40,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import random
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -78,7 +79,11 @@ MERGE_STATS_SCHEMA = pa.schema(
         ("seconds", pa.float64()),
     ]
 )
-_MAX_ATTEMPTS = 5
+#: Commits one generation's merge tries before giving up: merges of other regions (a Spark
+#: job merges every region at once) update the same base fragments, and each conflict
+#: waits a little longer (doubling from :data:`_FIRST_WAIT` seconds, jittered, at most 2 s).
+_MAX_ATTEMPTS = 12
+_FIRST_WAIT = 0.02
 
 
 @dataclass
@@ -176,10 +181,17 @@ def _merge_one(storage: Storage, region_id: str, gen: FlushedGeneration, pk: tup
                 ds, _ = _open_latest(storage)
                 log.info("generation %s of region %s was merged concurrently", gen.generation, region_id)
                 return GenerationMergeStats(region_id, gen.generation, "skipped", base_version=ds.version)
-            if _is_conflict(err) and attempt + 1 < _MAX_ATTEMPTS:
-                log.info("commit conflict merging %s/gen%s, retrying: %s", region_id, gen.generation, err)
-                continue
             what = f"merging generation {gen.generation} of region {region_id} into {storage.uri}"
+            if _is_conflict(err):
+                if attempt + 1 < _MAX_ATTEMPTS:
+                    log.info("commit conflict merging %s/gen%s, retrying: %s", region_id, gen.generation, err)
+                    time.sleep(min(2.0, _FIRST_WAIT * 2**attempt) * random.uniform(0.5, 1.5))
+                    continue
+                msg = (
+                    f"{what} gave up after {_MAX_ATTEMPTS} commit conflicts with concurrent writers of the base "
+                    f"(run it again: what was merged stays merged): {lance_message(err)}"
+                )
+                raise MemWalError(msg) from err
             msg = f"{what} failed: {lance_message(err)}"
             raise MemWalError(msg) from err
         ds, _ = _open_latest(storage)
@@ -192,8 +204,7 @@ def _merge_one(storage: Storage, region_id: str, gen: FlushedGeneration, pk: tup
             base_version=ds.version,
             seconds=time.perf_counter() - t0,
         )
-    msg = f"merging generation {gen.generation} of region {region_id} into {storage.uri}: too many commit conflicts"
-    raise MemWalError(msg)
+    raise AssertionError("unreachable")
 
 
 def _stats_table(stats: Sequence[GenerationMergeStats]) -> pa.Table:

@@ -357,3 +357,49 @@ def test_one_put_keeps_the_last_row_of_a_key_in_every_region(tmp_path: Path) -> 
     model.delete(pa.table({"id": gone}))
     got = sort_table(mq.open_table(uri).to_arrow(), ["id"])
     assert got.equals(sort_table(model.table(), ["id"]))
+
+
+def test_regions_merged_at_once_all_merge(tmp_path: Path) -> None:
+    """Merges of different regions at the same time (a Spark job: one task per region)
+    update the same base fragments: their commits conflict. Five immediate retries left
+    regions unmerged with "Retryable commit conflict"; they wait and retry now."""
+    import threading
+
+    from memwal_write import merge_generations
+
+    schema = pa.schema([pa.field("k", pa.int64(), nullable=False, metadata=PK), pa.field("v", pa.float64())])
+    uri = str(tmp_path / "t")
+    lance.write_dataset(pa.table({"k": range(2000), "v": [0.0] * 2000}, schema=schema), uri).initialize_mem_wal(
+        bucket_column="k", num_buckets=4
+    )
+    rng = np.random.default_rng(3)
+    model = dict.fromkeys(range(2000), 0.0)
+    for g in range(5):
+        ks = sorted({int(k) for k in rng.integers(0, 2200, 200)})
+        gone = sorted({int(k) for k in rng.integers(0, 2200, 60)} - set(ks))
+        write_arrow(uri, pa.table({"k": ks, "v": [g + 1.0] * len(ks)}, schema=schema), deletes=pa.table({"k": gone}))
+        model.update(dict.fromkeys(ks, g + 1.0))
+        for k in gone:
+            model.pop(k, None)
+    regions = mq.open_table(uri).region_ids
+    assert len(regions) == 4
+    statuses: list[str] = []
+    errors: list[BaseException] = []
+
+    def merge(region: str) -> None:
+        try:
+            statuses.extend(merge_generations(uri, regions=[region]).column("status").to_pylist())
+        except BaseException as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=merge, args=(r,)) for r in regions]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+    assert statuses == ["merged"] * 20
+    got = lance.dataset(uri).to_table().sort_by("k")
+    assert got.column("k").to_pylist() == sorted(model) and got.column("v").to_pylist() == [
+        model[k] for k in sorted(model)
+    ]

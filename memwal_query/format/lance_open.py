@@ -18,7 +18,7 @@ import re
 
 import lance
 
-from memwal_query.errors import ManifestError, TableNotFoundError
+from memwal_query.errors import ManifestError, TableNotFoundError, is_panic
 from memwal_query.format.storage import Storage
 
 __all__ = ["lance_dataset", "lance_message", "open_lance", "require_table"]
@@ -76,7 +76,9 @@ def lance_dataset(storage: Storage, given: str, purpose: str = "", version: int 
     """
     try:
         return lance.dataset(storage.uri, version=version, storage_options=dict(storage.storage_options) or None)
-    except (ValueError, OSError, RuntimeError) as err:
+    except BaseException as err:  # a damaged manifest can panic in Lance's decoder (a BaseException)
+        if not isinstance(err, (ValueError, OSError, RuntimeError)) and not is_panic(err):
+            raise
         text = lance_message(err)
         at = f"{_named(given, storage)}" + (f" (version {version})" if version is not None else "")
         if any(s in text.lower() for s in ("not found", "does not exist", "no such")):

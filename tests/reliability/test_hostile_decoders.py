@@ -543,3 +543,25 @@ def test_inline_snapshots_that_make_lance_abort_are_corruption_errors(tmp_path: 
             decode_inline_snapshots(data, where="X")
         assert "\n" not in str(err.value), what
         assert [r.region_id for r in decode_inline_snapshots(good)] == [REGION]
+
+
+def test_a_base_manifest_that_panics_lance_is_a_manifest_error(tmp_path: Path) -> None:
+    """Lance's manifest decoder panics on some damaged manifests (pyo3's PanicException, a
+    BaseException that ``except Exception`` misses): opening and merging raised it raw."""
+    from memwal_query.errors import ManifestError
+    from memwal_write import merge_generations, write_arrow
+
+    from lsm_model import PK
+
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("v", pa.string())])
+    uri = str(tmp_path / "t")
+    lance.write_dataset(pa.table({"id": [1, 2], "v": ["a", "b"]}, schema=schema), uri).initialize_mem_wal(
+        unsharded=True
+    )
+    write_arrow(uri, pa.table({"id": [3], "v": ["c"]}, schema=schema))
+    latest = min((tmp_path / "t" / "_versions").glob("*.manifest"))  # V2 names: the smallest is the newest
+    with latest.open("r+b") as f:
+        f.write(b"x" * 20)
+    for call in (lambda: mq.open_table(uri), lambda: merge_generations(uri)):
+        with pytest.raises(ManifestError, match=f"cannot open Lance table at {uri}"):
+            call()
