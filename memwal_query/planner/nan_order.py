@@ -36,10 +36,11 @@ import pyarrow.compute as pc
 
 from memwal_query.planner.arrow_expr import COMPARISONS, Call, Field, Lit, Tree, expression_tree, nan_is_null, value_set
 
-__all__ = ["nan_ordered", "reads_whole"]
+__all__ = ["as_given", "nan_ordered", "reads_whole"]
 
 _CACHE_ENTRIES = 256
 _cache: OrderedDict[tuple[str, tuple[str, ...], tuple[str, ...]], pc.Expression | None] = OrderedDict()
+_origin: OrderedDict[str, pc.Expression] = OrderedDict()
 _lock = threading.Lock()
 
 
@@ -54,6 +55,16 @@ def nan_ordered(expr: pc.Expression, schema: pa.Schema) -> pc.Expression:
         return expr
     rebuilt = _rebuilt(expr, schema)
     return rebuilt if rebuilt is not None else expr
+
+
+def as_given(filt: pc.Expression | None) -> pc.Expression | None:
+    """The filter :func:`nan_ordered` rewrote into ``filt``, or ``filt`` itself: what Lance is
+    handed (it evaluates with DataFusion's order itself, and to its scalar indexes a
+    rewritten ``IN`` list is no lookup: a 1,000-key ``IN`` on an indexed key read every key)."""
+    if filt is None:
+        return None
+    with _lock:
+        return _origin.get(str(filt), filt)
 
 
 def reads_whole(expr: pc.Expression, schema: pa.Schema) -> bool:
@@ -73,8 +84,12 @@ def _rebuilt(expr: pc.Expression, schema: pa.Schema) -> pc.Expression | None:
         _cache[key] = out
         if out is not None:  # a rewritten filter is one already: given again, it stays as it is
             _cache[(str(out), floats, key[2])] = out
+            if not out.equals(expr):
+                _origin[str(out)] = expr
         while len(_cache) > _CACHE_ENTRIES:
             _cache.popitem(last=False)
+        while len(_origin) > _CACHE_ENTRIES:
+            _origin.popitem(last=False)
     return out
 
 

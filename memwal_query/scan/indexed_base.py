@@ -19,6 +19,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from memwal_query.planner.nan_order import as_given
 from memwal_query.scan.arrays import chain_first, is_gone
 from memwal_query.scan.filters import filter_columns, scan_columns
 from memwal_query.scan.fragment import HIDDEN_COLUMNS, SCAN_BATCH_ROWS, CompositeFragment, ScanContext, SourceFragment
@@ -71,7 +72,7 @@ class IndexedBaseFragment(CompositeFragment[LanceFragment]):
         try:
             it = first_part.dataset.scanner(
                 columns=[*read, *keys],
-                filter=filt,
+                filter=as_given(filt),  # Lance orders NaN as DataFusion does itself; a plain IN is an index lookup
                 fragments=[p.fragment for p in served],
                 batch_size=max(batch_size or 0, SCAN_BATCH_ROWS),
             ).to_batches()

@@ -21,7 +21,7 @@ from lance.dataset import serialize_row_addrs
 
 from memwal_query.base_mask import BaseMask
 from memwal_query.errors import MemWalError
-from memwal_query.planner.nan_order import reads_whole
+from memwal_query.planner.nan_order import as_given, reads_whole
 from memwal_query.scan.arrays import chain_first, drop_mask, fragment_cache_key, is_gone, one_chunk
 from memwal_query.scan.filters import filter_columns, mentions_any, scan_columns
 from memwal_query.scan.fragment import HIDDEN_COLUMNS, SCAN_BATCH_ROWS, ScanContext, SourceFragment
@@ -473,7 +473,7 @@ class LanceFragment(SourceFragment):
 
         def scan(f: pc.Expression | None, columns: list[str]) -> Iterator[pa.RecordBatch]:
             return self.fragment.scanner(
-                columns=columns, filter=f, with_row_address=need_addr, batch_size=size
+                columns=columns, filter=as_given(f), with_row_address=need_addr, batch_size=size
             ).to_batches()
 
         try:
