@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from pathlib import Path
+from typing import Any
 
 import lance
 import pyarrow as pa
@@ -58,10 +59,13 @@ def test_inline_snapshots_drive_eventual_discovery_and_pruning(tmp_path: Path, m
             w.put(pa.table({"id": [key], "v": [key]}, schema=SCHEMA))
     listed = sorted(regions.items())[:3]  # the index's snapshot knows 3 of the 4 regions
     data = _inline_bytes(tmp_path, [{"id": r, "bucket": b} for b, r in listed])
-    real = snapshot_mod.read_memwal_index
-    monkeypatch.setattr(
-        snapshot_mod, "read_memwal_index", lambda s, v: dataclasses.replace(real(s, v), inline_snapshots=data)
-    )
+    real = snapshot_mod.read_version
+
+    def with_inline(s: Any, v: int) -> Any:
+        index, digest = real(s, v)
+        return dataclasses.replace(index, inline_snapshots=data), digest
+
+    monkeypatch.setattr(snapshot_mod, "read_version", with_inline)
     eventual = mq.open_table(uri, consistency="eventual")
     assert sorted(eventual.region_ids) == sorted(r for _, r in listed)
     assert "inline region snapshots" in eventual.explain()

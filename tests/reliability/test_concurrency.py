@@ -332,17 +332,17 @@ def _merge_gc_after_index_read(monkeypatch: pytest.MonkeyPatch, t: ModelTable, *
     snapshot opens the generations (the race the concurrent test hits)."""
     import memwal_query.snapshot.load as snapshot_mod
 
-    orig = snapshot_mod.read_memwal_index
+    orig = snapshot_mod.read_version
     fired: list[bool] = []
 
     def read_index_then_gc(storage: Any, version: int) -> Any:
-        index = orig(storage, version)
+        got = orig(storage, version)
         if not fired:
             fired.append(True)
             _merge_and_gc(t, partial=partial)
-        return index
+        return got
 
-    monkeypatch.setattr(snapshot_mod, "read_memwal_index", read_index_then_gc)
+    monkeypatch.setattr(snapshot_mod, "read_version", read_index_then_gc)
 
 
 def test_open_racing_merge_and_gc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
