@@ -204,7 +204,8 @@ class MemWalCatalog:
 
     def table_names(self) -> list[str]:
         """Folder names of the MemWAL tables directly under the root, sorted (lists the root)."""
-        names = [n for n, is_dir in self._storage.list_dir("") if is_dir and not n.startswith(".")]
+        # a folder name with a backslash cannot be named (``has_table``): not listed either
+        names = [n for n, d in self._storage.list_dir("") if d and not n.startswith(".") and "\\" not in n]
         found = [n for n in names if self._storage.exists(f"{n}/_versions") and self._is_memwal(n)]
         with self._lock:
             for gone in set(self._latest) - set(found):

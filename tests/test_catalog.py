@@ -125,6 +125,8 @@ def test_sql_functions_find_catalog_tables(root: Path) -> None:
     known = re.escape("(known: ['memwal.public.events', 'memwal.public.users'])")
     with pytest.raises(Exception, match=f"no memwal table named 'other.public.events' is registered {known}"):
         ctx.sql("SELECT * FROM memwal_regions('other.public.events')").collect()
+    memwal_table(str(root / "a\\b"), 2)  # a backslash cannot be named: not listed (it was, then refused)
+    assert "a\\b" not in catalog.table_names()
     memwal_table(str(root / "v1.2"), 4)  # a folder name with a dot: every part before the last was a prefix
     for name in ("v1.2", "public.v1.2", "memwal.public.v1.2"):
         assert ctx.sql(f"SELECT count(*) AS n FROM memwal_lookup('{name}', [1, 2, 9])").to_pydict()["n"] == [2]

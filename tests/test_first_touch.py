@@ -232,3 +232,28 @@ def test_lance_noise_filter_keeps_other_lance_errors(tmp_path: Path) -> None:
         env=env,
     )
     assert proc.returncode == 0 and NOISE not in proc.stderr
+
+
+def test_file_uris_are_percent_decoded_as_pylance_reads_them(tmp_path: Path) -> None:
+    """pylance writes ``file:///.../my%20table`` into the folder ``my table``; memwal looked
+    for a folder literally named ``my%20table``."""
+    from urllib.parse import quote
+
+    import lance
+
+    from memwal_write import write_arrow
+
+    from lsm_model import PK
+
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("v", pa.int64())])
+    uri = "file://" + quote(str(tmp_path / "my table#1"))
+    lance.write_dataset(pa.table({"id": [1, 2], "v": [0, 0]}, schema=schema), uri).initialize_mem_wal(unsharded=True)
+    assert [p.name for p in tmp_path.iterdir()] == ["my table#1"]
+    write_arrow(uri, pa.table({"id": [3], "v": [1]}))
+    assert sorted(mq.open_table(uri).to_arrow().column("id").to_pylist()) == [1, 2, 3]
+
+
+def test_a_path_pyarrow_refuses_is_a_memwal_error(tmp_path: Path) -> None:
+    """A NUL in a path made pyarrow raise ArrowInvalid (no MemWalError; a CLI traceback)."""
+    with pytest.raises(mq.MemWalError, match="NUL"):
+        mq.open_table(str(tmp_path / "x\x00y"))

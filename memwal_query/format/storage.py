@@ -18,10 +18,11 @@ Example:
 from __future__ import annotations
 
 import os
+import posixpath
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from urllib.parse import urlparse
+from urllib.parse import quote, unquote, urlparse
 
 import pyarrow.fs as pafs
 
@@ -87,6 +88,21 @@ class IoStats:
         return self.reads + self.lists + self.probes
 
 
+def _object_key(uri: str, bucket: str, path: str) -> str:
+    """The object key an ``s3://`` URI's path names, as Lance reads it: percent-decoded, ``.``
+    and ``..`` segments resolved, no empty segment (``//``, which Lance refuses)."""
+    if not bucket:
+        msg = f"table uri {uri!r} names no bucket"
+        raise InvalidArgumentError(msg)
+    key = unquote(path).strip("/")
+    if not key:
+        return ""
+    if "" in key.split("/"):
+        msg = f"table uri {uri!r} has an empty path segment ('//')"
+        raise InvalidArgumentError(msg)
+    return posixpath.normpath("/" + key).lstrip("/")  # ".." at the top stays at the bucket, as in Lance
+
+
 def _s3_filesystem(parsed_netloc: str, options: Mapping[str, str]) -> pafs.FileSystem:
     kwargs: dict[str, object] = {}
     scheme = "https"
@@ -124,13 +140,16 @@ class Storage:
     use ``/``.
     """
 
-    __slots__ = ("uri", "storage_options", "_fs", "_root", "stats")
+    __slots__ = ("uri", "storage_options", "_fs", "_root", "_url", "stats")
 
-    def __init__(self, uri: str, fs: pafs.FileSystem, root: str, storage_options: Mapping[str, str]) -> None:
+    def __init__(
+        self, uri: str, fs: pafs.FileSystem, root: str, storage_options: Mapping[str, str], *, url: bool = False
+    ) -> None:
         self.uri = uri
         self.storage_options: dict[str, str] = dict(storage_options)
         self._fs = fs
         self._root = root.rstrip("/")
+        self._url = url  # ``uri`` is a URL whose path Lance percent-decodes
         self.stats = IoStats()
 
     @classmethod
@@ -156,13 +175,16 @@ class Storage:
         options = {str(k): str(v) for k, v in (storage_options or {}).items()}
         parsed = urlparse(uri)
         if parsed.scheme in ("", "file") or (len(parsed.scheme) == 1 and os.name == "nt"):
-            path = parsed.path if parsed.scheme == "file" else uri
+            # a file:// URI's path is percent-encoded (RFC 8089), as pylance reads it
+            path = unquote(parsed.path) if parsed.scheme == "file" else uri
             path = os.path.abspath(os.path.expanduser(path))
             return cls(path, pafs.LocalFileSystem(), path, options)
         if parsed.scheme in ("s3", "s3a"):
+            key = _object_key(uri, parsed.netloc, parsed.path)
             fs = _s3_filesystem(parsed.netloc, options)
-            root = f"{parsed.netloc}{parsed.path}"
-            return cls(f"s3://{root.rstrip('/')}", fs, root, options)
+            root = f"{parsed.netloc}/{key}" if key else parsed.netloc
+            # the URI Lance gets names the same key: Lance percent-decodes it
+            return cls(f"s3://{parsed.netloc}/{quote(key)}".rstrip("/"), fs, root, options, url=True)
         try:
             fs, root = pafs.FileSystem.from_uri(uri)
         except Exception as err:
@@ -172,7 +194,7 @@ class Storage:
 
     def child_uri(self, rel: str) -> str:
         """The URI of ``rel`` (for handing to Lance)."""
-        return f"{self.uri}/{rel}".rstrip("/")
+        return f"{self.uri}/{quote(rel) if self._url else rel}".rstrip("/")
 
     def local_path(self, rel: str) -> str | None:
         """The operating-system path of ``rel`` on local disk; None on an object store."""
@@ -195,7 +217,7 @@ class Storage:
         except FileNotFoundError:
             self.stats.add(reads=1)
             return None
-        except OSError as err:
+        except (OSError, ValueError) as err:  # ValueError: pyarrow's ArrowInvalid (a NUL in a path ...)
             if "not found" in str(err).lower() or "no such file" in str(err).lower():
                 self.stats.add(reads=1)
                 return None
@@ -209,7 +231,7 @@ class Storage:
         self.stats.add(probes=1)
         try:
             info = self._fs.get_file_info(self._path(rel))
-        except OSError as err:
+        except (OSError, ValueError) as err:
             msg = f"cannot stat {self.child_uri(rel)}: {err}"
             raise StorageError(msg) from err
         return bool(info.type != pafs.FileType.NotFound)
@@ -246,7 +268,7 @@ class Storage:
         selector = pafs.FileSelector(self._path(rel), allow_not_found=True, recursive=False)
         try:
             infos = self._fs.get_file_info(selector)
-        except OSError as err:
+        except (OSError, ValueError) as err:
             msg = f"cannot list {self.child_uri(rel)}: {err}"
             raise StorageError(msg) from err
         return [(i.base_name, i.type == pafs.FileType.Directory) for i in infos]
