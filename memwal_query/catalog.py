@@ -43,6 +43,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import Any, cast
 
@@ -128,6 +129,10 @@ class MemWalCatalog:
             msg = f"consistency must be 'strong' or 'eventual', got {consistency!r}"
             raise InvalidArgumentError(msg)
         self._storage = Storage.open(root, storage_options)
+        local = self._storage.local_path("")
+        if local is not None and not os.path.isdir(local):  # an object-store prefix exists once written to
+            msg = f"catalog root {root!r} is not a folder ({local})"
+            raise InvalidArgumentError(msg)
         self._options = dict(storage_options or {})
         self._consistency: Consistency = consistency
         self._latest: dict[str, Table] = {}

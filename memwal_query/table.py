@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -34,7 +35,7 @@ from memwal_query.change_token import token_of
 from memwal_query.changes import changes
 from memwal_query.display import explanation, table_html
 from memwal_query.engine_errors import engine_error
-from memwal_query.errors import MemWalError
+from memwal_query.errors import MemWalError, TableNotFoundError
 from memwal_query.format.storage import Storage
 from memwal_query.frame import MemWalDataFrame
 from memwal_query.hybrid import RRF_K, search_hybrid
@@ -428,12 +429,18 @@ def open_table(
     """
     check_missing_generation_policy(on_missing_generation)
     storage = Storage.open(uri, storage_options)
-    view = open_view(
-        storage,
-        consistency=consistency,
-        live=live,
-        cache=SnapshotCache(),
-        version=version,
-        on_missing_generation=on_missing_generation,
-    )
+    try:
+        view = open_view(
+            storage,
+            consistency=consistency,
+            live=live,
+            cache=SnapshotCache(),
+            version=version,
+            on_missing_generation=on_missing_generation,
+        )
+    except TableNotFoundError as err:
+        given = os.fspath(uri)
+        if given.rstrip("/") == storage.uri.rstrip("/"):
+            raise
+        raise TableNotFoundError(f"{err} (given as {given!r})") from err
     return Table(view)

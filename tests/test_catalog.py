@@ -168,6 +168,9 @@ def test_bad_arguments(root: Path) -> None:
         mq.register_catalog(datafusion.SessionContext(), str(root), consistency="now")  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="not a table folder name"):
         mq.MemWalCatalog(str(root)).table("../events")
+    for missing in (root / "no-such-folder", root / "readme.txt"):  # a typo listed no table, silently
+        with pytest.raises(InvalidArgumentError, match="is not a folder"):
+            mq.register_catalog(datafusion.SessionContext(), str(missing))
 
 
 def test_eventual_catalog(root: Path) -> None:

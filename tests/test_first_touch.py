@@ -257,3 +257,16 @@ def test_a_path_pyarrow_refuses_is_a_memwal_error(tmp_path: Path) -> None:
     """A NUL in a path made pyarrow raise ArrowInvalid (no MemWalError; a CLI traceback)."""
     with pytest.raises(mq.MemWalError, match="NUL"):
         mq.open_table(str(tmp_path / "x\x00y"))
+
+
+def test_open_of_a_missing_table_names_the_location_as_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``~/x`` or ``file:x`` resolve to another path: the error named only that one."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    for given, resolved in (("~/gone", tmp_path / "gone"), ("file:gone", tmp_path / "gone")):
+        with pytest.raises(TableNotFoundError) as err:
+            mq.open_table(given)
+        assert f"no Lance table at {resolved}" in str(err.value) and f"given as {given!r}" in str(err.value)
+    with pytest.raises(TableNotFoundError) as err:
+        mq.open_table(str(tmp_path / "gone"))
+    assert "given as" not in str(err.value)  # the same path: named once
