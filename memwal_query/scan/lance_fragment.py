@@ -8,6 +8,7 @@ filter memory instead of decoding Lance pages again.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import uuid
 from collections.abc import Callable, Iterator
@@ -315,11 +316,26 @@ class LanceFragment(SourceFragment):
             store_columns(cache, key, {c: pa.chunked_array([b.column(c) for b in kept]) for c in add})
 
     def _keep_mask(self, rows: pa.Table) -> pa.Array | None:
-        """The drop list as a mask over cached rows (computed once per snapshot); None: keep all."""
+        """The drop list as a mask over cached rows; None: keep all. Computed once per drop list:
+        the columns without the dropped rows (:attr:`_surviving`) are kept with it in the cache,
+        so a refreshed snapshot whose drop list for this fragment is the same reuses both."""
         if not self.drop.size:
             return None
-        if self._keep is None:
+        if self._keep is not None:
+            return self._keep
+        cache = self.resident
+        if cache is None:
             self._keep = drop_mask(rows.column("_rowaddr"), self.drop)
+            return self._keep
+        key, digest = self._cache_key(), hashlib.blake2b(self.drop.tobytes(), digest_size=16).digest()
+        with cache.lock:
+            found = cache.survivors.get(key)
+        if found is not None and found[0] == digest:
+            self._keep, self._surviving = found[1], found[2]
+        else:
+            self._keep = drop_mask(rows.column("_rowaddr"), self.drop)
+            with cache.lock:
+                cache.survivors[key] = (digest, self._keep, self._surviving)
         return self._keep
 
     def survivors(self, names: list[str], decode: bool = True) -> pa.Table | None:

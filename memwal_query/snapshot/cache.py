@@ -69,6 +69,12 @@ class SnapshotCache:
     #: Vector search's in-memory rows of small generations (``("part", uri, column, partitioning)``)
     #: and base index centroids (``("centroids", ...)``): see :mod:`memwal_query.vector_pool`.
     vector_parts: dict[tuple[object, ...], object] = field(default_factory=dict)
+    #: Per cached fragment with superseded rows: a digest of its drop list, that list as a
+    #: mask over the cached rows, and the cached columns without those rows (one entry per
+    #: fragment: a refreshed snapshot whose drop list for it is the same reuses them).
+    survivors: dict[tuple[object, ...], tuple[bytes, pa.Array, dict[str, pa.ChunkedArray]]] = field(
+        default_factory=dict
+    )
     #: The base version the cache was last loaded at and a digest of its Lance manifest: a
     #: table deleted and written again at the same place reuses region ids, WAL positions
     #: and version numbers, so only the manifest tells it from the table cached.
@@ -129,5 +135,7 @@ class SnapshotCache:
         with self.lock:
             for key in [k for k in self.fragment_columns if k not in keys]:
                 self.resident_bytes -= sum(a.nbytes for a in self.fragment_columns.pop(key).values())
+            for key in [k for k in self.survivors if k not in keys]:
+                del self.survivors[key]
             self.over_budget &= keys
             self.touched &= keys
