@@ -12,6 +12,7 @@ match), so a misread can cost pruning but never rows.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Collection
 
@@ -27,6 +28,7 @@ __all__ = [
     "Field",
     "Lit",
     "Tree",
+    "expression_key",
     "expression_tree",
     "from_arrow_expression",
     "nan_is_null",
@@ -179,6 +181,16 @@ def _pred(n: _Node) -> Predicate:
     if isinstance(n, (Field, Lit)):
         return Unknown("bare value")
     return n
+
+
+def expression_key(expr: object) -> bytes:
+    """A key telling any two different expressions apart, for caches: a digest of their
+    serialized form. (``str()`` prints at most 20 values of an ``IN`` list, eliding the middle:
+    two lists differing there printed alike, and a cache keyed on the text answered the second
+    query with the first one's filter.) Not an expression (a constant): its ``repr``."""
+    if not isinstance(expr, pc.Expression):
+        return repr(expr).encode()
+    return hashlib.blake2b(expr.__reduce__()[1][0], digest_size=20).digest()
 
 
 def expression_tree(expr: pc.Expression, columns: Collection[str]) -> Tree:

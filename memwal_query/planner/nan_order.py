@@ -34,13 +34,23 @@ from functools import reduce
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from memwal_query.planner.arrow_expr import COMPARISONS, Call, Field, Lit, Tree, expression_tree, nan_is_null, value_set
+from memwal_query.planner.arrow_expr import (
+    COMPARISONS,
+    Call,
+    Field,
+    Lit,
+    Tree,
+    expression_key,
+    expression_tree,
+    nan_is_null,
+    value_set,
+)
 
 __all__ = ["as_given", "nan_ordered", "reads_whole"]
 
 _CACHE_ENTRIES = 256
-_cache: OrderedDict[tuple[str, tuple[str, ...], tuple[str, ...]], pc.Expression | None] = OrderedDict()
-_origin: OrderedDict[str, pc.Expression] = OrderedDict()
+_cache: OrderedDict[tuple[bytes, tuple[str, ...], tuple[str, ...]], pc.Expression | None] = OrderedDict()
+_origin: OrderedDict[bytes, pc.Expression] = OrderedDict()
 _lock = threading.Lock()
 
 
@@ -64,7 +74,7 @@ def as_given(filt: pc.Expression | None) -> pc.Expression | None:
     if filt is None:
         return None
     with _lock:
-        return _origin.get(str(filt), filt)
+        return _origin.get(expression_key(filt), filt)
 
 
 def reads_whole(expr: pc.Expression, schema: pa.Schema) -> bool:
@@ -75,7 +85,7 @@ def reads_whole(expr: pc.Expression, schema: pa.Schema) -> bool:
 
 def _rebuilt(expr: pc.Expression, schema: pa.Schema) -> pc.Expression | None:
     floats = tuple(f.name for f in schema if pa.types.is_floating(f.type))
-    key = (str(expr), floats, tuple(schema.names))
+    key = (expression_key(expr), floats, tuple(schema.names))
     with _lock:
         if key in _cache:
             return _cache[key]
@@ -83,9 +93,9 @@ def _rebuilt(expr: pc.Expression, schema: pa.Schema) -> pc.Expression | None:
     with _lock:
         _cache[key] = out
         if out is not None:  # a rewritten filter is one already: given again, it stays as it is
-            _cache[(str(out), floats, key[2])] = out
+            _cache[(expression_key(out), floats, key[2])] = out
             if not out.equals(expr):
-                _origin[str(out)] = expr
+                _origin[expression_key(out)] = expr
         while len(_cache) > _CACHE_ENTRIES:
             _cache.popitem(last=False)
         while len(_origin) > _CACHE_ENTRIES:
@@ -170,8 +180,8 @@ def _compare(name: str, left: Tree, right: Tree, floats: set[str]) -> pc.Express
     nan_b = pc.is_nan(b)
     if name == "greater":
         return plain | (nan_a & ~nan_b)
-    if name == "greater_equal":
-        return plain | nan_a
+    if name == "greater_equal":  # NaN >= anything but NULL (NaN >= NULL is NULL, not TRUE)
+        return plain | (nan_a & b.is_valid())
     same = (a == b) | (nan_a & nan_b)
     return same if name == "equal" else ~same
 

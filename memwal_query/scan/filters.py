@@ -20,19 +20,19 @@ from collections.abc import Sequence
 
 import pyarrow.compute as pc
 
-from memwal_query.planner.arrow_expr import from_arrow_expression
+from memwal_query.planner.arrow_expr import expression_key, from_arrow_expression
 from memwal_query.planner.predicates import Predicate, needed_columns
 
 __all__ = ["decoded", "filter_columns", "scan_columns", "mentions_any"]
 
 _MEMO_SIZE = 256
-_memo: dict[tuple[str, tuple[str, ...]], Predicate] = {}
+_memo: dict[tuple[bytes, tuple[str, ...]], Predicate] = {}
 _lock = threading.Lock()
 
 
 def decoded(filt: pc.Expression, names: Sequence[str]) -> Predicate:
-    """``filt`` as the predicate IR over columns ``names`` (decoded once per filter text)."""
-    key = (str(filt), tuple(names))
+    """``filt`` as the predicate IR over columns ``names`` (decoded once per filter)."""
+    key = (expression_key(filt), tuple(names))
     with _lock:
         got = _memo.get(key)
     if got is None:
