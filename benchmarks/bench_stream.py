@@ -502,7 +502,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace, root: str) -> dict[str, Any]:
-    from memwal_query.scan.lance_fragment import RESIDENT_MAX_BYTES
+    from memwal_query.scan.column_cache import RESIDENT_MAX_BYTES
 
     params = BuildParams(args.base_rows, args.regions, args.rounds, args.newer_rows, args.tail_rows, args.seed)
     uri, info, reused = ensure_table(root, params)

@@ -103,7 +103,7 @@ class Table(ViewFacts):
             hidden_columns: Add ``_gen``, ``_rowaddr``, ``_region``.
             prune: Skip regions a pushed-down filter cannot match (region pruning).
             cache: Keep the columns a scan decodes in memory (shared by refreshed
-                snapshots, up to ``memwal_query.scan.lance_fragment.RESIDENT_MAX_BYTES``).
+                snapshots, up to ``memwal_query.scan.column_cache.RESIDENT_MAX_BYTES``).
         """
         return self._view.dataset(hidden_columns=hidden_columns, prune=prune, cache=cache)
 

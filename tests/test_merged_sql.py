@@ -14,7 +14,7 @@ import pytest
 
 import memwal_query as mq
 import memwal_query.base_mask as base_mask_module
-import memwal_query.scan.lance_fragment as sources_mod
+import memwal_query.scan.column_cache as sources_mod
 from memwal_query.scan.arrays import fragment_cache_key
 
 from lsm_model import PK, ModelTable, sort_table

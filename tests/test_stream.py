@@ -142,9 +142,9 @@ def test_full_pass_decodes_no_whole_fragment(events: Any, monkeypatch: pytest.Mo
 
 
 def test_sql_full_pass_keeps_within_the_budget(events: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from memwal_query.scan import lance_fragment
+    from memwal_query.scan import column_cache
 
-    monkeypatch.setattr(lance_fragment, "RESIDENT_MAX_BYTES", 30_000)  # a few generations, not the base
+    monkeypatch.setattr(column_cache, "RESIDENT_MAX_BYTES", 30_000)  # a few generations, not the base
     table = mq.open_table(events.uri)
     for _ in range(2):
         got = table.sql("SELECT id, cat, qty FROM t").to_arrow_table()

@@ -1,17 +1,16 @@
 """A Lance fragment (base or flushed generation) minus a sorted drop list.
 
 Its columns are decoded once per table lineage and kept in the
-:class:`~memwal_query.snapshot.cache.SnapshotCache` (bounded by
-:data:`RESIDENT_MAX_BYTES`): fragments are immutable, so later scans of any snapshot
-filter memory instead of decoding Lance pages again.
+:class:`~memwal_query.snapshot.cache.SnapshotCache` (:mod:`~memwal_query.scan.column_cache`,
+bounded): fragments are immutable, so later scans of any snapshot filter memory instead
+of decoding Lance pages again.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from functools import partial
 
 import lance
@@ -23,150 +22,22 @@ from lance.dataset import serialize_row_addrs
 from memwal_query.base_mask import BaseMask
 from memwal_query.errors import MemWalError
 from memwal_query.planner.nan_order import as_given, reads_whole
-from memwal_query.scan.arrays import chain_first, drop_mask, fragment_cache_key, is_gone, one_chunk
+from memwal_query.scan.arrays import chain_first, drop_mask, fragment_cache_key, is_gone
+from memwal_query.scan.column_cache import (
+    cached_columns,
+    keep_while_streaming,
+    keeps_decoded,
+    store_columns,
+    survivor_entry,
+)
 from memwal_query.scan.filters import filter_columns, mentions_any, scan_columns
 from memwal_query.scan.fragment import HIDDEN_COLUMNS, SCAN_BATCH_ROWS, ScanContext, SourceFragment
 from memwal_query.snapshot.cache import SnapshotCache
 
-__all__ = [
-    "RESIDENT_MAX_BYTES",
-    "LanceFragment",
-    "cached_columns",
-    "keep_while_streaming",
-    "keeps_decoded",
-    "store_columns",
-]
+__all__ = ["LanceFragment"]
 
 log = logging.getLogger("memwal_query")
 _NO_ROWS = np.empty(0, dtype=np.uint64)
-
-#: Decoded columns kept per table lineage (:class:`SnapshotCache`): fragments are
-#: immutable, so a column of a fragment is decoded from Lance once and later scans of
-#: any snapshot of the lineage filter it in memory. Beyond the budget, scans read Lance.
-RESIDENT_MAX_BYTES = 512 << 20
-
-
-def store_columns(cache: SnapshotCache, key: tuple[object, ...], add: dict[str, pa.ChunkedArray]) -> None:
-    """Keep decoded columns of a fragment if they fit the budget (else: later scans read Lance)."""
-    size = sum(a.nbytes for a in add.values())
-    with cache.lock:
-        if cache.resident_bytes + size > RESIDENT_MAX_BYTES:
-            cache.over_budget.add(key)  # this scan uses what it decoded; later ones read Lance
-            return
-        stored = cache.fragment_columns.setdefault(key, {})
-        known = stored.get("_rowaddr")
-        if known is not None and "_rowaddr" in add and not known.equals(add["_rowaddr"]):
-            return  # not the rows cached for this key (never seen): keep what is there
-        cache.resident_bytes += sum(a.nbytes for c, a in add.items() if c not in stored)
-        for c, a in add.items():
-            stored.setdefault(c, a)
-
-
-def cached_columns(
-    cache: SnapshotCache,
-    key: tuple[object, ...],
-    fragment: lance.fragment.LanceFragment,
-    names: list[str],
-    decode: bool,
-    gone: Callable[[BaseException], MemWalError],
-    direct: Callable[[list[str]], pa.Table | None] | None = None,
-) -> pa.Table | None:
-    """Rows of ``fragment``'s columns ``names`` (and ``_rowaddr``) from the cache, the missing
-    ones decoded and kept (``decode=False``: ``None`` unless all are cached already).
-
-    Fragments never change (a new deletion file makes a new cache key), so their
-    columns are kept in the table's :class:`SnapshotCache` (shared with refreshed
-    snapshots, bounded by ``RESIDENT_MAX_BYTES``); ``LanceFragment.survivors`` applies the
-    snapshot's drop list. A query then filters memory instead of decoding Lance pages.
-    ``direct`` reads columns straight from the fragment's files (base fragments), or None.
-    """
-    with cache.lock:
-        if key in cache.over_budget:
-            return None
-        entry = dict(cache.fragment_columns.get(key, {}))
-    missing = [c for c in names if c not in entry]
-    if (missing or "_rowaddr" not in entry) and not decode:
-        return None
-    if missing or "_rowaddr" not in entry:
-        size = _decoded_bytes(fragment, missing) + (0 if "_rowaddr" in entry else 8 * fragment.physical_rows)
-        with cache.lock:
-            if cache.resident_bytes + size > RESIDENT_MAX_BYTES:
-                cache.over_budget.add(key)  # it would not be kept: read Lance (filters pushed down) instead
-                return None
-        t = direct(missing) if direct is not None else None  # straight from the data file
-        try:
-            if t is None:
-                t = fragment.to_table(columns=missing, with_row_address=True)
-        except (ValueError, OSError, RuntimeError, pa.ArrowException) as err:
-            if is_gone(err):
-                raise gone(err) from err
-            raise
-        known = entry.get("_rowaddr")
-        if known is not None and not known.equals(t.column("_rowaddr")):
-            return None  # not the rows cached for this key: read Lance (never seen)
-        add = {c: one_chunk(t.column(c)) for c in [*missing, "_rowaddr"] if c not in entry}
-        entry.update(add)
-        store_columns(cache, key, add)
-    return pa.table({**{c: entry[c] for c in names}, "_rowaddr": entry["_rowaddr"]})
-
-
-def _decoded_bytes(fragment: lance.fragment.LanceFragment, names: list[str]) -> int:
-    """At least what decoding columns ``names`` of ``fragment`` takes (fixed-width types exactly)."""
-    schema = fragment.schema
-    width = sum(_fixed_width(schema.field(n).type) for n in names if n in schema.names)
-    return width * int(fragment.physical_rows)
-
-
-def _fixed_width(typ: pa.DataType) -> int:
-    """Bytes per value of a fixed-width type (0: variable or unknown; counted after decoding)."""
-    if pa.types.is_fixed_size_list(typ):
-        return int(typ.list_size) * _fixed_width(typ.value_type)
-    try:
-        return max(int(typ.bit_width) // 8, 1)
-    except ValueError:
-        return 0
-
-
-def keep_while_streaming(
-    batches: Iterator[pa.RecordBatch],
-    add: list[str],
-    cache: SnapshotCache,
-    key: tuple[object, ...],
-    kept: list[pa.RecordBatch],
-) -> Iterator[pa.RecordBatch]:
-    """``batches`` passed on; each also appended to ``kept`` until columns ``add`` of them
-    exceed the budget (then ``kept`` is emptied and the fragment marked over budget)."""
-    nbytes = 0
-    keeping = bool(add)
-    for b in batches:
-        if keeping:
-            kept.append(b)
-            nbytes += sum(b.column(c).nbytes for c in add)
-            if cache.resident_bytes + nbytes > RESIDENT_MAX_BYTES:  # stop keeping: bounded memory
-                keeping = False
-                kept.clear()
-                with cache.lock:
-                    cache.over_budget.add(key)
-        yield b
-
-
-def keeps_decoded(
-    cache: SnapshotCache | None, key: Callable[[], tuple[object, ...]], read: list[str], owner: ScanContext
-) -> bool:
-    """Whether an unfiltered scan of columns ``read`` (of ``width``) keeps what it decodes.
-
-    Scans of some columns (aggregates, joins: read again and again) keep the batches
-    they pass on (no copy) up to the cache's budget (:func:`keep_while_streaming`). A
-    scan of every column (``SELECT *``, an export) keeps them only when the whole table
-    fits the budget (``owner.full_bytes``): keeping the first fragments of a larger one
-    would cost the pass memory and time for little. ``to_reader`` keeps nothing.
-    """
-    if cache is None or not read:
-        return False
-    if len(read) >= len(owner.data_schema) and cache.resident_bytes + owner.full_bytes > RESIDENT_MAX_BYTES:
-        return False
-    with cache.lock:
-        return key() not in cache.over_budget
 
 
 def _gone(frag: LanceFragment, err: BaseException) -> MemWalError:
@@ -198,6 +69,20 @@ def _landed(state: dict[str, object]) -> dict[str, object]:
     frag = ds.get_fragment(int(fragment_id))
     assert frag is not None  # the same layout as the shipped dataset
     return {**state, "dataset": ds, "fragment": frag}
+
+
+def _live_by_key(
+    mask: BaseMask | None, batch: pa.RecordBatch, dropped: list[np.ndarray] | None = None
+) -> pa.RecordBatch:
+    """Rows of ``batch`` whose key has no newer version (an undecided base fragment);
+    ``dropped`` collects the addresses of the rows left out (``batch`` has ``_rowaddr``)."""
+    assert mask is not None
+    keys = pa.Table.from_batches([batch]).select(mask.primary_key)
+    live = mask.live(keys)
+    if dropped is not None and not live.all():
+        addrs = np.asarray(batch.column("_rowaddr").to_numpy(), dtype=np.uint64)
+        dropped.append(addrs[~live])
+    return batch.filter(pa.array(live))
 
 
 class LanceFragment(SourceFragment):
@@ -261,17 +146,6 @@ class LanceFragment(SourceFragment):
     def _key_columns(self) -> list[str]:
         return self.mask.primary_key if self.mask is not None else []
 
-    def _live_by_key(self, batch: pa.RecordBatch, dropped: list[np.ndarray] | None = None) -> pa.RecordBatch:
-        """Rows of ``batch`` whose key has no newer version (an undecided base fragment);
-        ``dropped`` collects the addresses of the rows left out (``batch`` has ``_rowaddr``)."""
-        assert self.mask is not None
-        keys = pa.Table.from_batches([batch]).select(self.mask.primary_key)
-        live = self.mask.live(keys)
-        if dropped is not None and not live.all():
-            addrs = np.asarray(batch.column("_rowaddr").to_numpy(), dtype=np.uint64)
-            dropped.append(addrs[~live])
-        return batch.filter(pa.array(live))
-
     def _resident(self, names: list[str], decode: bool = True) -> pa.Table | None:
         """Rows of columns ``names`` (and ``_rowaddr``), decoded once per table lineage (:func:`cached_columns`)."""
         if self.resident is None:
@@ -303,7 +177,7 @@ class LanceFragment(SourceFragment):
         scanner = self.fragment.scanner(columns=read, with_row_address=True, batch_size=size)
         for b in keep_while_streaming(self.guard(scanner.to_batches()), add, cache, key, kept):
             if by_key:
-                live = self._live_by_key(b, dropped)
+                live = _live_by_key(self.mask, b, dropped)
             else:
                 live = b.filter(drop_mask(b.column("_rowaddr"), self.drop)) if self.drop.size else b
             res = self._finish(live, cols, self.gen, self.region, None, out)
@@ -316,26 +190,17 @@ class LanceFragment(SourceFragment):
             store_columns(cache, key, {c: pa.chunked_array([b.column(c) for b in kept]) for c in add})
 
     def _keep_mask(self, rows: pa.Table) -> pa.Array | None:
-        """The drop list as a mask over cached rows; None: keep all. Computed once per drop list:
-        the columns without the dropped rows (:attr:`_surviving`) are kept with it in the cache,
-        so a refreshed snapshot whose drop list for this fragment is the same reuses both."""
+        """The drop list as a mask over cached rows; None: keep all. Computed once per drop list
+        (:func:`~memwal_query.scan.column_cache.survivor_entry`): a refreshed snapshot whose
+        drop list for this fragment is the same reuses it and the columns without those rows."""
         if not self.drop.size:
             return None
-        if self._keep is not None:
-            return self._keep
-        cache = self.resident
-        if cache is None:
-            self._keep = drop_mask(rows.column("_rowaddr"), self.drop)
-            return self._keep
-        key, digest = self._cache_key(), hashlib.blake2b(self.drop.tobytes(), digest_size=16).digest()
-        with cache.lock:
-            found = cache.survivors.get(key)
-        if found is not None and found[0] == digest:
-            self._keep, self._surviving = found[1], found[2]
-        else:
-            self._keep = drop_mask(rows.column("_rowaddr"), self.drop)
-            with cache.lock:
-                cache.survivors[key] = (digest, self._keep, self._surviving)
+        if self._keep is None:
+            cache = self.resident
+            if cache is None:
+                self._keep = drop_mask(rows.column("_rowaddr"), self.drop)
+            else:
+                self._keep, self._surviving = survivor_entry(cache, self._cache_key(), self.drop, rows)
         return self._keep
 
     def survivors(self, names: list[str], decode: bool = True) -> pa.Table | None:
@@ -508,7 +373,7 @@ class LanceFragment(SourceFragment):
             return
         for b in self.guard(chain_first(first, it)):
             if by_key:
-                b = self._live_by_key(b)
+                b = _live_by_key(self.mask, b)
             elif self.drop.size:
                 b = b.filter(drop_mask(b.column("_rowaddr"), self.drop))
             res = self._finish(b, cols, self.gen, self.region, post, out)
