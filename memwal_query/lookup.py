@@ -382,6 +382,8 @@ def lookup(view: TableView, keys: Any, columns: Sequence[str] | None = None) -> 
             search.region(region, rkeys)
         search.base()
         search.run()
+    except MemWalError:  # ours already (an InvalidArgumentError is a ValueError too)
+        raise
     except (OSError, ValueError, RuntimeError, pa.ArrowException) as err:
         raise _read_failed(view, err) from err
     kept = pa.schema([schema.field(c) for c in keep])

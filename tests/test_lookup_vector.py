@@ -521,3 +521,19 @@ def test_catchup_plan_after_index_built_on_a_memwal_table(tmp_path: Path) -> Non
     assert _recall(table, t.model) >= 0.95
     with pytest.raises(InvalidArgumentError, match="no index 'nope'"):
         table.catchup_plan("nope")
+
+
+def test_lookup_keeps_the_type_of_its_own_errors(events, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """Lance's read errors become one MemWalError; memwal's own (an InvalidArgumentError is a
+    ValueError too, a StorageError an OSError) keep their type."""
+    import memwal_query.lookup as lookup_module
+
+    table = mq.open_table(events.uri)
+    for err in (InvalidArgumentError("bad"), mq.StorageError("cannot read")):
+
+        def fail(self: object, err: Exception = err) -> None:
+            raise err
+
+        monkeypatch.setattr(lookup_module._Search, "run", fail)
+        with pytest.raises(type(err)):
+            table.lookup([5, 6])
