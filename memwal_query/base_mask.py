@@ -334,6 +334,15 @@ class BaseMask:
             return np.ones(keys.num_rows, dtype=bool)
         return ~self._hit_mask(keys)
 
+    def live_rows(self, batch: pa.RecordBatch, dropped: list[np.ndarray] | None = None) -> pa.RecordBatch:
+        """Rows of a base batch whose key has no newer version (:meth:`live`); ``dropped``
+        collects the addresses of the rows left out (then ``batch`` has ``_rowaddr``)."""
+        live = self.live(pa.Table.from_batches([batch]).select(self.primary_key))
+        if dropped is not None and not live.all():
+            addrs = np.asarray(batch.column("_rowaddr").to_numpy(), dtype=np.uint64)
+            dropped.append(addrs[~live])
+        return batch.filter(pa.array(live))
+
     def fragment(self, frag: lance.fragment.LanceFragment) -> np.ndarray:
         """``frag``'s drop list, deciding it now if needed (reads the fragment's keys)."""
         got = self.known(frag.fragment_id)

@@ -88,7 +88,7 @@ class IndexedBaseFragment(CompositeFragment[LanceFragment]):
             return
         for b in first_part.guard(chain_first(first, it)):
             if mask is not None and not mask.trivial:
-                b = b.filter(pa.array(mask.live(pa.Table.from_batches([b]).select(mask.primary_key))))
+                b = mask.live_rows(b)
             res = self._finish(b, cols, 0, None, None, out)
             if res is not None:
                 yield res

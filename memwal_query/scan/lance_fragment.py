@@ -71,20 +71,6 @@ def _landed(state: dict[str, object]) -> dict[str, object]:
     return {**state, "dataset": ds, "fragment": frag}
 
 
-def _live_by_key(
-    mask: BaseMask | None, batch: pa.RecordBatch, dropped: list[np.ndarray] | None = None
-) -> pa.RecordBatch:
-    """Rows of ``batch`` whose key has no newer version (an undecided base fragment);
-    ``dropped`` collects the addresses of the rows left out (``batch`` has ``_rowaddr``)."""
-    assert mask is not None
-    keys = pa.Table.from_batches([batch]).select(mask.primary_key)
-    live = mask.live(keys)
-    if dropped is not None and not live.all():
-        addrs = np.asarray(batch.column("_rowaddr").to_numpy(), dtype=np.uint64)
-        dropped.append(addrs[~live])
-    return batch.filter(pa.array(live))
-
-
 class LanceFragment(SourceFragment):
     """A Lance fragment (base or flushed generation) minus a sorted drop list."""
 
@@ -177,7 +163,8 @@ class LanceFragment(SourceFragment):
         scanner = self.fragment.scanner(columns=read, with_row_address=True, batch_size=size)
         for b in keep_while_streaming(self.guard(scanner.to_batches()), add, cache, key, kept):
             if by_key:
-                live = _live_by_key(self.mask, b, dropped)
+                assert self.mask is not None
+                live = self.mask.live_rows(b, dropped)
             else:
                 live = b.filter(drop_mask(b.column("_rowaddr"), self.drop)) if self.drop.size else b
             res = self._finish(live, cols, self.gen, self.region, None, out)
@@ -373,7 +360,8 @@ class LanceFragment(SourceFragment):
             return
         for b in self.guard(chain_first(first, it)):
             if by_key:
-                b = _live_by_key(self.mask, b)
+                assert self.mask is not None
+                b = self.mask.live_rows(b)
             elif self.drop.size:
                 b = b.filter(drop_mask(b.column("_rowaddr"), self.drop))
             res = self._finish(b, cols, self.gen, self.region, post, out)
