@@ -12,6 +12,7 @@ drop list, :class:`~memwal_query.scan.group.GroupFragment` several small ones.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -100,7 +101,7 @@ class ScanContext:
         if missing:
             msg = f"unknown column(s) {missing} in {self.uri}"
             raise InvalidArgumentError(msg)
-        twice = sorted({c for c in columns if list(columns).count(c) > 1})
+        twice = sorted(c for c, n in Counter(columns).items() if n > 1)
         if twice:
             msg = f"column(s) {twice} asked for more than once from {self.uri}"
             raise InvalidArgumentError(msg)
@@ -152,11 +153,11 @@ class SourceFragment:
         """The rows Lance keeps for ``filt``, as it filters the sources it reads."""
         need = scan_columns(cols, filt, self.context.schema.names)
         rows = lance_filtered(self.scanner(columns=need).to_table(), filt)
+        if not cols:
+            yield from zero_column_batches(rows.num_rows)
+            return
         for b in rows.to_batches(max_chunksize=batch_size or SCAN_BATCH_ROWS):
-            if cols:
-                yield pa.RecordBatch.from_arrays([b.column(c) for c in cols], schema=out)
-            else:
-                yield pa.record_batch({"_": pa.nulls(b.num_rows)}).select([])
+            yield pa.RecordBatch.from_arrays([b.column(c) for c in cols], schema=out)
 
     def live_rows(self) -> int:
         """Rows this fragment contributes to the merged table."""
