@@ -71,15 +71,8 @@ def write_csv(reader: pa.RecordBatchReader, sink: IO[bytes]) -> None:
 
     from memwal_query.display import json_value, python_values
 
-    def texted(t: pa.DataType) -> bool:
-        return bool(
-            pa.types.is_nested(t)
-            or pa.types.is_binary(t)
-            or pa.types.is_large_binary(t)
-            or (pa.types.is_fixed_size_binary(t) or pa.types.is_binary_view(t))
-        )
-
-    as_text = [texted(f.type) for f in reader.schema]
+    binary = (pa.types.is_binary, pa.types.is_large_binary, pa.types.is_fixed_size_binary, pa.types.is_binary_view)
+    as_text = [pa.types.is_nested(f.type) or any(b(f.type) for b in binary) for f in reader.schema]
     schema = pa.schema([f.with_type(pa.string()) if t else f for f, t in zip(reader.schema, as_text, strict=True)])
 
     def text(col: pa.Array, name: str) -> pa.Array:
