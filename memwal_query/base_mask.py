@@ -26,6 +26,7 @@ from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Protocol
 
 import lance
@@ -35,6 +36,7 @@ import pyarrow.compute as pc
 
 from memwal_query.format.fragment_files import FragmentColumns, read_columns
 from memwal_query.format.storage import Storage
+from memwal_query.mask_delta import PriorDecisions, sorted_hits
 from memwal_query.regionspec.spec import lance_field_ids
 from memwal_query.snapshot.cache import SnapshotCache, fragment_cache_key
 
@@ -87,24 +89,15 @@ def fragment_identity(frag: lance.fragment.LanceFragment) -> tuple[object, ...]:
     return (frag.fragment_id, tuple(f.path for f in m.files), deletion)
 
 
-def _sorted_hits(keys: np.ndarray, newer: np.ndarray) -> np.ndarray:
-    """Positions (ascending) of the rows of key-sorted ``keys`` whose key is in sorted ``newer``."""
-    w = newer[np.searchsorted(newer, keys[0]) : np.searchsorted(newer, keys[-1], "right")]
-    if w.size == 0:
-        return _EMPTY_POSITIONS
-    lo = np.searchsorted(keys, w, "left")
-    hi = np.searchsorted(keys, w, "right")
-    counts = hi - lo
-    total = int(counts.sum())
-    if not total:
-        return _EMPTY_POSITIONS
-    if not bool((counts > 1).any()):  # unique base keys: one row per key found
-        return np.asarray(lo[counts > 0], dtype=np.int64)
-    starts = np.repeat(lo, counts)
-    return np.asarray(starts + np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts), dtype=np.int64)
+def _addresses(run: pa.Table | FragmentColumns, positions: np.ndarray) -> np.ndarray:
+    """Row addresses (ascending) of the live rows among ``positions`` of a key run."""
+    if isinstance(run, FragmentColumns):
+        if run.live is not None:
+            positions = positions[run.live[positions]]
+        return run.addresses(positions)
+    return np.sort(np.asarray(run.column("_rowaddr").to_numpy(), dtype=np.uint64)[positions])
 
 
-_EMPTY_POSITIONS = np.empty(0, dtype=np.int64)
 _DENSE_CHUNK = 1 << 16
 DENSE_MAX_SPAN = 1 << 25
 """Largest key span (max - min + 1 of the newer keys) held as a table of one byte per key value."""
@@ -209,6 +202,7 @@ class BaseMask:
         self._sources: dict[int, str] = {}
         self._table: KeyTable | None = None
         self._table_built = False
+        self._prior: PriorDecisions | None = None
 
     @classmethod
     def none(cls) -> BaseMask:
@@ -244,7 +238,16 @@ class BaseMask:
         if got is not None:
             return got
         assert self.newer is not None  # known() answers for a trivial mask
-        drop = self._shadowed(keys)
+        prior = self._prior_decisions()
+        ident = fragment_identity(frag) if prior is not None else None
+        drop, key_sorted = (None, None)
+        if prior is not None and ident is not None:
+            run = (keys.table if isinstance(keys, FragmentColumns) else keys).column(self.primary_key[0])
+            drop, key_sorted = prior.redecide(ident, run, partial(_addresses, keys))
+        if drop is None:
+            drop = self._shadowed(keys)
+        if prior is not None and ident is not None:
+            prior.remember(ident, drop, key_sorted)
         with self._lock:
             return self._drops.setdefault(frag.fragment_id, drop)
 
@@ -254,8 +257,12 @@ class BaseMask:
         Returns:
             The drop list kept (the first one recorded, if another thread was first).
         """
+        drop = np.sort(np.asarray(drop, dtype=np.uint64))
+        prior = self._prior_decisions()
+        if prior is not None:
+            prior.remember(fragment_identity(frag), drop, None)
         with self._lock:
-            return self._drops.setdefault(frag.fragment_id, np.sort(np.asarray(drop, dtype=np.uint64)))
+            return self._drops.setdefault(frag.fragment_id, drop)
 
     def _shadowed(self, run: pa.Table | FragmentColumns) -> np.ndarray:
         """Sorted addresses of the rows of ``run`` (keys and ``_rowaddr``, or a fragment's
@@ -280,7 +287,7 @@ class BaseMask:
             return np.flatnonzero(hits)
         k = np.asarray(col.to_numpy(), dtype=numeric.dtype)
         if bool(np.all(k[1:] >= k[:-1])):
-            return _sorted_hits(k, numeric)
+            return sorted_hits(k, numeric)
         # unsorted keys over a wide span: a hash lookup (5x faster than sorting 10M keys)
         hit = pc.is_in(pa.array(k), value_set=pa.array(numeric))
         return np.flatnonzero(hit.to_numpy(zero_copy_only=False))
@@ -322,6 +329,14 @@ class BaseMask:
                     self._table = KeyTable.of(numeric) if numeric is not None else None
                     self._table_built = True
         return self._table
+
+    def _prior_decisions(self) -> PriorDecisions | None:
+        """Drop lists of earlier snapshots kept in the cache (integer keys only; None otherwise)."""
+        if self._prior is None and self.cache is not None and self.newer is not None:
+            numeric = self.newer.sorted_numeric()
+            if numeric is not None:
+                self._prior = PriorDecisions(self.cache, numeric)
+        return self._prior
 
     def live(self, keys: pa.Table) -> np.ndarray:
         """Boolean mask over rows of base key columns ``keys``: ``True`` where no newer version exists.

@@ -424,7 +424,7 @@ def test_refreshed_snapshot_reuses_columns_without_superseded_rows(tmp_path: Pat
     for _ in range(3):  # decoded, then served from the cache
         assert table.sql(q).to_pydict()["s"][0] == pytest.approx(_model_sum(t, 40.0))
     cache = table.view.cache
-    before = {k: (digest, dict(cols)) for k, (digest, _, cols) in cache.survivors.items()}
+    before = {k: (digest, dict(cols)) for k, (digest, _, cols, _) in cache.survivors.items()}
     assert before and all(cols for _, cols in before.values())
     again = table.refresh()  # nothing written: the same drop lists
     assert again.sql(q).to_pydict()["s"][0] == pytest.approx(_model_sum(t, 40.0))

@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from memwal_query.errors import MemWalError
+from memwal_query.mask_delta import absent, is_sorted
 from memwal_query.scan.arrays import drop_mask, is_gone, one_chunk
 from memwal_query.scan.fragment import ScanContext
 from memwal_query.snapshot.cache import SnapshotCache
@@ -165,14 +166,57 @@ def survivor_entry(
     """The mask keeping a cached fragment's rows not in ``drop`` (over ``rows``' ``_rowaddr``)
     and the dict of its columns without the dropped rows, filled as queries need them: kept
     in the cache per fragment and drop list (one entry per fragment), so a refreshed
-    snapshot whose drop list for the fragment did not change copies nothing again."""
+    snapshot whose drop list for the fragment did not change copies nothing again, and one
+    whose drop list only gained a few rows slices the columns kept for the older list."""
     digest = hashlib.blake2b(drop.tobytes(), digest_size=16).digest()
     with cache.lock:
         found = cache.survivors.get(key)
     if found is not None and found[0] == digest:
         return found[1], found[2]
-    keep = drop_mask(rows.column("_rowaddr"), drop)
-    columns: dict[str, pa.ChunkedArray] = {}
+    grown = _grown(found[1], found[2], found[3], drop, rows) if found is not None else None
+    keep, columns = grown if grown is not None else (drop_mask(rows.column("_rowaddr"), drop), {})
     with cache.lock:
-        cache.survivors[key] = (digest, keep, columns)
+        cache.survivors[key] = (digest, keep, columns, drop)
     return keep, columns
+
+
+SLICED_MAX_ROWS = 64
+"""Rows newly dropped from a fragment that are cut out of its kept columns by slicing."""
+SLICED_MAX_CHUNKS = 16
+"""Chunks a sliced column may have (each is one more batch per scan); beyond, it is copied again."""
+
+
+def _grown(
+    keep: pa.Array, columns: dict[str, pa.ChunkedArray], old: np.ndarray, drop: np.ndarray, rows: pa.Table
+) -> tuple[pa.Array, dict[str, pa.ChunkedArray]] | None:
+    """The mask and kept columns of an older drop list ``old`` without the rows newly in
+    ``drop`` (slices, no copy), when ``drop`` only adds a few rows to ``old``; else None."""
+    extra = absent(drop, old)
+    if old.size + extra.size != drop.size or extra.size > SLICED_MAX_ROWS:
+        return None  # a row came back (its key left the newer levels), or many more go
+    addrs = np.asarray(rows.column("_rowaddr").to_numpy(), dtype=np.uint64)
+    if not addrs.size or not is_sorted(addrs):
+        return None
+    at = np.minimum(np.searchsorted(addrs, extra), addrs.size - 1)
+    if not np.array_equal(addrs[at], extra):
+        return None
+    mask = keep.to_numpy(zero_copy_only=False).copy()
+    mask[at] = False
+    kept = at - np.searchsorted(np.searchsorted(addrs, old), at)  # positions among the kept rows
+    sliced = {c: s for c, col in columns.items() if (s := _without(col, kept)) is not None}
+    return pa.array(mask), sliced
+
+
+def _without(col: pa.ChunkedArray, at: np.ndarray) -> pa.ChunkedArray | None:
+    """``col`` without the rows at ascending positions ``at``, as slices of it (None: too many chunks)."""
+    pieces: list[pa.Array] = []
+    start = 0
+    for p in at.tolist():
+        if p > start:
+            pieces.extend(col.slice(start, p - start).chunks)
+        start = p + 1
+    if start < len(col):
+        pieces.extend(col.slice(start).chunks)
+    if len(pieces) > SLICED_MAX_CHUNKS:
+        return None
+    return pa.chunked_array(pieces, type=col.type)

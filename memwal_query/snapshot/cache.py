@@ -7,6 +7,7 @@ import threading
 from dataclasses import dataclass, field
 
 import lance
+import numpy as np
 import pyarrow as pa
 
 from memwal_query.format.fragment_files import FragmentColumns
@@ -14,7 +15,7 @@ from memwal_query.format.model import RegionManifest
 from memwal_query.format.wal import WalEntry
 from memwal_query.snapshot.model import GenerationSource
 
-__all__ = ["SnapshotCache", "fragment_cache_key", "BASE_RUNS_MAX_BYTES", "run_bytes"]
+__all__ = ["SnapshotCache", "Decision", "fragment_cache_key", "BASE_RUNS_MAX_BYTES", "run_bytes"]
 
 
 def fragment_cache_key(source_uri: str, frag: lance.fragment.LanceFragment) -> tuple[object, ...]:
@@ -37,6 +38,21 @@ def run_bytes(run: pa.Table | FragmentColumns) -> int:
     return int(run.nbytes)
 
 
+@dataclass(frozen=True)
+class Decision:
+    """A base fragment's drop list and the sorted integer newer keys it was decided against.
+
+    Attributes:
+        newer: The newer levels' keys (sorted, unique), shared by a snapshot's decisions.
+        drop: The sorted row addresses of the fragment whose key is in ``newer``.
+        key_sorted: Whether the fragment's keys are in ascending order (None: not checked).
+    """
+
+    newer: np.ndarray
+    drop: np.ndarray
+    key_sorted: bool | None = None
+
+
 @dataclass
 class SnapshotCache:
     """What a snapshot opened and can hand to the next one (see ``refresh``)."""
@@ -50,6 +66,10 @@ class SnapshotCache:
     #: fragment identity (``base_mask.fragment_identity``): a refresh reuses them.
     base_runs: dict[tuple[object, ...], pa.Table | FragmentColumns] = field(default_factory=dict)
     base_runs_bytes: int = 0
+    #: The last drop list decided per base fragment identity and the newer keys it was
+    #: decided against (:class:`Decision`): a refresh after a small write decides the
+    #: fragment again from it (integer keys).
+    decisions: dict[tuple[object, ...], Decision] = field(default_factory=dict)
     #: Decoded columns of Lance fragments (base and generations), by
     #: :func:`memwal_query.scan.arrays.fragment_cache_key`: column name -> array, plus
     #: ``_rowaddr``. Fragments never change, so they are decoded once (bounded in size).
@@ -70,9 +90,9 @@ class SnapshotCache:
     #: and base index centroids (``("centroids", ...)``): see :mod:`memwal_query.vector_pool`.
     vector_parts: dict[tuple[object, ...], object] = field(default_factory=dict)
     #: Per cached fragment with superseded rows: a digest of its drop list, that list as a
-    #: mask over the cached rows, and the cached columns without those rows (one entry per
-    #: fragment: a refreshed snapshot whose drop list for it is the same reuses them).
-    survivors: dict[tuple[object, ...], tuple[bytes, pa.Array, dict[str, pa.ChunkedArray]]] = field(
+    #: mask over the cached rows, the cached columns without those rows, and the list (one
+    #: entry per fragment: a refreshed snapshot whose drop list for it is the same reuses them).
+    survivors: dict[tuple[object, ...], tuple[bytes, pa.Array, dict[str, pa.ChunkedArray], np.ndarray]] = field(
         default_factory=dict
     )
     #: The base version the cache was last loaded at and a digest of its Lance manifest: a
@@ -116,6 +136,8 @@ class SnapshotCache:
         with self.lock:
             for ident in [i for i in self.base_runs if i not in identities]:
                 self.base_runs_bytes -= run_bytes(self.base_runs.pop(ident))
+            for ident in [i for i in self.decisions if i not in identities]:
+                del self.decisions[ident]
 
     def store_base_run(self, ident: tuple[object, ...], run: pa.Table | FragmentColumns) -> bool:
         """Keep a base fragment's key run for refreshed snapshots, within :data:`BASE_RUNS_MAX_BYTES`

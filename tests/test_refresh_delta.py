@@ -1,0 +1,104 @@
+"""A refresh after a small write decides base fragments again from their last drop list
+(``mask_delta``) and cuts the newly superseded rows out of the kept columns by slicing
+(``column_cache.survivor_entry``): answers stay the model's across puts, deletes, flushes
+and merges, on tables written by pylance's MemWAL writer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+import memwal_query as mq
+import memwal_query.mask_delta as mask_delta_module
+from memwal_query.mask_delta import key_delta, redecided, sorted_hits
+
+from builders import events_schema, rows
+from lsm_model import ModelTable, sort_table
+
+
+def _addresses(live: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """Addresses of the live rows among positions ``pos`` of fragment 7 (``7 << 32 | offset``)."""
+    return np.asarray(pos[live[pos]], dtype=np.uint64) + np.uint64(7 << 32)
+
+
+def _whole(keys: np.ndarray, addresses: Callable[[np.ndarray], np.ndarray], newer: np.ndarray) -> np.ndarray:
+    return addresses(np.flatnonzero(np.isin(keys, newer)))
+
+
+def test_key_delta_and_redecided_equal_deciding_whole() -> None:
+    """Random sorted fragments (repeated keys, deleted rows) and newer key sets before and
+    after a change: the drop list decided again equals the one decided from scratch."""
+    rng = np.random.default_rng(7)
+    checked = 0
+    for trial in range(300):
+        span = int(rng.integers(50, 5000))
+        keys = np.sort(rng.integers(0, span, int(rng.integers(0, 3000))))
+        addresses = partial(_addresses, rng.random(keys.size) > 0.1)  # some rows deleted
+        whole = partial(_whole, keys, addresses)
+
+        old = np.unique(rng.integers(-10, span + 10, int(rng.integers(0, 400))))
+        changed = rng.integers(-10, span + 10, int(rng.integers(0, 12 if trial % 3 else 60)))
+        new = np.setxor1d(old, changed)  # keys join and leave
+        added, removed = key_delta(old, new) or (None, None)
+        assert added is not None and removed is not None
+        assert added.tolist() == np.setdiff1d(new, old).tolist() and removed.tolist() == np.setdiff1d(old, new).tolist()
+        got = redecided(keys, addresses, whole(old), added, removed)
+        if got is not None:
+            checked += 1
+            assert got.tolist() == whole(new).tolist(), trial
+        assert sorted_hits(keys, new).tolist() == np.flatnonzero(np.isin(keys, new)).tolist()
+    assert checked > 150  # most trials change few keys: decided again, not whole
+
+
+def _sum_count(t: ModelTable, below: float) -> tuple[float, int]:
+    e = t.expected()
+    kept = e.filter(pc.less(e.column("amount"), below)).column("amount")
+    return float(pc.sum(kept).as_py() or 0.0), len(kept)
+
+
+def test_refreshes_after_small_writes_match_the_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(11)
+    base = pa.Table.from_pylist(rows(range(4000), 0, rng), schema=events_schema())
+    t = ModelTable(str(tmp_path / "t"), events_schema(), base, bucket=("id", 2), max_memtable_rows=10_000)
+    t.put(rows(rng.choice(4400, 300, replace=False), 1, rng))
+    t.flush()
+    calls = {"again": 0, "whole": 0}
+    real = mask_delta_module.redecided
+
+    def spy(*args: Any) -> np.ndarray | None:
+        got: np.ndarray | None = real(*args)
+        calls["again" if got is not None else "whole"] += 1
+        return got
+
+    monkeypatch.setattr(mask_delta_module, "redecided", spy)
+    table = mq.open_table(t.uri)
+    q = "SELECT sum(amount) AS s, count(*) AS n FROM t WHERE amount < 60"
+    sliced = 0
+    for step in range(30):
+        for _ in range(2):  # the second query is served from the kept columns
+            got = table.sql(q).to_pydict()
+            want = _sum_count(t, 60.0)
+            assert (got["s"][0], got["n"][0]) == (pytest.approx(want[0]), want[1]), step
+        cache = table.view.cache
+        sliced += sum(c.num_chunks > 1 for _, _, cols, _ in cache.survivors.values() for c in cols.values())
+        if step == 12:
+            t.flush()
+        if step == 20:
+            region = t.regions()[0]
+            t.merge(region, t.flushed(region)[0][0])  # new base fragments and deletion files
+        if step % 5 == 4:
+            t.delete([(int(k),) for k in rng.choice(4000, 3, replace=False)])
+        else:  # base keys superseded, new keys, and a key written back
+            t.put(rows([*rng.choice(4000, 4, replace=False), 4400 + step], step + 2, rng))
+        table = table.refresh()
+    assert sort_table(table.to_arrow(), ["id"]).to_pylist() == sort_table(t.expected(), ["id"]).to_pylist()
+    assert table.count_rows() == len(t.model)
+    assert calls["again"] >= 20 and sliced >= 10  # the paths under test were taken
