@@ -244,3 +244,28 @@ def test_s3_locations_name_the_keys_lance_reads(s3_options: dict[str, str]) -> N
     for bad in ("s3://", f"{root}//a b"):
         with pytest.raises(mq.InvalidArgumentError, match="names no bucket|empty path segment"):
             mq.open_table(bad, storage_options=s3_options)
+
+
+def test_gcs_table_without_credentials_fails_in_bounded_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``gs://`` table unreachable (no credentials, no network here) was retried by pyarrow
+    for 15 minutes: a call that looked hung. memwal's reads retry for ``GCS_RETRY_SECONDS``."""
+    import threading
+
+    import memwal_query.format.storage as storage
+
+    monkeypatch.setattr(storage, "GCS_RETRY_SECONDS", 1.0)
+    outcome: list[BaseException | None] = []
+
+    def attempt() -> None:
+        try:
+            mq.open_table("gs://memwal-no-such-bucket/t")
+            outcome.append(None)
+        except BaseException as err:  # noqa: BLE001 - inspected below
+            outcome.append(err)
+
+    worker = threading.Thread(target=attempt, daemon=True)
+    worker.start()
+    worker.join(120)  # a hang detector, not a timing claim: the default retried for 15 minutes
+    assert outcome, "open_table('gs://...') still running after 120 s"
+    err = outcome[0]
+    assert isinstance(err, mq.MemWalError) and "gs://memwal-no-such-bucket/t" in str(err)

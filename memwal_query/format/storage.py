@@ -22,6 +22,7 @@ import posixpath
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from urllib.parse import quote, unquote, urlparse
 
 import pyarrow.fs as pafs
@@ -101,6 +102,11 @@ def _object_key(uri: str, bucket: str, path: str) -> str:
         msg = f"table uri {uri!r} has an empty path segment ('//')"
         raise InvalidArgumentError(msg)
     return posixpath.normpath("/" + key).lstrip("/")  # ".." at the top stays at the bucket, as in Lance
+
+
+GCS_RETRY_SECONDS = 20.0
+"""How long memwal's own reads of a ``gs://`` table retry a failing request (pyarrow's
+default, 15 minutes, made a table without credentials look like a hang)."""
 
 
 def _s3_filesystem(parsed_netloc: str, options: Mapping[str, str]) -> pafs.FileSystem:
@@ -190,6 +196,9 @@ class Storage:
         except Exception as err:
             msg = f"unsupported table uri {uri!r}: {err}"
             raise InvalidArgumentError(msg) from err
+        if isinstance(fs, pafs.GcsFileSystem):
+            # pyarrow's default retries a failed request (no credentials, no network) for 15 min
+            fs = pafs.GcsFileSystem(retry_time_limit=timedelta(seconds=GCS_RETRY_SECONDS))
         return cls(uri.rstrip("/"), fs, root, options)
 
     def child_uri(self, rel: str) -> str:
