@@ -138,6 +138,7 @@ class MemWalCatalog:
         self._latest: dict[str, Table] = {}
         self._pinned: dict[str, Table] = {}
         self._memwal: set[str] = set()
+        self._warned: set[tuple[str, str]] = set()  # unreadable tables warned about (once each)
         self._lock = threading.RLock()
         self._schema = _PublicSchema(self)
 
@@ -185,7 +186,15 @@ class MemWalCatalog:
     def _is_memwal(self, name: str) -> bool:
         found = self._probe(name)
         if isinstance(found, str):
-            log.info("%s: not readable as a Lance table, skipped: %s", self._uri(name), found)
+            with self._lock:
+                first = (name, found) not in self._warned
+                self._warned.add((name, found))
+            log.log(
+                logging.WARNING if first else logging.DEBUG,
+                "%s: not readable as a Lance table, not listed: %s",
+                self._uri(name),
+                found,
+            )
             return False
         return found
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 
@@ -62,13 +63,19 @@ def test_a_plain_lance_table_is_named_as_such(root: Path) -> None:
         mq.MemWalCatalog(str(root)).table("plain")
 
 
-def test_an_unreadable_lance_table_is_named_as_such(root: Path) -> None:
-    """A table folder whose manifests are gone is not listed; naming it says it cannot be read."""
+def test_an_unreadable_lance_table_is_named_as_such(root: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A table folder whose manifests are gone is not listed, with one warning naming it (it
+    was an INFO line: an object store without credentials listed no table, silently); naming
+    it says it cannot be read."""
     for manifest in (root / "users" / "_versions").iterdir():
         manifest.unlink()
     ctx = datafusion.SessionContext()
     catalog = mq.register_catalog(ctx, str(root))
-    assert catalog.table_names() == ["events"]
+    with caplog.at_level(logging.WARNING, logger="memwal_query"):
+        assert catalog.table_names() == ["events"]
+        assert catalog.table_names() == ["events"]  # listed again: not warned again
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warned) == 1 and "users" in warned[0] and "not readable as a Lance table" in warned[0], warned
     with pytest.raises(Exception, match="users cannot be read as a Lance table"):
         ctx.sql("SELECT * FROM memwal.public.users")
     with pytest.raises(mq.ManifestError, match="cannot be read as a Lance table"):
