@@ -17,9 +17,11 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
 import threading
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -248,18 +250,35 @@ class Storage:
     def write_bytes_if_absent(self, rel: str, data: bytes) -> bool:
         """Create ``rel`` with ``data`` unless it exists; True if this call created it.
 
-        Only the writer module uses this (readers never write). Local files are
-        created exclusively; object stores get check-then-put, which is safe for the
-        one caller (identical, deterministic content).
+        Only the writer modules use this (readers never write). A local file appears
+        whole or not at all: written beside it under a hidden temporary name, then
+        hard-linked into place (which refuses an existing file). Creating it in place
+        left an empty file when the writer was killed between create and write (an empty
+        region manifest made the whole table unreadable). Object stores get
+        check-then-put, which is safe for the callers (identical, deterministic content).
         """
         path = self._path(rel)
         if isinstance(self._fs, pafs.LocalFileSystem):
-            os.makedirs(os.path.dirname(path), exist_ok=True)
+            folder, name = os.path.split(path)
+            os.makedirs(folder, exist_ok=True)
+            if os.path.exists(path):
+                return False
+            tmp = os.path.join(folder, f".{name}.{uuid.uuid4().hex}.tmp")
             try:
-                with open(path, "xb") as f:
+                with open(tmp, "xb") as f:
                     f.write(data)
+                try:
+                    os.link(tmp, path)
+                except FileExistsError:
+                    raise
+                except OSError:  # a filesystem without hard links: created in place
+                    with open(path, "xb") as f:
+                        f.write(data)
             except FileExistsError:
                 return False
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
             return True
         if self.exists(rel):
             return False
