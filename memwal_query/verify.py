@@ -66,7 +66,7 @@ from memwal_query.format.decode import (
     parse_bitrev64_name,
 )
 from memwal_query.format.inline_snapshots import decode_inline_snapshots
-from memwal_query.format.lance_open import open_lance
+from memwal_query.format.lance_open import lance_message, open_lance
 from memwal_query.format.paths import generation_rel
 from memwal_query.format.storage import Storage
 from memwal_query.format.wal import WalEntry, read_wal_entry, scan_generations, wal_entry_path
@@ -364,11 +364,16 @@ class _Checker:
             ds = lance.dataset(self.storage.child_uri(rel), storage_options=dict(self.storage.storage_options) or None)
             ds.count_rows()
         except (ValueError, OSError, RuntimeError) as err:
-            return f"does not open as a Lance dataset: {one_line(err)}"
+            return f"does not open as a Lance dataset: {lance_message(err)}"
         for frag in ds.get_fragments():
             for f in frag.data_files():
                 if not self.storage.exists(f"{rel}/data/{f.path}"):
                     return f"data file data/{f.path} missing"
+        try:  # every row, batch by batch: a data file cut short or a deletion file missing
+            for _ in ds.to_batches():
+                pass
+        except (ValueError, OSError, RuntimeError) as err:
+            return f"its rows cannot be read: {lance_message(err)}"
         return None
 
     def lost_generations(self, region_id: str, merged: int, lost: list[tuple[FlushedGeneration, str]]) -> None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 import lance
 import pyarrow as pa
 
+from memwal_query.format.lance_open import lance_message
 from memwal_query.format.paths import generation_rel
 from memwal_query.format.storage import Storage
 from memwal_query.format.wal import TOMBSTONE
@@ -120,11 +121,23 @@ def generation_keys(ds: lance.LanceDataset, pk: Sequence[str], cache: SnapshotCa
     return t
 
 
-def prefetch_generation_keys(gens: Sequence[GenerationSource], pk: Sequence[str], cache: SnapshotCache) -> None:
-    """Read the keys the merge will rank while the region's loader thread is at hand; a
-    generation that fails here is read again (and its error handled) by the merge."""
+def prefetch_generation_keys(
+    gens: Sequence[GenerationSource], pk: Sequence[str], cache: SnapshotCache
+) -> dict[str, str]:
+    """Read the keys the merge will rank while the region's loader thread is at hand.
+
+    Returns:
+        Why, by URI, the generations whose rows cannot be read (a data file cut short,
+        a deletion file missing: the dataset opens, its rows do not). They are lost
+        unless merged meanwhile (:mod:`memwal_query.snapshot.recovery` decides).
+    """
+    failed: dict[str, str] = {}
     for g in gens:
         try:
             generation_keys(g.dataset, pk, cache, g.uri)
-        except (OSError, ValueError, RuntimeError):
-            return
+        except (OSError, ValueError, RuntimeError) as err:
+            failed[g.uri] = lance_message(err)
+            with cache.lock:
+                cache.generations.pop(g.uri, None)
+                cache.generation_keys.pop(g.uri, None)
+    return failed

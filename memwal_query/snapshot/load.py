@@ -82,7 +82,13 @@ def _load_region(
             got = open_generation(storage, region_id, fg.generation, fg.path, cache, columns)
             (gens if isinstance(got, GenerationSource) else skipped).append(got)  # type: ignore[arg-type]
         if pk:  # the merge ranks these keys next: read them on this region's thread
-            prefetch_generation_keys(gens, pk, cache)
+            failed = prefetch_generation_keys(gens, pk, cache)
+            skipped += [
+                SkippedGeneration(region_id, g.generation, f"unreadable: {failed[g.uri]}", g.uri, missing=True)
+                for g in gens
+                if g.uri in failed
+            ]
+            gens = [g for g in gens if g.uri not in failed]
         if consistency == "strong":
             tail = replay_wal_tail(
                 storage,
