@@ -63,8 +63,8 @@ from memwal_query.format.nested import as_schema
 from memwal_query.format.paths import generation_rel
 from memwal_query.format.storage import Storage
 from memwal_query.format.wal import scan_generations
-from memwal_query.lookup import lookup
-from memwal_query.snapshot.model import RegionSnapshot, Snapshot
+from memwal_query.lookup import lookup, read_failed
+from memwal_query.snapshot.model import GenerationSource, RegionSnapshot, Snapshot
 from memwal_query.view.table_view import HasView, TableView
 
 __all__ = ["CHANGE_COLUMN", "UPSERT", "DELETE", "changes", "change_schema"]
@@ -116,6 +116,12 @@ def changes(table: HasView, since: HasView | str) -> pa.Table:
         msg = f"changes() reads a memwal Table, got {type(table).__name__}"
         raise InvalidArgumentError(msg)
     snap = view.snapshot
+    if CHANGE_COLUMN in snap.schema.names:
+        msg = (
+            f"{snap.uri} has a column named {CHANGE_COLUMN!r}, the column the change feed adds to say "
+            "what happened to each key: its changes cannot be read (rename the table's column)"
+        )
+        raise InvalidArgumentError(msg)
     storage = view.storage
     new = token_of(snap, storage)
     extra: list[pa.Table] = []
@@ -129,7 +135,7 @@ def changes(table: HasView, since: HasView | str) -> pa.Table:
         msg = f"changes(since=...) takes an older Table of {snap.uri} or a change token, got {type(since).__name__}"
         raise InvalidArgumentError(msg)
     _check(old, new, snap, storage)
-    return _net(view, _candidate_keys(snap, old, storage) + extra)
+    return _net(view, _candidate_keys(view, old) + extra)
 
 
 def _check(old: ChangeToken, new: ChangeToken, snap: Snapshot, storage: Storage) -> None:
@@ -186,15 +192,16 @@ def _in_process_keys(snap: Snapshot) -> list[pa.Table]:
     return [t.select(list(snap.primary_key)) for t in out if t.num_rows]
 
 
-def _candidate_keys(snap: Snapshot, old: ChangeToken, storage: Storage) -> list[pa.Table]:
+def _candidate_keys(view: TableView, old: ChangeToken) -> list[pa.Table]:
     """Keys of every level written after the token (see the module docs)."""
+    snap, storage = view.snapshot, view.storage
     pk = list(snap.primary_key)
     parts: list[pa.Table] = []
     for r in snap.regions:
         mark = old.region(r.region_id)
         through = mark.flushed_through if mark is not None else 0
         position = mark.wal_position if mark is not None else 0
-        parts += _region_keys(r, through, position, pk)
+        parts += _region_keys(view, r, through, position)
         gone = []
         for fg in _merged_since(r, through):
             got = _merged_generation_keys(storage, r.region_id, fg, pk)
@@ -237,15 +244,29 @@ def _wal_keys(
     return pa.concat_tables(keys) if keys else pa.table({k: pa.array([], pa.null()) for k in pk})
 
 
-def _region_keys(r: RegionSnapshot, through: int, position: int, pk: list[str]) -> list[pa.Table]:
+def _region_keys(view: TableView, r: RegionSnapshot, through: int, position: int) -> list[pa.Table]:
     """Keys of the region's unmerged generations above ``through`` and WAL rows after ``position``."""
-    out = [g.dataset.to_table(columns=pk) for g in r.generations if g.generation > through]
+    pk = list(view.snapshot.primary_key)
+    out = [_generation_key_columns(view, g, pk) for g in r.generations if g.generation > through]
     if r.memtable is not None:
         m = r.memtable.table
         seq = m.column("_seq")
         after = pc.greater(pc.shift_right(seq, pa.scalar(32, pa.uint64())), pa.scalar(position, pa.uint64()))
         out.append(m.filter(after).select(pk))
     return out
+
+
+def _generation_key_columns(view: TableView, g: GenerationSource, pk: list[str]) -> pa.Table:
+    """A generation's key columns: those the snapshot's merge read, else read again (an error
+    saying to refresh when it was merged and garbage-collected since the snapshot opened)."""
+    with view.cache.lock:
+        hit = view.cache.generation_keys.get(g.uri)
+    if hit is not None:
+        return hit.select(pk)
+    try:
+        return g.dataset.to_table(columns=pk)
+    except (OSError, ValueError, RuntimeError) as err:
+        raise read_failed(view, err, "changes") from err
 
 
 def _merged_since(r: RegionSnapshot, through: int) -> list[FlushedGeneration]:

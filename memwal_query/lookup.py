@@ -340,9 +340,9 @@ def _with_newer_version(view: TableView, want: pa.Table) -> pa.Table:
     return want.filter(pa.array(view.merge.newer.contains(want.select(list(pk)))))
 
 
-def _read_failed(view: TableView, err: BaseException) -> MemWalError:
-    """The error for a lookup whose Lance read failed: a file gone since the snapshot opened
-    (merged and garbage-collected, compacted and cleaned up), or another failure."""
+def read_failed(view: TableView, err: BaseException, what: str = "lookup") -> MemWalError:
+    """The error for a read of ``what`` (a lookup) whose Lance read failed: a file gone since
+    the snapshot opened (merged and garbage-collected, compacted and cleaned up), or another failure."""
     uri, text = view.snapshot.uri, lance_message(err)
     if is_gone(err):
         msg = (
@@ -351,7 +351,7 @@ def _read_failed(view: TableView, err: BaseException) -> MemWalError:
             f"refresh() the table and retry ({text})"
         )
         return MemWalError(msg)
-    return MemWalError(f"lookup in {uri} failed: {text}")
+    return MemWalError(f"{what} in {uri} failed: {text}")
 
 
 def lookup(view: TableView, keys: Any, columns: Sequence[str] | None = None) -> LookupResult:
@@ -385,7 +385,7 @@ def lookup(view: TableView, keys: Any, columns: Sequence[str] | None = None) -> 
     except MemWalError:  # ours already (an InvalidArgumentError is a ValueError too)
         raise
     except (OSError, ValueError, RuntimeError, pa.ArrowException) as err:
-        raise _read_failed(view, err) from err
+        raise read_failed(view, err) from err
     kept = pa.schema([schema.field(c) for c in keep])
     parts = [as_schema(p, kept) for p in search.parts]
     result = (parts[0] if len(parts) == 1 else pa.concat_tables(parts)) if parts else kept.empty_table()

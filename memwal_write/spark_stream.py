@@ -45,7 +45,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from memwal_query.errors import InvalidArgumentError
+from memwal_query.errors import ChangesUnavailableError, InvalidArgumentError, MemWalError
 from memwal_query.format.storage import Storage
 from memwal_query.table import Table, open_table
 from memwal_write.spark_sink import (
@@ -141,7 +141,15 @@ class MemwalStreamReader(DataSourceStreamReader):
         table = self._latest
         if table is None or table.change_token != end["token"]:
             table = self._open()  # a replayed batch after a restart: the table as it is now
-        got = table.changes(start["token"])
+        try:
+            got = table.changes(start["token"])
+        except (ChangesUnavailableError, InvalidArgumentError):
+            raise
+        except MemWalError:
+            # a file of the planned snapshot was merged and garbage-collected since: the table
+            # as it is now (as for a replayed batch: newer rows of the keys, some again next batch)
+            self._latest = table = self._open()
+            got = table.changes(start["token"])
         got = pa.Table.from_batches(got.to_batches(), schema=got.schema).cast(self.arrow_schema)
         step = ROWS_PER_PARTITION
         parts = [to_ipc(got.slice(i, step).to_batches()) for i in range(0, got.num_rows, step)]

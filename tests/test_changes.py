@@ -428,3 +428,36 @@ def test_rows_only_the_newer_snapshot_holds_in_memory(tmp_path: Path) -> None:
     for since in (old, old.change_token, new.change_token):  # in-process rows are newer than any token
         got = new.changes(since)
         assert got.column("id").to_pylist() == [2] and apply(rows_of(old), got) == rows_of(new)
+
+
+def test_a_column_named_like_the_change_column_is_refused(tmp_path: Path) -> None:
+    """A table with its own ``_change`` column: the feed's column clashed with it and pyarrow's
+    ValueError about field names came out."""
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field(CHANGE_COLUMN, pa.string())])
+    t = ModelTable(str(tmp_path / "t"), schema, pa.table({"id": [1], CHANGE_COLUMN: ["mine"]}, schema=schema))
+    old = mq.open_table(t.uri)
+    t.put([{"id": 2, CHANGE_COLUMN: "x"}])
+    new = mq.open_table(t.uri)
+    assert new.to_arrow().num_rows == 2
+    with pytest.raises(mq.InvalidArgumentError, match=f"{t.uri} has a column named '_change'"):
+        new.changes(old.change_token)
+
+
+def test_generation_garbage_collected_after_the_snapshot_opened(tmp_path: Path) -> None:
+    """The snapshot's generation merged and garbage-collected before ``changes()`` read it:
+    pyarrow's ArrowInvalid ("Not found") came out; now memwal's error saying to refresh."""
+    from memwal_write import merge_generations
+
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("v", pa.int64())])
+    t = ModelTable(str(tmp_path / "t"), schema, pa.table({"id": [0], "v": [0]}, schema=schema), unsharded=True)
+    token = mq.open_table(t.uri).change_token
+    t.put([{"id": i, "v": i} for i in range(1, 3000)])
+    t.flush()
+    snap = mq.open_table(t.uri)
+    merge_generations(t.uri)
+    (region,) = t.regions()
+    for _, path in t.flushed(region):
+        shutil.rmtree(Path(t.uri, "_mem_wal", region, path))
+    with pytest.raises(mq.MemWalError, match="no longer readable: .* refresh\\(\\) the table and retry"):
+        snap.changes(token)
+    assert mq.open_table(t.uri).changes(token).num_rows == 2999  # a fresh snapshot reads the base

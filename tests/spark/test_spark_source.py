@@ -350,3 +350,40 @@ def test_stream_writer_skips_a_recorded_batch(tmp_path: Path) -> None:
     again = MemwalStreamWriter({"path": uri, "checkpointLocation": "ckpt/d", "sink_id": "s"})
     with pytest.raises(InvalidArgumentError, match="sink 's' applied batch 0 for the query checkpointed at 'ckpt/c'"):
         again.commit([StagedRows(to_ipc(_rows([603], 5.0).to_batches()))], 0)
+
+
+def test_stream_source_batch_planned_before_a_merge_and_cleanup(tmp_path: Path) -> None:
+    """``latestOffset`` opened a snapshot, a merger merged and garbage-collected its generations,
+    then ``partitions`` read the changes from that snapshot: pyarrow's "Not found" stopped the
+    query. The batch is computed from the table as it is now (as a replayed batch is)."""
+    import shutil
+
+    from memwal_write import merge_generations
+    from memwal_write.spark_source import MemwalDataSource
+    from memwal_write.spark_stream import MemwalStreamReader
+
+    uri, model = _table(tmp_path, base_rows=100)
+    options = {"path": uri, "readChangeFeed": "true"}
+    reader = MemwalStreamReader(options, MemwalDataSource(options).schema())
+    start = reader.initialOffset()
+    ups = _rows(range(50, 3000), 1.0)
+    write_arrow(uri, ups, deletes=pa.table({"id": pa.array([0, 1], pa.int64())}))
+    model.put(ups)
+    model.delete([0, 1])
+    end = reader.latestOffset(start)
+    merge_generations(uri)
+    for r in mq.open_table(uri).snapshot.regions:
+        for _, path in latest_generations(uri, r.region_id):
+            shutil.rmtree(Path(uri, "_mem_wal", r.region_id, path))
+    rows = [row for p in reader.partitions(start, end) for b in reader.read(p) for row in b.to_pylist()]
+    state = {r["id"]: r for r in _rows(range(100), 0.0).to_pylist()}
+    _apply(state, pa.Table.from_pylist(rows))
+    assert _sorted(pa.Table.from_pylist(list(state.values()), schema=SCHEMA)).equals(model.table())
+
+
+def latest_generations(uri: str, region_id: str) -> list[tuple[int, str]]:
+    from memwal_query.format.storage import Storage
+    from memwal_query.snapshot import latest_region_manifest
+
+    m = latest_region_manifest(Storage.open(uri), region_id)
+    return sorted((g.generation, g.path) for g in m.flushed_generations) if m else []
