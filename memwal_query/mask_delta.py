@@ -161,5 +161,4 @@ class PriorDecisions:
 
     def remember(self, ident: tuple[object, ...], drop: np.ndarray, key_sorted: bool | None) -> None:
         """Keep a fragment's drop list for the next snapshot's :meth:`redecide`."""
-        with self.cache.lock:
-            self.cache.decisions[ident] = Decision(self.numeric, drop, key_sorted)
+        self.cache.remember_decision(ident, Decision(self.numeric, drop, key_sorted))

@@ -102,3 +102,22 @@ def test_refreshes_after_small_writes_match_the_model(tmp_path: Path, monkeypatc
     assert sort_table(table.to_arrow(), ["id"]).to_pylist() == sort_table(t.expected(), ["id"]).to_pylist()
     assert table.count_rows() == len(t.model)
     assert calls["again"] >= 20 and sliced >= 10  # the paths under test were taken
+
+
+def test_kept_decisions_hold_a_bounded_number_of_key_sets() -> None:
+    """Each decision holds its snapshot's newer keys (up to every unmerged key): fragments decided
+    by many different snapshots would keep as many key sets alive. At most DECISION_KEY_SETS."""
+    from memwal_query.snapshot.cache import DECISION_KEY_SETS, Decision, SnapshotCache
+
+    cache = SnapshotCache()
+    sets = [np.arange(i, i + 10) for i in range(DECISION_KEY_SETS + 2)]
+    for i, keys in enumerate(sets):
+        cache.remember_decision(("fragment", i), Decision(keys, np.empty(0, np.uint64)))
+        cache.remember_decision(("again", 0), Decision(sets[0], np.empty(0, np.uint64)))  # used again: kept
+    assert [k is sets[0] for k in cache.decision_key_sets].count(True) == 1
+    assert len(cache.decision_key_sets) == DECISION_KEY_SETS
+    held = {id(d.newer) for d in cache.decisions.values()}
+    assert held == {id(k) for k in cache.decision_key_sets} and len(held) == DECISION_KEY_SETS
+    assert ("fragment", 0) in cache.decisions and ("fragment", 1) not in cache.decisions
+    cache.reset()
+    assert cache.decisions == {} and cache.decision_key_sets == []

@@ -15,7 +15,7 @@ from memwal_query.format.model import RegionManifest
 from memwal_query.format.wal import WalEntry
 from memwal_query.snapshot.model import GenerationSource
 
-__all__ = ["SnapshotCache", "Decision", "fragment_cache_key", "BASE_RUNS_MAX_BYTES", "run_bytes"]
+__all__ = ["SnapshotCache", "Decision", "DECISION_KEY_SETS", "fragment_cache_key", "BASE_RUNS_MAX_BYTES", "run_bytes"]
 
 
 def fragment_cache_key(source_uri: str, frag: lance.fragment.LanceFragment) -> tuple[object, ...]:
@@ -36,6 +36,10 @@ def run_bytes(run: pa.Table | FragmentColumns) -> int:
     if isinstance(run, FragmentColumns):
         return int(run.table.nbytes) + (int(run.live.nbytes) if run.live is not None else 0)
     return int(run.nbytes)
+
+
+DECISION_KEY_SETS = 3
+"""Newer key sets (one per snapshot that decided base fragments) the kept decisions may hold."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,9 @@ class SnapshotCache:
     #: decided against (:class:`Decision`): a refresh after a small write decides the
     #: fragment again from it (integer keys).
     decisions: dict[tuple[object, ...], Decision] = field(default_factory=dict)
+    #: The newer key sets those decisions hold, most recently used last (at most
+    #: :data:`DECISION_KEY_SETS`: each can be as large as every unmerged key).
+    decision_key_sets: list[np.ndarray] = field(default_factory=list)
     #: Decoded columns of Lance fragments (base and generations), by
     #: :func:`memwal_query.scan.arrays.fragment_cache_key`: column name -> array, plus
     #: ``_rowaddr``. Fragments never change, so they are decoded once (bounded in size).
@@ -107,7 +114,7 @@ class SnapshotCache:
             for f in dataclasses.fields(self):
                 if f.name != "lock":
                     value = getattr(self, f.name)
-                    if isinstance(value, dict | set):
+                    if isinstance(value, dict | set | list):
                         value.clear()
             self.base_runs_bytes = self.resident_bytes = 0
             self.table_mark = None
@@ -130,6 +137,20 @@ class SnapshotCache:
                 del self.vector_parts[part]
             for region in [r for r, m in self.region_rows.items() if not set(getattr(m, "uris", ())) <= uris]:
                 del self.region_rows[region]
+
+    def remember_decision(self, ident: tuple[object, ...], decision: Decision) -> None:
+        """Keep a base fragment's drop list; decisions against key sets older than the last
+        :data:`DECISION_KEY_SETS` used are forgotten (their fragments are decided whole again)."""
+        with self.lock:
+            self.decisions[ident] = decision
+            sets = self.decision_key_sets
+            if sets and sets[-1] is decision.newer:
+                return
+            sets[:] = [k for k in sets if k is not decision.newer] + [decision.newer]
+            while len(sets) > DECISION_KEY_SETS:
+                old = sets.pop(0)
+                for i in [i for i, d in self.decisions.items() if d.newer is old]:
+                    del self.decisions[i]
 
     def keep_base_runs(self, identities: set[tuple[object, ...]]) -> None:
         """Forget the key runs of base fragments the newest snapshot does not have."""
