@@ -203,8 +203,8 @@ def _grown(
     mask = keep.to_numpy(zero_copy_only=False).copy()
     mask[at] = False
     kept = at - np.searchsorted(np.searchsorted(addrs, old), at)  # positions among the kept rows
-    sliced = {c: s for c, col in columns.items() if (s := _without(col, kept)) is not None}
-    return pa.array(mask), sliced
+    filled = dict(columns)  # a copy: the older snapshot may be filling it meanwhile
+    return pa.array(mask), {c: s for c, col in filled.items() if (s := _without(col, kept)) is not None}
 
 
 def _without(col: pa.ChunkedArray, at: np.ndarray) -> pa.ChunkedArray | None:
