@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memwal_query.format.fragment_files import FragmentColumns, read_columns
+from memwal_query.format.lance_open import base_read_error
 from memwal_query.format.storage import Storage
 from memwal_query.mask_delta import PriorDecisions, sorted_hits
 from memwal_query.regionspec.spec import lance_field_ids
@@ -381,11 +382,16 @@ class BaseMask:
                 return hit
         t: pa.Table | FragmentColumns | None = self._read_columns(frag, self.primary_key)
         self._note_source(frag, "data files" if t is not None else "Lance scanner")
-        if t is None and frag.metadata.deletion_file is None:
-            # every row of the fragment, in order: its addresses follow from the row offsets
-            t = FragmentColumns(frag.to_table(columns=self.primary_key), None, frag.fragment_id)
-        elif t is None:
-            t = frag.to_table(columns=self.primary_key, with_row_address=True)
+        try:
+            if t is None and frag.metadata.deletion_file is None:
+                # every row of the fragment, in order: its addresses follow from the row offsets
+                t = FragmentColumns(frag.to_table(columns=self.primary_key), None, frag.fragment_id)
+            elif t is None:
+                t = frag.to_table(columns=self.primary_key, with_row_address=True)
+        except (ValueError, OSError, RuntimeError, pa.ArrowException) as err:
+            assert self.base is not None
+            what = f"the key columns of base fragment {frag.fragment_id}"
+            raise base_read_error(self.base, what, err, frag) from err
         if cache is not None:
             cache.store_base_run(ident, t)
         return t

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memwal_query.errors import InvalidArgumentError, MemWalError
-from memwal_query.format.lance_open import lance_message
+from memwal_query.format.lance_open import base_read_error, lance_message
 from memwal_query.format.nested import as_schema
 from memwal_query.format.wal import TOMBSTONE
 from memwal_query.lookup_rows import MATRIX_MIN_GENERATIONS, RegionRows, held_rows, region_rows, take_held
@@ -344,13 +344,8 @@ def read_failed(view: TableView, err: BaseException, what: str = "lookup") -> Me
     """The error for a read of ``what`` (a lookup) whose Lance read failed: a file gone since
     the snapshot opened (merged and garbage-collected, compacted and cleaned up), or another failure."""
     uri, text = view.snapshot.uri, lance_message(err)
-    if is_gone(err):
-        msg = (
-            f"a file of the snapshot of {uri} (base version {view.snapshot.base_version}) is no longer "
-            f"readable: it was merged, compacted or garbage-collected after this snapshot was opened; "
-            f"refresh() the table and retry ({text})"
-        )
-        return MemWalError(msg)
+    if is_gone(err) and view.snapshot.base is not None:
+        return base_read_error(view.snapshot.base, f"a file read by {what}", err)
     return MemWalError(f"{what} in {uri} failed: {text}")
 
 

@@ -2,6 +2,7 @@
 
 What is checked, per table:
 
+* every data file and deletion file of the latest base version exists;
 * the MemWAL index of the latest base version decodes; every region spec is
   usable (known transform, parameters, result type, source fields in the schema);
 * per region: region manifest versions ``1 .. latest`` are all present, decode,
@@ -37,12 +38,11 @@ Example:
 
 from __future__ import annotations
 
-import json
 import uuid as uuidlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 
 import lance
+import pyarrow as pa
 
 from memwal_query.errors import (
     MALFORMED,
@@ -71,8 +71,8 @@ from memwal_query.format.paths import generation_rel
 from memwal_query.format.storage import Storage
 from memwal_query.format.wal import WalEntry, read_wal_entry, scan_generations, wal_entry_path
 from memwal_query.regionspec.spec import decode_field_value, lance_field_ids, parse_result_type
-from memwal_query.text import counted
-from memwal_query.verify_keys import repeated_key_problem
+from memwal_query.verify_keys import missing_base_files, repeated_key_problem
+from memwal_query.verify_report import Finding, VerifyReport
 
 __all__ = ["Finding", "VerifyReport", "verify_table", "Progress"]
 
@@ -81,72 +81,6 @@ Progress = Callable[[int, int, str], None]
 
 _TRANSFORMS = {"unsharded", "bucket", "multi_bucket", "identity", "truncate", "year", "month", "day", "hour"}
 _INT_PARAMS = {"bucket": "num_buckets", "multi_bucket": "num_buckets", "truncate": "width"}
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One problem or warning: the file (or folder) it is about and what is wrong."""
-
-    path: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.message}"
-
-
-@dataclass
-class VerifyReport:
-    """The outcome of :func:`verify_table`."""
-
-    uri: str
-    base_version: int | None = None
-    problems: list[Finding] = field(default_factory=list)
-    warnings: list[Finding] = field(default_factory=list)
-    checked: dict[str, int] = field(
-        default_factory=lambda: {
-            "regions": 0,
-            "region_manifests": 0,
-            "wal_entries": 0,
-            "generations": 0,
-            "specs": 0,
-        }
-    )
-
-    @property
-    def ok(self) -> bool:
-        """True when no problem was found (warnings allowed)."""
-        return not self.problems
-
-    def summary(self) -> str:
-        """One line: ``ok: ...`` or ``N problems: ...`` with what was checked."""
-        c = self.checked
-        what = (
-            f"base version {self.base_version}; checked {counted(c['regions'], 'region')}, "
-            f"{counted(c['region_manifests'], 'region manifest')}, "
-            f"{counted(c['wal_entries'], 'WAL entry', 'WAL entries')}, "
-            f"{counted(c['generations'], 'generation')}, {counted(c['specs'], 'spec')}"
-        )
-        if "base_keys" in c:
-            what += f", {counted(c['base_keys'], 'base key')}"
-        warn = f", {len(self.warnings)} warning{'s' if len(self.warnings) != 1 else ''}" if self.warnings else ""
-        if self.ok:
-            return f"ok: {what}{warn}"
-        n = len(self.problems)
-        return f"{n} problem{'s' if n != 1 else ''}{warn}: {what}"
-
-    def to_json(self) -> str:
-        """The report as JSON (``ok``, ``problems``, ``warnings``, ``checked``)."""
-        return json.dumps(
-            {
-                "uri": self.uri,
-                "ok": self.ok,
-                "base_version": self.base_version,
-                "problems": [{"path": p.path, "message": p.message} for p in self.problems],
-                "warnings": [{"path": w.path, "message": w.message} for w in self.warnings],
-                "checked": self.checked,
-            },
-            indent=2,
-        )
 
 
 class _Checker:
@@ -188,9 +122,16 @@ class _Checker:
                 self.problem(rel, str(err))
         return ds, index, rel
 
+    def base_files(self, ds: lance.LanceDataset) -> None:
+        for rel, message in missing_base_files(self.storage, ds):
+            self.problem(rel, message)
+
     def base_keys(self, ds: lance.LanceDataset) -> None:
-        self.report.checked["base_keys"] = ds.count_rows()
-        problem = repeated_key_problem(ds)
+        try:
+            self.report.checked["base_keys"] = ds.count_rows()
+            problem = repeated_key_problem(ds)
+        except (ValueError, OSError, RuntimeError, pa.ArrowException) as err:
+            problem = f"the base's key columns cannot be read: {lance_message(err)}"
         if problem:
             self.problem("data", problem)
 
@@ -474,6 +415,7 @@ def verify_table(
     if index is None:
         return report
     checker.specs(index, lance_field_ids(ds), index_rel)
+    checker.base_files(ds)
     if check_keys:
         checker.base_keys(ds)
     regions: list[str] = []

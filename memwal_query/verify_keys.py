@@ -1,4 +1,5 @@
-"""Primary keys stored more than once in the base table (``memwal verify --keys``).
+"""The base table's checks in ``memwal verify``: its files are there, and (``--keys``) no
+primary key is stored more than once.
 
 The primary key of a Lance table is unenforced: a base written with ``write_dataset``
 before ``initialize_mem_wal()`` (or appended to outside the MemWAL) can hold one key on
@@ -25,9 +26,10 @@ import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from memwal_query.format.storage import Storage
 from memwal_query.snapshot.model import primary_key_of
 
-__all__ = ["RepeatedKey", "RepeatedKeys", "repeated_key_problem", "repeated_keys"]
+__all__ = ["RepeatedKey", "RepeatedKeys", "missing_base_files", "repeated_key_problem", "repeated_keys"]
 
 _EXAMPLES = 3
 _COUNT = "_copies"
@@ -67,6 +69,24 @@ class RepeatedKeys:
 
 def _key_text(key: dict[str, object]) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in key.items())
+
+
+def missing_base_files(storage: Storage, ds: lance.LanceDataset) -> list[tuple[str, str]]:
+    """The data and deletion files base version ``ds`` needs that are missing, as (path, problem)
+    (one existence probe per file)."""
+    out = []
+    for frag in ds.get_fragments():
+        meta = frag.metadata
+        needed = [f"data/{f.path}" for f in meta.files]
+        d = meta.deletion_file
+        if d is not None and getattr(d, "base_id", None) is None:
+            needed.append(d.path(meta.id))
+        out += [
+            (rel, f"base fragment {meta.id} of version {ds.version} needs this file; it is missing")
+            for rel in needed
+            if not storage.exists(rel)
+        ]
+    return out
 
 
 def repeated_key_problem(ds: lance.LanceDataset) -> str | None:

@@ -17,11 +17,20 @@ from __future__ import annotations
 import re
 
 import lance
+import lance.fragment
 
-from memwal_query.errors import ManifestError, TableNotFoundError, is_panic
+from memwal_query.errors import ManifestError, MemWalCorruptionError, MemWalError, TableNotFoundError, is_panic
 from memwal_query.format.storage import Storage
 
-__all__ = ["lance_dataset", "lance_message", "open_lance", "require_table"]
+__all__ = [
+    "base_read_error",
+    "fragment_file_names",
+    "lance_dataset",
+    "lance_message",
+    "open_lance",
+    "require_table",
+    "says_missing",
+]
 
 # ", /any/path/file.rs:12:34" (a Rust source location Lance appends to its errors)
 _RUST_LOCATION = re.compile(r",?\s*[^\s,]*\.rs:\d+:\d+")
@@ -97,3 +106,47 @@ def _latest_version(storage: Storage) -> str:
         return str(lance.dataset(storage.uri, storage_options=dict(storage.storage_options) or None).version)
     except (ValueError, OSError, RuntimeError):
         return "unknown"
+
+
+def says_missing(err: BaseException) -> bool:
+    """Whether a storage error says a file is not there."""
+    text = str(err).lower()
+    return "not found" in text or "no such file" in text
+
+
+def fragment_file_names(frag: lance.fragment.LanceFragment) -> list[str]:
+    """The files a Lance fragment reads: its data files and deletion file, relative to the dataset."""
+    meta = frag.metadata
+    names = [f"data/{f.path}" for f in meta.files]
+    d = meta.deletion_file
+    if d is not None:
+        names.append(d.path(meta.id))
+    return names
+
+
+def base_read_error(
+    base: lance.LanceDataset, what: str, err: BaseException, frag: lance.fragment.LanceFragment | None = None
+) -> MemWalError:
+    """The error for a failed read of ``what`` (a base fragment) of a snapshot's base ``base``.
+
+    A file missing while the snapshot's version is still the table's latest was not removed
+    by a merge, compaction or clean-up since: the table is damaged
+    (:class:`MemWalCorruptionError`); after a newer version, it was most likely cleaned up
+    (refresh the table). Any other failure names the file as Lance reports it.
+    """
+    text, version = lance_message(err), base.version
+    files = f"; files {', '.join(fragment_file_names(frag))}" if frag is not None else ""
+    where = f"{what} of {base.uri} (base version {version}{files})"
+    if not says_missing(err):
+        return MemWalError(f"{where} cannot be read: {text}")
+    try:
+        latest = base.latest_version
+    except (OSError, ValueError, RuntimeError):
+        latest = None
+    if latest == version:
+        msg = f"{where} cannot be read ({text}): that version is still the latest, so a file it needs is missing"
+        return MemWalCorruptionError(msg + ": the table is damaged")
+    return MemWalError(
+        f"{where} is no longer readable (the latest version is {latest}): it was merged, compacted or "
+        f"garbage-collected after this snapshot was opened; refresh() the table and retry ({text})"
+    )

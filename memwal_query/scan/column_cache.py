@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from memwal_query.errors import MemWalError
 from memwal_query.mask_delta import absent, is_sorted
-from memwal_query.scan.arrays import drop_mask, is_gone, one_chunk
+from memwal_query.scan.arrays import drop_mask, one_chunk
 from memwal_query.scan.fragment import ScanContext
 from memwal_query.snapshot.cache import SnapshotCache
 
@@ -89,9 +89,7 @@ def cached_columns(
             if t is None:
                 t = fragment.to_table(columns=missing, with_row_address=True)
         except (ValueError, OSError, RuntimeError, pa.ArrowException) as err:
-            if is_gone(err):
-                raise gone(err) from err
-            raise
+            raise gone(err) from err
         known = entry.get("_rowaddr")
         if known is not None and not known.equals(t.column("_rowaddr")):
             return None  # not the rows cached for this key: read Lance (never seen)

@@ -24,7 +24,7 @@ from memwal_query.scan.arrays import chain_first, is_gone
 from memwal_query.scan.filters import filter_columns, scan_columns
 from memwal_query.scan.fragment import HIDDEN_COLUMNS, SCAN_BATCH_ROWS, CompositeFragment, ScanContext, SourceFragment
 from memwal_query.scan.group import SMALL_SOURCE_ROWS
-from memwal_query.scan.lance_fragment import LanceFragment
+from memwal_query.scan.lance_fragment import LanceFragment, read_error
 
 __all__ = ["IndexedBaseFragment", "join_indexed_base"]
 
@@ -79,7 +79,7 @@ class IndexedBaseFragment(CompositeFragment[LanceFragment]):
             first = next(it, None)
         except (ValueError, OSError, RuntimeError, pa.ArrowException) as err:
             if is_gone(err):
-                raise
+                raise read_error(first_part, err) from err
             # e.g. a filter Lance rejects: each fragment filters on its own (in memory if need be)
             for p in served:
                 yield from p.batches(cols, filt, out, batch_size)

@@ -21,6 +21,7 @@ from lance.dataset import serialize_row_addrs
 
 from memwal_query.base_mask import BaseMask
 from memwal_query.errors import MemWalError
+from memwal_query.format.lance_open import base_read_error, lance_message
 from memwal_query.planner.nan_order import as_given, reads_whole
 from memwal_query.scan.arrays import chain_first, drop_mask, fragment_cache_key, is_gone
 from memwal_query.scan.column_cache import (
@@ -34,18 +35,24 @@ from memwal_query.scan.filters import filter_columns, mentions_any, scan_columns
 from memwal_query.scan.fragment import HIDDEN_COLUMNS, SCAN_BATCH_ROWS, ScanContext, SourceFragment
 from memwal_query.snapshot.cache import SnapshotCache
 
-__all__ = ["LanceFragment"]
+__all__ = ["LanceFragment", "read_error"]
 
 log = logging.getLogger("memwal_query")
 _NO_ROWS = np.empty(0, dtype=np.uint64)
 
 
-def _gone(frag: LanceFragment, err: BaseException) -> MemWalError:
-    """The error for a fragment whose files a merger garbage-collected after the snapshot opened."""
-    where = f"generation {frag.gen} of region {frag.region}" if frag.gen else "base fragment"
+def read_error(frag: LanceFragment, err: BaseException) -> MemWalError:
+    """The error for a failed Lance read of ``frag``: a base fragment's says whether the table
+    changed since (refresh) or is damaged (:func:`base_read_error`); a generation's files
+    missing were merged and garbage-collected since the snapshot opened."""
+    if frag.gen == 0 and frag.region is None:
+        return base_read_error(frag.dataset, f"base fragment {frag.fragment.fragment_id}", err, frag.fragment)
+    where = f"generation {frag.gen} of region {frag.region} ({frag.label}) of {frag.context.uri}"
+    if not is_gone(err):
+        return MemWalError(f"{where} cannot be read: {lance_message(err)}")
     msg = (
-        f"{where} ({frag.label}) of {frag.context.uri} is no longer readable: it was merged and "
-        f"garbage-collected after this snapshot was opened; refresh() the table and retry ({err})"
+        f"{where} is no longer readable: it was merged and garbage-collected after this snapshot was "
+        f"opened; refresh() the table and retry ({lance_message(err)})"
     )
     return MemWalError(msg)
 
@@ -138,7 +145,7 @@ class LanceFragment(SourceFragment):
             return None
         direct = partial(self.mask.read_rows, self.fragment) if self.mask is not None else None
         return cached_columns(
-            self.resident, self._cache_key(), self.fragment, names, decode, partial(_gone, self), direct
+            self.resident, self._cache_key(), self.fragment, names, decode, partial(read_error, self), direct
         )
 
     def _cache_key(self) -> tuple[object, ...]:
@@ -278,9 +285,7 @@ class LanceFragment(SourceFragment):
         try:
             yield from batches
         except (ValueError, OSError, RuntimeError, pa.ArrowException) as err:
-            if is_gone(err):
-                raise _gone(self, err) from err
-            raise
+            raise read_error(self, err) from err
 
     def rows_hint(self) -> int:
         if self._rows is None:
@@ -348,13 +353,11 @@ class LanceFragment(SourceFragment):
             it = scan(lance_filter, read)
             first = next(it, None)
         except (ValueError, OSError, RuntimeError, pa.ArrowException) as err:
-            if is_gone(err):
-                raise _gone(self, err) from err
-            if lance_filter is None:
-                raise
+            if is_gone(err) or lance_filter is None:
+                raise read_error(self, err) from err
             log.debug("Lance rejected filter %s (%s); filtering in memory", lance_filter, err)
             post, read = lance_filter, list(owner.data_schema.names)
-            it = scan(None, read)
+            it = self.guard(scan(None, read))
             first = next(it, None)
         if first is None:
             return

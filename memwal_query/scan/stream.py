@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memwal_query.errors import MemWalError
+from memwal_query.format.lance_open import base_read_error
 from memwal_query.merge import NewerKeys
 from memwal_query.planner.lance_filter import for_lance
 from memwal_query.scan.arrays import is_gone
@@ -97,10 +98,8 @@ def _base_pass(
         it = scanner.to_batches()
         first = next(it, None)
     except _LANCE_ERRORS as err:
-        if is_gone(err):
-            raise _gone(dataset, err) from err
-        if filt is None:
-            raise
+        if is_gone(err) or filt is None:
+            raise _unreadable(dataset, base, err) from err
         yield from _fragments(list(base), cols, filt, out)  # Lance rejected the filter: per fragment
         return
     if first is None:
@@ -118,9 +117,7 @@ def _base_pass(
             else:
                 yield pa.RecordBatch.from_arrays([_cast(b.column(c), out.field(c).type) for c in cols], schema=out)
     except _LANCE_ERRORS as err:
-        if is_gone(err):
-            raise _gone(dataset, err) from err
-        raise
+        raise _unreadable(dataset, base, err) from err
 
 
 def _chain(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -132,9 +129,11 @@ def _cast(a: pa.Array, t: pa.DataType) -> pa.Array:
     return a if a.type == t else a.cast(t)
 
 
-def _gone(dataset: MergedDataset, err: BaseException) -> MemWalError:
-    msg = (
-        f"base fragments of {dataset.context.uri} (version {dataset.snapshot.base_version}) are no longer "
-        f"readable: they were removed after this snapshot was opened; refresh() the table and retry ({err})"
-    )
-    return MemWalError(msg)
+def _unreadable(dataset: MergedDataset, base: list[LanceFragment], err: BaseException) -> MemWalError:
+    """The error for a failed read of the base fragments ``base`` (one scanner: which one failed
+    is known only when there is one)."""
+    if len(base) == 1:
+        return base_read_error(
+            dataset.snapshot.base, f"base fragment {base[0].fragment.fragment_id}", err, base[0].fragment
+        )
+    return base_read_error(dataset.snapshot.base, f"one of {len(base)} base fragments", err)

@@ -173,3 +173,48 @@ def test_damaged_generation_is_rebuilt_or_an_error_never_a_silent_skip(tmp_path:
     assert mq.open_table(uri).to_arrow().sort_by("id").to_pydict() == {"id": [0, 1, 2], "v": [0, 11, 0]}
     with pytest.raises(mq.GenerationLostError, match=f"region {region}: flushed generation 1 .* is lost: unreadable"):
         mq.open_table(uri, on_missing_generation="error")
+
+
+def _base_with_deletions(path: Path) -> tuple[str, Path]:
+    """A base with a deletion file (every 97th key deleted) and one unmerged generation."""
+    uri = str(path / "t")
+    ids = list(range(3000))
+    lance.write_dataset(pa.table({"id": ids, "v": [i * 10 for i in ids]}, schema=SCHEMA), uri)
+    lance.dataset(uri).delete("id % 97 = 3")
+    lance.dataset(uri).initialize_mem_wal(unsharded=True)
+    w = lance.dataset(uri).mem_wal_writer(str(uuid.uuid5(uuid.NAMESPACE_URL, "unsharded")))
+    w.put(pa.table({"id": [1, 2], "v": [-1, -2]}, schema=SCHEMA))
+    w.close()
+    (deletions,) = Path(uri, "_deletions").iterdir()
+    return uri, deletions
+
+
+@pytest.mark.parametrize("damage", ["missing", "cut short"])
+def test_damaged_base_files_are_memwal_errors_naming_them(tmp_path: Path, damage: str) -> None:
+    """A base deletion file missing or cut short: ``to_arrow`` and ``count_rows`` raised
+    pyarrow's ArrowInvalid, and a missing file was blamed on a merger's clean-up ("refresh the
+    table") although the snapshot was of the latest version. Now memwal's errors name the
+    fragment and file; a missing one under the latest version is a MemWalCorruptionError."""
+    from memwal_query.cli import main
+
+    uri, deletions = _base_with_deletions(tmp_path)
+    if damage == "missing":
+        deletions.unlink()
+    else:
+        deletions.write_bytes(deletions.read_bytes()[: deletions.stat().st_size // 2])
+    want = mq.MemWalCorruptionError if damage == "missing" else mq.MemWalError
+    calls = {
+        "to_arrow": lambda t: t.to_arrow(),
+        "count_rows": lambda t: t.count_rows(),
+        "sql": lambda t: t.sql("SELECT * FROM t WHERE v > 5").to_arrow_table(),
+        "to_reader": lambda t: t.to_reader().read_all(),
+    }
+    for name, call in calls.items():
+        with pytest.raises(want) as got:
+            call(mq.open_table(uri))  # a fresh snapshot each: nothing decided or cached yet
+        text = str(got.value)
+        assert "base fragment" in text and uri in text and deletions.name in text, (name, text)
+        assert ".rs:" not in text and "refresh" not in text, (name, text)
+    assert main(["verify", uri, "--keys"]) == 2  # a problem line, not a traceback
+    if damage == "missing":
+        assert main(["verify", uri]) == 2  # the file's absence, found without reading keys
