@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from memwal_query.format.lance_open import says_missing
 from memwal_query.snapshot.cache import fragment_cache_key
 
 __all__ = [
@@ -88,9 +89,8 @@ def one_chunk(col: pa.ChunkedArray) -> pa.ChunkedArray:
 
 
 def is_gone(err: BaseException) -> bool:
-    """Whether a storage error says the file is gone (merged and garbage-collected)."""
-    text = str(err).lower()
-    return "not found" in text or "no such file" in text
+    """Whether a storage error says the file is gone (merged and garbage-collected, or lost)."""
+    return says_missing(err)
 
 
 def zero_column_batches(n: int) -> Iterator[pa.RecordBatch]:
