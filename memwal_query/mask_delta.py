@@ -144,7 +144,9 @@ class PriorDecisions:
         if delta is None or prior.key_sorted is False or keys.null_count:
             return None, prior.key_sorted
         k = np.asarray(keys.to_numpy(), dtype=self.numeric.dtype)
-        key_sorted = prior.key_sorted if prior.key_sorted is not None else is_sorted(k)
+        # checked again each time: a run of a fragment's stored rows (deleted ones too) can be
+        # out of order where the run of its live rows was not; only "unsorted" carries over
+        key_sorted = is_sorted(k)
         if not key_sorted:
             return None, False
         return redecided(k, addresses, prior.drop, *delta), True

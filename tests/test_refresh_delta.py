@@ -121,3 +121,21 @@ def test_kept_decisions_hold_a_bounded_number_of_key_sets() -> None:
     assert ("fragment", 0) in cache.decisions and ("fragment", 1) not in cache.decisions
     cache.reset()
     assert cache.decisions == {} and cache.decision_key_sets == []
+
+
+def test_sorted_live_keys_do_not_vouch_for_stored_rows() -> None:
+    """A fragment decided from its live rows (keys 1, 2, 3: sorted) and later from all its stored
+    rows (1, 5, 2, 3: the deleted 5 out of order): a binary search of the unsorted run would miss
+    key 2's row. Sortedness is checked on the run at hand, not carried over."""
+    from memwal_query.mask_delta import PriorDecisions
+    from memwal_query.snapshot.cache import SnapshotCache
+
+    cache = SnapshotCache()
+    old, new = np.array([7, 9]), np.array([2, 7, 9])
+    PriorDecisions(cache, old).remember(("f",), np.empty(0, np.uint64), True)  # live run was sorted
+    stored = pa.chunked_array([pa.array([1, 5, 2, 3], pa.int64())])
+    drop, key_sorted = PriorDecisions(cache, new).redecide(("f",), stored, lambda p: p.astype(np.uint64))
+    assert drop is None and key_sorted is False  # decided whole instead (it finds key 2 at row 2)
+    sorted_run = pa.chunked_array([pa.array([1, 2, 3], pa.int64())])
+    drop, key_sorted = PriorDecisions(cache, new).redecide(("f",), sorted_run, lambda p: p.astype(np.uint64))
+    assert drop is not None and drop.tolist() == [1] and key_sorted is True

@@ -49,7 +49,8 @@ class Decision:
     Attributes:
         newer: The newer levels' keys (sorted, unique), shared by a snapshot's decisions.
         drop: The sorted row addresses of the fragment whose key is in ``newer``.
-        key_sorted: Whether the fragment's keys are in ascending order (None: not checked).
+        key_sorted: Whether the fragment's keys were in ascending order (None: not checked;
+            False lets a later snapshot skip the check: stored rows include the live ones).
     """
 
     newer: np.ndarray
