@@ -284,6 +284,8 @@ class LanceFragment(SourceFragment):
     def guard(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         try:
             yield from batches
+        except GeneratorExit:  # closed unfinished (a LIMIT), maybe at exit when ``pa`` is gone
+            raise
         except (ValueError, OSError, RuntimeError, pa.ArrowException) as err:
             raise read_error(self, err) from err
 

@@ -116,6 +116,8 @@ def _base_pass(
                 yield pa.record_batch({"_": pa.nulls(b.num_rows)}).select([])
             else:
                 yield pa.RecordBatch.from_arrays([_cast(b.column(c), out.field(c).type) for c in cols], schema=out)
+    except GeneratorExit:  # closed unfinished, maybe at exit when module globals are gone
+        raise
     except _LANCE_ERRORS as err:
         raise _unreadable(dataset, base, err) from err
 
