@@ -82,6 +82,8 @@ def recorded(items: Iterator[T]) -> Iterator[T]:
     """
     try:
         yield from items
+    except GeneratorExit:  # closed unfinished (a LIMIT), maybe at exit when module globals are gone
+        raise
     except MemWalError as err:
         raised_in_engine(err)
         raise

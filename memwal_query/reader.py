@@ -68,6 +68,8 @@ def _applying(batches: Iterator[pa.RecordBatch], filt: pc.Expression, uri: str) 
     kernel for its types) is an :class:`InvalidArgumentError` naming the filter."""
     try:
         yield from batches
+    except GeneratorExit:  # closed unfinished, maybe at exit when ``pa`` is gone
+        raise
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as err:
         msg = f"filter {filt} cannot be applied to {uri}: {err}"
         raise InvalidArgumentError(msg) from err
@@ -101,6 +103,8 @@ def _converted(stream: object, out: pa.Schema) -> Iterator[pa.RecordBatch]:
             elif batch.num_rows:
                 arrays = [a if a.type == f.type else a.cast(f.type) for a, f in zip(batch.columns, out, strict=True)]
                 yield pa.RecordBatch.from_arrays(arrays, schema=out)
+    except GeneratorExit:  # closed unfinished, maybe at exit when module globals are gone
+        raise
     except MemWalError:
         raise
     except Exception as err:  # raised inside DataFusion: ours come back as they were
