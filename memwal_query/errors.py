@@ -23,6 +23,7 @@ __all__ = [
     "MALFORMED",
     "one_line",
     "is_panic",
+    "says_missing",
     "MemWalError",
     "TableNotFoundError",
     "NotAMemWalTableError",
@@ -136,6 +137,17 @@ def one_line(err: BaseException) -> str:
     """
     text = " ".join(str(err).split()) or type(err).__name__
     return text if len(text) <= _MAX_DETAIL else text[:_MAX_DETAIL] + "…"
+
+
+def says_missing(err: BaseException) -> bool:
+    """Whether a storage error says a file is not there (pyarrow's and Lance's wordings).
+
+    Example:
+        >>> says_missing(OSError("Not found: t/_versions/1.manifest")), says_missing(OSError("timed out"))
+        (True, False)
+    """
+    text = str(err).lower()
+    return "not found" in text or "no such file" in text
 
 
 def is_panic(err: BaseException) -> bool:

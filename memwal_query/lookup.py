@@ -26,14 +26,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from memwal_query.errors import InvalidArgumentError, MemWalError
+from memwal_query.errors import InvalidArgumentError, MemWalError, says_missing
 from memwal_query.format.lance_open import base_read_error, lance_message
 from memwal_query.format.nested import as_schema
 from memwal_query.format.wal import TOMBSTONE
 from memwal_query.lookup_rows import MATRIX_MIN_GENERATIONS, RegionRows, held_rows, region_rows, take_held
 from memwal_query.planner.lance_filter import expression_runs, for_lance, quote_name
 from memwal_query.planner.routing import route_keys
-from memwal_query.scan.arrays import is_gone
 from memwal_query.snapshot.model import RegionSnapshot
 from memwal_query.view.table_view import TableView
 
@@ -344,7 +343,7 @@ def read_failed(view: TableView, err: BaseException, what: str = "lookup") -> Me
     """The error for a read of ``what`` (a lookup) whose Lance read failed: a file gone since
     the snapshot opened (merged and garbage-collected, compacted and cleaned up), or another failure."""
     uri, text = view.snapshot.uri, lance_message(err)
-    if is_gone(err) and view.snapshot.base is not None:
+    if says_missing(err) and view.snapshot.base is not None:
         return base_read_error(view.snapshot.base, f"a file read by {what}", err)
     return MemWalError(f"{what} in {uri} failed: {text}")
 

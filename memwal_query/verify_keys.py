@@ -26,6 +26,7 @@ import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from memwal_query.format.lance_open import fragment_file_names
 from memwal_query.format.storage import Storage
 from memwal_query.snapshot.model import primary_key_of
 
@@ -74,19 +75,12 @@ def _key_text(key: dict[str, object]) -> str:
 def missing_base_files(storage: Storage, ds: lance.LanceDataset) -> list[tuple[str, str]]:
     """The data and deletion files base version ``ds`` needs that are missing, as (path, problem)
     (one existence probe per file)."""
-    out = []
-    for frag in ds.get_fragments():
-        meta = frag.metadata
-        needed = [f"data/{f.path}" for f in meta.files]
-        d = meta.deletion_file
-        if d is not None and getattr(d, "base_id", None) is None:
-            needed.append(d.path(meta.id))
-        out += [
-            (rel, f"base fragment {meta.id} of version {ds.version} needs this file; it is missing")
-            for rel in needed
-            if not storage.exists(rel)
-        ]
-    return out
+    return [
+        (rel, f"base fragment {frag.fragment_id} of version {ds.version} needs this file; it is missing")
+        for frag in ds.get_fragments()
+        for rel in fragment_file_names(frag)
+        if not storage.exists(rel)
+    ]
 
 
 def repeated_key_problem(ds: lance.LanceDataset) -> str | None:

@@ -19,7 +19,14 @@ import re
 import lance
 import lance.fragment
 
-from memwal_query.errors import ManifestError, MemWalCorruptionError, MemWalError, TableNotFoundError, is_panic
+from memwal_query.errors import (
+    ManifestError,
+    MemWalCorruptionError,
+    MemWalError,
+    TableNotFoundError,
+    is_panic,
+    says_missing,
+)
 from memwal_query.format.storage import Storage
 
 __all__ = [
@@ -29,7 +36,6 @@ __all__ = [
     "lance_message",
     "open_lance",
     "require_table",
-    "says_missing",
 ]
 
 # ", /any/path/file.rs:12:34" (a Rust source location Lance appends to its errors)
@@ -108,18 +114,13 @@ def _latest_version(storage: Storage) -> str:
         return "unknown"
 
 
-def says_missing(err: BaseException) -> bool:
-    """Whether a storage error says a file is not there."""
-    text = str(err).lower()
-    return "not found" in text or "no such file" in text
-
-
 def fragment_file_names(frag: lance.fragment.LanceFragment) -> list[str]:
-    """The files a Lance fragment reads: its data files and deletion file, relative to the dataset."""
+    """The files of a Lance fragment under its dataset's root: its data files and its deletion
+    file (not one kept in another dataset, a ``base_id``), relative to the root."""
     meta = frag.metadata
     names = [f"data/{f.path}" for f in meta.files]
     d = meta.deletion_file
-    if d is not None:
+    if d is not None and getattr(d, "base_id", None) is None:
         names.append(d.path(meta.id))
     return names
 

@@ -29,7 +29,7 @@ from urllib.parse import quote, unquote, urlparse
 
 import pyarrow.fs as pafs
 
-from memwal_query.errors import InvalidArgumentError, StorageError
+from memwal_query.errors import InvalidArgumentError, StorageError, says_missing
 
 __all__ = ["Storage", "IoStats"]
 
@@ -229,7 +229,7 @@ class Storage:
             self.stats.add(reads=1)
             return None
         except (OSError, ValueError) as err:  # ValueError: pyarrow's ArrowInvalid (a NUL in a path ...)
-            if "not found" in str(err).lower() or "no such file" in str(err).lower():
+            if says_missing(err):
                 self.stats.add(reads=1)
                 return None
             msg = f"cannot read {self.child_uri(rel)}: {err}"

@@ -15,7 +15,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from memwal_query.format.lance_open import says_missing
 from memwal_query.snapshot.cache import fragment_cache_key
 
 __all__ = [
@@ -23,7 +22,6 @@ __all__ = [
     "fragment_cache_key",
     "in_fragment",
     "one_chunk",
-    "is_gone",
     "constant_filter",
     "zero_column_batches",
     "chain_first",
@@ -86,11 +84,6 @@ def one_chunk(col: pa.ChunkedArray) -> pa.ChunkedArray:
         return pa.chunked_array([col.combine_chunks()], col.type)
     except (pa.ArrowInvalid, pa.ArrowCapacityError):  # e.g. > 2 GiB of string data
         return col
-
-
-def is_gone(err: BaseException) -> bool:
-    """Whether a storage error says the file is gone (merged and garbage-collected, or lost)."""
-    return says_missing(err)
 
 
 def zero_column_batches(n: int) -> Iterator[pa.RecordBatch]:

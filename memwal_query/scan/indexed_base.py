@@ -19,8 +19,9 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from memwal_query.errors import says_missing
 from memwal_query.planner.nan_order import as_given
-from memwal_query.scan.arrays import chain_first, is_gone
+from memwal_query.scan.arrays import chain_first
 from memwal_query.scan.filters import filter_columns, scan_columns
 from memwal_query.scan.fragment import HIDDEN_COLUMNS, SCAN_BATCH_ROWS, CompositeFragment, ScanContext, SourceFragment
 from memwal_query.scan.group import SMALL_SOURCE_ROWS
@@ -78,7 +79,7 @@ class IndexedBaseFragment(CompositeFragment[LanceFragment]):
             ).to_batches()
             first = next(it, None)
         except (ValueError, OSError, RuntimeError, pa.ArrowException) as err:
-            if is_gone(err):
+            if says_missing(err):
                 raise read_error(first_part, err) from err
             # e.g. a filter Lance rejects: each fragment filters on its own (in memory if need be)
             for p in served:

@@ -20,10 +20,10 @@ import pyarrow.compute as pc
 from lance.dataset import serialize_row_addrs
 
 from memwal_query.base_mask import BaseMask
-from memwal_query.errors import MemWalError
+from memwal_query.errors import MemWalError, says_missing
 from memwal_query.format.lance_open import base_read_error, lance_message
 from memwal_query.planner.nan_order import as_given, reads_whole
-from memwal_query.scan.arrays import chain_first, drop_mask, fragment_cache_key, is_gone
+from memwal_query.scan.arrays import chain_first, drop_mask, fragment_cache_key
 from memwal_query.scan.column_cache import (
     cached_columns,
     keep_while_streaming,
@@ -48,7 +48,7 @@ def read_error(frag: LanceFragment, err: BaseException) -> MemWalError:
     if frag.gen == 0 and frag.region is None:
         return base_read_error(frag.dataset, f"base fragment {frag.fragment.fragment_id}", err, frag.fragment)
     where = f"generation {frag.gen} of region {frag.region} ({frag.label}) of {frag.context.uri}"
-    if not is_gone(err):
+    if not says_missing(err):
         return MemWalError(f"{where} cannot be read: {lance_message(err)}")
     msg = (
         f"{where} is no longer readable: it was merged and garbage-collected after this snapshot was "
@@ -355,7 +355,7 @@ class LanceFragment(SourceFragment):
             it = scan(lance_filter, read)
             first = next(it, None)
         except (ValueError, OSError, RuntimeError, pa.ArrowException) as err:
-            if is_gone(err) or lance_filter is None:
+            if says_missing(err) or lance_filter is None:
                 raise read_error(self, err) from err
             log.debug("Lance rejected filter %s (%s); filtering in memory", lance_filter, err)
             post, read = lance_filter, list(owner.data_schema.names)

@@ -24,11 +24,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from memwal_query.errors import MemWalError
+from memwal_query.errors import MemWalError, says_missing
 from memwal_query.format.lance_open import base_read_error
 from memwal_query.merge import NewerKeys
 from memwal_query.planner.lance_filter import for_lance
-from memwal_query.scan.arrays import is_gone
 from memwal_query.scan.dataset import MergedDataset
 from memwal_query.scan.fragment import SCAN_BATCH_ROWS, SourceFragment
 from memwal_query.scan.lance_fragment import LanceFragment
@@ -98,7 +97,7 @@ def _base_pass(
         it = scanner.to_batches()
         first = next(it, None)
     except _LANCE_ERRORS as err:
-        if is_gone(err) or filt is None:
+        if says_missing(err) or filt is None:
             raise _unreadable(dataset, base, err) from err
         yield from _fragments(list(base), cols, filt, out)  # Lance rejected the filter: per fragment
         return
