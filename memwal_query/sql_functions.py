@@ -242,14 +242,15 @@ def _register(ctx: datafusion.SessionContext, name: str, registry: _Registry) ->
 
     def call(*args: Any) -> datafusion.Table:
         try:
-            result = fn(registry, *args)
+            return datafusion.Table(table_dataset(fn(registry, *args)))
         except MemWalError as err:
-            raised_in_engine(err)
-            raise
+            failure = err
         except (TypeError, ValueError, OverflowError, pa.ArrowException) as err:
             msg = f"{name}: {' '.join(str(err).split()) or type(err).__name__}; usage: {usage}"
-            raise raised_in_engine(InvalidArgumentError(msg)) from err
-        return datafusion.Table(table_dataset(result))
+            failure = InvalidArgumentError(msg)
+        # Raised with one frame and no chained cause: DataFusion prints the traceback into
+        # its message, which a query in the user's own SessionContext shows as it is.
+        raise raised_in_engine(failure.with_traceback(None))
 
     ctx.register_udtf(udtf(call, name))
 

@@ -109,6 +109,13 @@ def test_sql_function_error_is_ours_in_python_and_one_line_in_the_cli(
     out, stderr = capsys.readouterr()
     assert out == "" and stderr.count("\n") == 1, stderr
     assert stderr.startswith("memwal: error: ") and message in stderr and "PyErr" not in stderr
+    # In the user's own SessionContext DataFusion shows our error inside its own text, with
+    # the traceback it was raised with: one frame, not the path through our modules.
+    ctx = datafusion.SessionContext()
+    mq.open_table(demo).register(ctx, "t")
+    with pytest.raises(Exception) as theirs:
+        ctx.sql(query).collect()
+    assert message in str(theirs.value) and str(theirs.value).count("File ") <= 1, theirs.value
 
 
 def test_sql_functions_still_answer(demo: str) -> None:
