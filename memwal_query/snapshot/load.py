@@ -18,7 +18,7 @@ import pyarrow as pa
 from memwal_query.errors import InvalidArgumentError, NoPrimaryKeyError, TableNotFoundError
 from memwal_query.format.inline_snapshots import InlineRegion, decode_inline_snapshots
 from memwal_query.format.lance_open import lance_dataset
-from memwal_query.format.memwal_index import manifest_digest, read_version
+from memwal_query.format.memwal_index import manifest_digest, read_memwal_index, read_version
 from memwal_query.format.model import MemWalIndex
 from memwal_query.format.names import lance_manifest_file_name
 from memwal_query.format.storage import Storage
@@ -178,13 +178,25 @@ def load_snapshot(
         gone = [s for r in snap.regions for s in r.skipped if s.missing]
         if not gone or attempt == attempts - 1:
             # Still unreadable and not merged by the newest base version: lost.
+            pinned = version is not None
+            since = _merged_since(storage, snap) if gone and pinned else None
             return resolve_missing_generations(
-                snap, storage, cache, on_missing_generation, pinned_version=version is not None
+                snap, storage, cache, on_missing_generation, pinned_version=pinned, merged_since=since
             )
         # A generation disappears when a merger merged it and GC removed it after this
         # snapshot's base version was read: the newest base version holds its rows.
         log.info("generation(s) %s vanished while opening %s; retrying with the newest base version", gone, storage.uri)
     raise AssertionError("unreachable")
+
+
+def _merged_since(storage: Storage, snap: Snapshot) -> tuple[int, dict[str, int]] | None:
+    """The newest base version and its merged generation per region of ``snap``'s regions, when
+    it is newer than ``snap``'s (a pinned version whose missing generations it may have merged)."""
+    newest = lance_dataset(storage, storage.uri).version
+    if newest <= snap.base_version:
+        return None
+    index = read_memwal_index(storage, newest)
+    return newest, {r.region_id: index.merged_generation(r.region_id) for r in snap.regions}
 
 
 def _same_table(storage: Storage, cache: SnapshotCache, version: int, digest: str) -> None:

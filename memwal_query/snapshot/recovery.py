@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Mapping
 from dataclasses import replace
 
 import lance
@@ -72,6 +73,19 @@ def lost_generation_message(table_uri: str, region: RegionSnapshot, lost: Skippe
     )
 
 
+def collected_after_merge_message(
+    snap: Snapshot, region: RegionSnapshot, gone: SkippedGeneration, newest: int, why: str
+) -> str:
+    """The one-line message of a generation a pinned base version has not merged and a newer
+    one has (its directory garbage-collected since): not lost, but gone for this version."""
+    return (
+        f"{snap.uri}: region {region.region_id}: flushed generation {gone.generation} ({gone.uri}) is gone "
+        f"({_one_line(gone.reason)}): base version {snap.base_version}, which was asked for, has not merged it "
+        f"(its merged generation is {region.merged_generation}), base version {newest} has, and its directory "
+        f"was garbage-collected after that merge; {why}"
+    )
+
+
 def _one_line(text: str) -> str:
     """``text`` without line breaks (storage errors can span lines)."""
     return " ".join(text.split())
@@ -84,6 +98,7 @@ def resolve_missing_generations(
     policy: MissingGenerationPolicy,
     *,
     pinned_version: bool = False,
+    merged_since: tuple[int, Mapping[str, int]] | None = None,
 ) -> Snapshot:
     """Apply ``policy`` to every lost generation of ``snap`` (see the module docstring).
 
@@ -95,6 +110,9 @@ def resolve_missing_generations(
         policy: ``"recover"``, ``"error"`` or ``"skip"``.
         pinned_version: The caller asked for a base version (an older one may not
             merge a generation that a newer one merged before its directory was removed).
+        merged_since: For a pinned version, the newest base version and its merged
+            generation per region: a generation it merged is not lost but collected
+            after its merge, which the messages say (no repair is needed).
 
     Returns:
         ``snap`` with rebuilt generations among its sources (and, with ``"skip"``, the
@@ -104,7 +122,9 @@ def resolve_missing_generations(
         GenerationLostError: A lost generation cannot be rebuilt (or ``policy`` is ``"error"``).
     """
     regions = tuple(
-        _resolve_region(snap, r, storage, cache, policy, pinned_version) if any(s.missing for s in r.skipped) else r
+        _resolve_region(snap, r, storage, cache, policy, pinned_version, merged_since)
+        if any(s.missing for s in r.skipped)
+        else r
         for r in snap.regions
     )
     return replace(snap, regions=regions, on_missing_generation=policy)
@@ -117,12 +137,22 @@ def _resolve_region(
     cache: SnapshotCache,
     policy: MissingGenerationPolicy,
     pinned_version: bool,
+    merged_since: tuple[int, Mapping[str, int]] | None,
 ) -> RegionSnapshot:
     lost = [s for s in region.skipped if s.missing]
     pinned = f" (base version {snap.base_version} was asked for: open the latest version)" if pinned_version else ""
+
+    def collected(s: SkippedGeneration) -> bool:
+        """Merged by the newest base version (then garbage-collected), not lost."""
+        return merged_since is not None and s.generation <= merged_since[1].get(region.region_id, 0)
+
+    def message(s: SkippedGeneration, why: str) -> str:
+        if merged_since is not None and collected(s):
+            return collected_after_merge_message(snap, region, s, merged_since[0], why)
+        return lost_generation_message(snap.uri, region, s, why + pinned)
+
     if policy == "error":
-        why = "on_missing_generation='error' does not rebuild it from the WAL"
-        raise GenerationLostError(lost_generation_message(snap.uri, region, lost[0], why + pinned))
+        raise GenerationLostError(message(lost[0], "on_missing_generation='error' does not rebuild it from the WAL"))
     expected = {g.generation: g.physical_rows for g in region.manifest.flushed_generations} if region.manifest else {}
     wal = scan_generations(
         storage, region.region_id, {s.generation: expected.get(s.generation, 0) for s in lost}, cache.wal_entries
@@ -131,26 +161,36 @@ def _resolve_region(
     skipped = [s for s in region.skipped if not s.missing]
     for s in lost:
         found = wal[s.generation]
-        if found.complete:
+        if found.complete and collected(s):
+            generations.append(_rebuilt_source(snap, s, found, cache))
+            log.info("%s", message(s, f"its rows are served from the WAL ({found.describe()})"))
+        elif found.complete:
             generations.append(_rebuilt_source(snap, s, found, cache))
             why = f"its rows are served from the WAL ({found.describe()}); {REPAIR_HINT}"
             log.warning("%s", lost_generation_message(snap.uri, region, s, why))
         elif policy == "skip":
+            state = "GONE (merged by a newer base version; " if collected(s) else "LOST ("
             reason = (
-                f"LOST ({_one_line(s.reason)}: {s.uri}), not merged, and {found.describe()}: "
+                f"{state}{_one_line(s.reason)}: {s.uri}), not merged, and {found.describe()}: "
                 "its rows are missing from this snapshot (on_missing_generation='skip')"
             )
             skipped.append(replace(s, reason=reason))
             log.warning(
                 "%s; on_missing_generation='skip': left out",
-                lost_generation_message(snap.uri, region, s, f"the WAL cannot rebuild it: {found.describe()}"),
+                message(s, f"the WAL cannot rebuild it: {found.describe()}"),
             )
+        elif collected(s):
+            why = (
+                f"the WAL cannot rebuild it: {found.describe()}; open the latest version, or open with "
+                "on_missing_generation='skip' to read this version without its rows"
+            )
+            raise GenerationLostError(message(s, why))
         else:
             why = (
                 f"the WAL cannot rebuild it: {found.describe()}; restore the directory, or open with "
-                f"on_missing_generation='skip' to read the table without its rows{pinned}"
+                f"on_missing_generation='skip' to read the table without its rows"
             )
-            raise GenerationLostError(lost_generation_message(snap.uri, region, s, why))
+            raise GenerationLostError(message(s, why))
     return replace(
         region,
         generations=tuple(sorted(generations, key=lambda g: g.generation)),

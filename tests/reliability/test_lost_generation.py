@@ -285,6 +285,44 @@ def test_merged_and_garbage_collected_generation_is_skipped_silently(
     assert "WARNING" not in t.explain()
 
 
+@pytest.mark.parametrize("wal", ["kept", "removed"])
+def test_a_past_version_names_generations_merged_and_collected_since(
+    table: ModelTable, wal: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A pinned older base version has not merged generations a newer version merged before
+    GC removed them: they are not lost (nothing to repair), and the message says so."""
+    region = _region(table)
+    before = lance.dataset(table.uri).version
+    table.merge(region, 1)
+    table.merge(region, 2)
+    newest = lance.dataset(table.uri).version
+    dirs = {g: _gen_dir(table, g) for g in (1, 2)}
+    for g in (1, 2):
+        shutil.rmtree(dirs[g])
+        if wal == "removed":
+            for f in _wal_entries_of(table, g):
+                f.unlink()
+    if wal == "kept":  # served from the WAL: the rows the old version shows, no warning
+        with caplog.at_level(logging.INFO, logger="memwal_query"):
+            t = mq.open_table(table.uri, version=before)
+        assert _warnings(caplog) == [] and _rows_of(t).equals(_expected(table))
+        (info,) = [r.getMessage() for r in caplog.records if "generation 1 (" in r.getMessage()]
+        assert f"base version {newest} has" in info and "repair" not in info
+        return
+    with pytest.raises(mq.GenerationLostError) as err:
+        mq.open_table(table.uri, version=before)
+    msg = str(err.value)
+    assert f"flushed generation 1 ({dirs[1]}) is gone" in msg and "is lost" not in msg, msg
+    assert f"base version {before}, which was asked for, has not merged it" in msg
+    assert f"base version {newest} has" in msg and "open the latest version" in msg
+    assert "restore the directory" not in msg and "\n" not in msg
+    with caplog.at_level(logging.WARNING, logger="memwal_query"):
+        t = mq.open_table(table.uri, version=before, on_missing_generation="skip")
+    assert [s.generation for s in t.snapshot.regions[0].skipped] == [1, 2]
+    assert "skipped: GONE (merged by a newer base version" in t.explain()
+    assert all("is gone" in w for w in _warnings(caplog)) and len(_warnings(caplog)) == 2
+
+
 # -- repair, verify, a multi-region table -------------------------------------------------------
 
 
