@@ -71,6 +71,7 @@ from memwal_query.format.paths import generation_rel
 from memwal_query.format.storage import Storage
 from memwal_query.format.wal import WalEntry, read_wal_entry, scan_generations, wal_entry_path
 from memwal_query.regionspec.spec import decode_field_value, lance_field_ids, parse_result_type
+from memwal_query.snapshot.generations import missing_data_file
 from memwal_query.verify_keys import missing_base_files, repeated_key_problem
 from memwal_query.verify_report import Finding, VerifyReport
 
@@ -306,10 +307,9 @@ class _Checker:
             ds.count_rows()
         except (ValueError, OSError, RuntimeError) as err:
             return f"does not open as a Lance dataset: {lance_message(err)}"
-        for frag in ds.get_fragments():
-            for f in frag.data_files():
-                if not self.storage.exists(f"{rel}/data/{f.path}"):
-                    return f"data file data/{f.path} missing"
+        missing = missing_data_file(self.storage, rel, ds)
+        if missing is not None:
+            return f"data file {missing} missing"
         try:  # every row, batch by batch: a data file cut short or a deletion file missing
             for _ in ds.to_batches():
                 pass

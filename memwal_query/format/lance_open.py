@@ -34,6 +34,7 @@ __all__ = [
     "fragment_file_names",
     "lance_dataset",
     "lance_message",
+    "no_longer_readable",
     "open_lance",
     "require_table",
 ]
@@ -147,7 +148,11 @@ def base_read_error(
     if latest == version:
         msg = f"{where} cannot be read ({text}): that version is still the latest, so a file it needs is missing"
         return MemWalCorruptionError(msg + ": the table is damaged")
-    return MemWalError(
-        f"{where} is no longer readable (the latest version is {latest}): it was merged, compacted or "
-        f"garbage-collected after this snapshot was opened; refresh() the table and retry ({text})"
-    )
+    how = "merged, compacted or garbage-collected"
+    return no_longer_readable(f"{where} is no longer readable (the latest version is {latest})", how, text)
+
+
+def no_longer_readable(where: str, how: str, text: str) -> MemWalError:
+    """The error for a file of a snapshot that the table removed since it was opened
+    (``how``: merged, compacted, garbage-collected): refresh and retry; ``text``: the cause."""
+    return MemWalError(f"{where}: it was {how} after this snapshot was opened; refresh() the table and retry ({text})")

@@ -21,7 +21,7 @@ from lance.dataset import serialize_row_addrs
 
 from memwal_query.base_mask import BaseMask
 from memwal_query.errors import MemWalError, says_missing
-from memwal_query.format.lance_open import base_read_error, lance_message
+from memwal_query.format.lance_open import base_read_error, lance_message, no_longer_readable
 from memwal_query.planner.nan_order import as_given, reads_whole
 from memwal_query.scan.arrays import chain_first, drop_mask, fragment_cache_key
 from memwal_query.scan.column_cache import (
@@ -50,11 +50,7 @@ def read_error(frag: LanceFragment, err: BaseException) -> MemWalError:
     where = f"generation {frag.gen} of region {frag.region} ({frag.label}) of {frag.context.uri}"
     if not says_missing(err):
         return MemWalError(f"{where} cannot be read: {lance_message(err)}")
-    msg = (
-        f"{where} is no longer readable: it was merged and garbage-collected after this snapshot was "
-        f"opened; refresh() the table and retry ({lance_message(err)})"
-    )
-    return MemWalError(msg)
+    return no_longer_readable(f"{where} is no longer readable", "merged and garbage-collected", lance_message(err))
 
 
 def _shipped(ds: lance.LanceDataset, frag: lance.fragment.LanceFragment) -> dict[str, object]:

@@ -18,7 +18,14 @@ from memwal_query.snapshot.cache import SnapshotCache
 from memwal_query.snapshot.evolution import conformed_copy, conformed_uri, field_paths, stale_columns, tagged_schema
 from memwal_query.snapshot.model import GenerationSource, SkippedGeneration
 
-__all__ = ["BaseColumns", "open_generation", "generation_intact", "generation_keys", "prefetch_generation_keys"]
+__all__ = [
+    "BaseColumns",
+    "open_generation",
+    "generation_intact",
+    "generation_keys",
+    "missing_data_file",
+    "prefetch_generation_keys",
+]
 
 log = logging.getLogger("memwal_query")
 
@@ -102,11 +109,17 @@ def generation_intact(storage: Storage, rel: str, ds: lance.LanceDataset, *, man
         return False
     if str(ds.uri).startswith("memory://"):
         return True  # its rows were read into memory (a conformed copy)
+    return missing_data_file(storage, rel, ds) is None
+
+
+def missing_data_file(storage: Storage, rel: str, ds: lance.LanceDataset) -> str | None:
+    """The first data file of generation ``ds`` (directory ``rel``) that does not exist, as
+    ``data/<name>`` (None: all exist; one existence probe per file)."""
     for frag in ds.get_fragments():
         for f in frag.data_files():
             if not storage.exists(f"{rel}/data/{f.path}"):
-                return False
-    return True
+                return f"data/{f.path}"
+    return None
 
 
 def generation_keys(ds: lance.LanceDataset, pk: Sequence[str], cache: SnapshotCache, uri: str) -> pa.Table:
