@@ -55,7 +55,8 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 from memwal_query.changes import change_schema
-from memwal_query.errors import InvalidArgumentError
+from memwal_query.errors import InvalidArgumentError, MemWalError
+from memwal_query.format.lance_open import REFRESH_AND_RETRY
 from memwal_query.spark_read import read_units
 from memwal_query.spark_types import spark_batch, spark_schema
 from memwal_query.table import Table, open_table
@@ -154,10 +155,15 @@ class MemwalReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         filt = self._filter()
-        for frag in pickle.loads(partition.value):
-            for out in frag.scanner(columns=self.columns, filter=filt).to_batches():
-                if out.num_rows:
-                    yield spark_batch(out, self.arrow_schema)
+        try:
+            for frag in pickle.loads(partition.value):
+                for out in frag.scanner(columns=self.columns, filter=filt).to_batches():
+                    if out.num_rows:
+                        yield spark_batch(out, self.arrow_schema)
+        except MemWalError as err:
+            # A Spark user has no Table to refresh: the DataFrame holds the snapshot.
+            text = str(err).replace(REFRESH_AND_RETRY, "load the DataFrame again (spark.read...load()) and retry")
+            raise type(err)(text) from err
 
 
 class MemwalWriter(DataSourceArrowWriter):

@@ -30,6 +30,7 @@ from memwal_query.errors import (
 from memwal_query.format.storage import Storage
 
 __all__ = [
+    "REFRESH_AND_RETRY",
     "base_read_error",
     "fragment_file_names",
     "lance_dataset",
@@ -152,7 +153,11 @@ def base_read_error(
     return no_longer_readable(f"{where} is no longer readable (the latest version is {latest})", how, text)
 
 
+#: What a snapshot's reader does when the table removed a file since it opened.
+REFRESH_AND_RETRY = "refresh() the table and retry"
+
+
 def no_longer_readable(where: str, how: str, text: str) -> MemWalError:
     """The error for a file of a snapshot that the table removed since it was opened
     (``how``: merged, compacted, garbage-collected): refresh and retry; ``text``: the cause."""
-    return MemWalError(f"{where}: it was {how} after this snapshot was opened; refresh() the table and retry ({text})")
+    return MemWalError(f"{where}: it was {how} after this snapshot was opened; {REFRESH_AND_RETRY} ({text})")

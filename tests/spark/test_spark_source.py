@@ -418,3 +418,27 @@ def test_a_long_pushed_in_list_is_one_is_in(tmp_path: Path) -> None:
         got = [r["id"] for p in reader.partitions() for b in reader.read(p) for r in b.to_pylist()]
         expected = [r["id"] for r in want.to_pylist() if keep(r) and r["amount"] is not None]
         assert sorted(got) == sorted(expected) and expected, pushed
+
+
+def test_a_batch_read_after_cleanup_tells_a_spark_user_to_load_again(tmp_path: Path) -> None:
+    """A DataFrame's partitions were planned, then a merger merged and removed the generations
+    they read: the error says to load the DataFrame again (a Spark user has no Table)."""
+    import shutil
+
+    from memwal_write import merge_generations
+    from memwal_write.spark_source import MemwalDataSource, MemwalReader
+
+    uri, _ = _layered(tmp_path)
+    options = {"path": uri}
+    reader = MemwalReader(options, MemwalDataSource(options).schema())
+    parts = reader.partitions()
+    regions = mq.open_table(uri).snapshot.regions
+    merge_generations(uri)
+    for r in regions:
+        for _, path in latest_generations(uri, r.region_id):
+            shutil.rmtree(Path(uri, "_mem_wal", r.region_id, path), ignore_errors=True)
+    with pytest.raises(mq.MemWalError) as err:
+        for p in parts:
+            for _ in reader.read(p):
+                pass
+    assert "load the DataFrame again" in str(err.value) and "refresh()" not in str(err.value), err.value
