@@ -203,15 +203,6 @@ class NearestResult(NamedTuple):
     stats: NearestStats
 
 
-def _pruned(view: TableView, filter: str | pc.Expression | None, in_query: bool) -> set[str]:
-    """Regions the filter prunes (a SQL string cannot be planned inside a running query)."""
-    if isinstance(filter, pc.Expression):
-        return set(view.plan_expression(filter).pruned_regions)
-    if isinstance(filter, str) and not in_query:
-        return set(view.plan_sql(filter).pruned_regions)
-    return set()
-
-
 def _base_label(coverage: IndexCoverage | None, catchup: bool) -> str:
     if coverage is None:
         return "base (no index: flat)"
@@ -368,7 +359,7 @@ def nearest(
         tuple(view.snapshot.primary_key),
     )
     stats = NearestStats(coverage=index_coverage(view, column))
-    pruned = _pruned(view, filter, in_query)
+    pruned = view.search_pruned(filter, in_query)
     stats.pruned_regions = sorted(pruned)
     plan, catchup = _catchup(view, spec, stats)
     cands = Candidates(spec, schema)

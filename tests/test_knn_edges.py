@@ -135,3 +135,41 @@ def test_hybrid_arguments(tmp_path: Path) -> None:
         with pytest.raises(mq.InvalidArgumentError, match="rrf_k must be a finite non-negative number"):
             table.search_hybrid("f", [1, 1], "text", "apple", k=3, rrf_k=bad)
     wait_warm()
+
+
+def test_search_filters_read_names_as_lance_does(tmp_path: Path) -> None:
+    """A search filter string is Lance SQL: unquoted ``ID`` is column ``ID`` (DataFusion
+    lower-cases it to ``id``) and ``"Cat"`` is a string (a name to DataFusion). Regions were
+    pruned with DataFusion's reading while Lance filtered rows with its own: ``ID = 5`` pruned
+    to the region of ``id = 5`` and found nothing. Checked against Lance's own filter of the
+    live rows."""
+    n = 240
+    schema = pa.schema(
+        [
+            pa.field("id", pa.int64(), nullable=False, metadata=PK),
+            pa.field("ID", pa.int64()),
+            pa.field("Cat", pa.string()),
+            pa.field("text", pa.string()),
+            pa.field("xy", pa.list_(pa.float32(), 2)),
+        ]
+    )
+    rows = [
+        {"id": i, "ID": (i * 7) % 12, "Cat": "ab"[i % 2], "text": f"word w{i % 5}", "xy": [float(i), 0.0]}
+        for i in range(n)
+    ]
+    t = ModelTable(str(tmp_path / "t"), schema, pa.Table.from_pylist(rows[:120], schema=schema), bucket=("id", 4))
+    lance.dataset(t.uri).create_scalar_index("text", "INVERTED")
+    t.put(rows[120:180])
+    t.flush()
+    t.put(rows[180:])
+    table = mq.open_table(t.uri)
+    live = lance.write_dataset(pa.Table.from_pylist(list(t.model.values()), schema=schema), str(tmp_path / "live"))
+    q = np.array([100.0, 0.0], np.float32)
+    for filt in ["ID = 5", "ID = 5 AND id > 3", "`Cat` = 'a'", "\"Cat\" = 'a'", "Cat = 'b' AND ID < 3"]:
+        want = sorted(live.to_table(columns=["id"], filter=filt).column("id").to_pylist())
+        got = table.nearest("xy", q, k=n, filter=filt)
+        assert sorted(got.column("id").to_pylist()) == want, filt
+        hits = table.search_text("text", "word", k=n, filter=filt)
+        assert sorted(hits.column("id").to_pylist()) == want, filt
+    assert table.nearest("xy", q, k=n, filter="ID = 5").num_rows > 0
+    wait_warm()

@@ -275,15 +275,6 @@ def _check(view: TableView, column: str, query: object, columns: Sequence[str] |
     return out
 
 
-def _pruned(view: TableView, filt: str | pc.Expression | None, in_query: bool) -> set[str]:
-    """Regions the filter prunes (a SQL string cannot be planned inside a running query)."""
-    if isinstance(filt, pc.Expression):
-        return set(view.plan_expression(filt).pruned_regions)
-    if isinstance(filt, str) and not in_query:
-        return set(view.plan_sql(filt).pruned_regions)
-    return set()
-
-
 def _output(hits: list[_Hits], q: _Query, out: list[str], schema: pa.Schema) -> pa.Table:
     """The top ``k`` of all candidates, best first, with their columns (only those rows are read)."""
     target = pa.schema([schema.field(c) for c in out])
@@ -338,7 +329,7 @@ def search_text(
     tokens = corpus.analyzer.query(query)
     q = _Query(corpus, query, tokens, phrase, corpus.stats(tokens.tokens), filter, k)
     stats.approximate_rows = sum(s.unreadable_rows for s in corpus.indexed)  # known once the statistics are
-    pruned = _pruned(view, filter, in_query)
+    pruned = view.search_pruned(filter, in_query)
     stats.pruned_regions = sorted(pruned)
     hits: list[_Hits] = []
     fetches: list[_Fetch] = []

@@ -138,9 +138,19 @@ def scan_filters(plan: Any, table_name: str) -> list[Predicate] | None:
     return preds
 
 
-def predicate_for_table(schema: pa.Schema, predicate_sql: str, *, name: str = "t") -> Predicate:
-    """Parse a SQL predicate over ``schema`` into the IR (via DataFusion's optimizer)."""
-    ctx = datafusion.SessionContext()
+def predicate_for_table(schema: pa.Schema, predicate_sql: str, *, name: str = "t", lance: bool = False) -> Predicate:
+    """Parse a SQL predicate over ``schema`` into the IR (via DataFusion's optimizer).
+
+    With ``lance``, the predicate is read as Lance reads a filter: unquoted names keep their
+    case (DataFusion lower-cases them), and a double-quoted word, a string literal to Lance and
+    a name to DataFusion, leaves the predicate unknown (nothing pruned by it).
+    """
+    if lance and '"' in predicate_sql:
+        return Unknown(predicate_sql)
+    config = datafusion.SessionConfig()
+    if lance:
+        config = config.set("datafusion.sql_parser.enable_ident_normalization", "false")
+    ctx = datafusion.SessionContext(config)
     ctx.register_record_batches(name, [[pa.RecordBatch.from_pylist([], schema=schema)]])
     df = ctx.sql(f"SELECT * FROM {name} WHERE {predicate_sql}")
     preds = scan_filters(df.optimized_logical_plan(), name) or []

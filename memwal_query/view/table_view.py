@@ -169,16 +169,30 @@ class TableView:
             allow_expressions=not in_query,
         )
 
-    def plan_sql(self, predicate_sql: str | None) -> Plan:
-        """:meth:`plan` of a SQL predicate (``None`` = all rows); see ``Table.plan``."""
+    def plan_sql(self, predicate_sql: str | None, *, lance: bool = False) -> Plan:
+        """:meth:`plan` of a SQL predicate (``None`` = all rows); see ``Table.plan``.
+
+        ``lance``: the predicate is a filter Lance runs (``nearest``, ``search_text``), read
+        with Lance's rules for names (:func:`predicate_for_table`).
+        """
         if predicate_sql is None:
             return self.plan(Unknown("no predicate"))
         try:
-            pred = predicate_for_table(self.snapshot.schema, predicate_sql)
+            pred = predicate_for_table(self.snapshot.schema, predicate_sql, lance=lance)
         except Exception as err:
             msg = f"cannot plan predicate {predicate_sql!r} over {self.uri}: {err}"
             raise InvalidArgumentError(msg) from err
         return self.plan(pred)
+
+    def search_pruned(self, filt: str | pc.Expression | None, in_query: bool) -> set[str]:
+        """Regions the filter of a search (``nearest``, ``search_text``) prunes: a string is
+        Lance SQL, which Lance runs over every source; a SQL string cannot be planned inside
+        a running query (nothing pruned then)."""
+        if isinstance(filt, pc.Expression):
+            return set(self.plan_expression(filt).pruned_regions)
+        if isinstance(filt, str) and not in_query:
+            return set(self.plan_sql(filt, lance=True).pruned_regions)
+        return set()
 
     def plan_expression(self, expr: pc.Expression) -> Plan:
         """:meth:`plan` of a pyarrow filter (callable while DataFusion runs a query)."""
