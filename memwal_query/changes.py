@@ -62,7 +62,7 @@ from memwal_query.format.model import FlushedGeneration
 from memwal_query.format.nested import as_schema
 from memwal_query.format.paths import generation_rel
 from memwal_query.format.storage import Storage
-from memwal_query.format.wal import scan_generations
+from memwal_query.format.wal import SEQ_COLUMN, scan_generations
 from memwal_query.lookup import lookup, read_failed
 from memwal_query.snapshot.model import GenerationSource, RegionSnapshot, Snapshot
 from memwal_query.view.table_view import HasView, TableView
@@ -188,7 +188,7 @@ def _in_process_keys(snap: Snapshot) -> list[pa.Table]:
     for r in snap.regions:
         if r.memtable is not None:
             m = r.memtable.table
-            out.append(m.filter(pc.greater_equal(m.column("_seq"), pa.scalar(_LIVE_SEQ, pa.uint64()))))
+            out.append(m.filter(pc.greater_equal(m.column(SEQ_COLUMN), pa.scalar(_LIVE_SEQ, pa.uint64()))))
     return [t.select(list(snap.primary_key)) for t in out if t.num_rows]
 
 
@@ -250,7 +250,7 @@ def _region_keys(view: TableView, r: RegionSnapshot, through: int, position: int
     out = [_generation_key_columns(view, g, pk) for g in r.generations if g.generation > through]
     if r.memtable is not None:
         m = r.memtable.table
-        seq = m.column("_seq")
+        seq = m.column(SEQ_COLUMN)
         after = pc.greater(pc.shift_right(seq, pa.scalar(32, pa.uint64())), pa.scalar(position, pa.uint64()))
         out.append(m.filter(after).select(pk))
     return out

@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 from memwal_query.errors import InvalidArgumentError, MemWalError, says_missing
 from memwal_query.format.lance_open import base_read_error, lance_message
 from memwal_query.format.nested import as_schema
-from memwal_query.format.wal import TOMBSTONE
+from memwal_query.format.wal import LEVEL_COLUMN, SEQ_COLUMN, TOMBSTONE
 from memwal_query.lookup_rows import MATRIX_MIN_GENERATIONS, RegionRows, held_rows, region_rows, take_held
 from memwal_query.planner.lance_filter import expression_runs, for_lance, quote_name
 from memwal_query.planner.routing import route_keys
@@ -257,7 +257,7 @@ class _Search:
         self.remaining[rows[key_rows]] = False
         hit = newer.newest[region.region_id].take(pa.array(newest_rows))
         tomb = np.asarray(pc.fill_null(hit.column(TOMBSTONE), False).to_numpy(zero_copy_only=False))
-        level = np.asarray(hit.column("_lvl").to_numpy())
+        level = np.asarray(hit.column(LEVEL_COLUMN).to_numpy())
         self.stats.deleted += int(tomb.sum())
         in_mem = level == -1
         self.stats.memtable_hits += int(in_mem.sum())
@@ -265,7 +265,7 @@ class _Search:
         live = ~tomb
         if (live & in_mem).any():
             self.memtable(region, hit.filter(pa.array(live & in_mem)).select(pk))
-        seq = np.asarray(hit.column("_seq").to_numpy())
+        seq = np.asarray(hit.column(SEQ_COLUMN).to_numpy())
         levels = np.unique(level[live & ~in_mem]).tolist()
         matrix = None
         if len(levels) >= MATRIX_MIN_GENERATIONS:  # many generations: one take from the region's rows

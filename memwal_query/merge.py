@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 
 from memwal_query.base_mask import BaseMask
 from memwal_query.format.storage import Storage
-from memwal_query.format.wal import TOMBSTONE
+from memwal_query.format.wal import GEN_COLUMN, LEVEL_COLUMN, SEQ_COLUMN, TOMBSTONE
 from memwal_query.snapshot.cache import SnapshotCache
 from memwal_query.snapshot.generations import generation_keys
 from memwal_query.snapshot.model import GenerationSource, MemTableSource, RegionSnapshot, Snapshot
@@ -47,6 +47,7 @@ __all__ = [
     "first_of_group",
     "rank_levels",
 ]
+
 
 log = logging.getLogger("memwal_query")
 _MAP_PROBE_MAX = 4096  # lookups of up to this many non-integer keys use a per-region dict
@@ -325,9 +326,9 @@ def rank_levels(
                 {
                     **{k: kt.column(k).cast(key_schema.field(k).type) for k in pk},
                     TOMBSTONE: kt.column(TOMBSTONE),
-                    "_gen": pa.array(np.full(n, g.generation, dtype=np.int64)),
-                    "_seq": kt.column("_rowaddr"),
-                    "_lvl": pa.array(np.full(n, lvl, dtype=np.int32)),
+                    GEN_COLUMN: pa.array(np.full(n, g.generation, dtype=np.int64)),
+                    SEQ_COLUMN: kt.column("_rowaddr"),
+                    LEVEL_COLUMN: pa.array(np.full(n, lvl, dtype=np.int32)),
                 }
             )
         )
@@ -339,9 +340,9 @@ def rank_levels(
                 {
                     **{k: m.column(k) for k in pk},
                     TOMBSTONE: pc.fill_null(m.column(TOMBSTONE), False),
-                    "_gen": m.column("_gen"),
-                    "_seq": m.column("_seq"),
-                    "_lvl": pa.array(np.full(m.num_rows, -1, dtype=np.int32)),
+                    GEN_COLUMN: m.column(GEN_COLUMN),
+                    SEQ_COLUMN: m.column(SEQ_COLUMN),
+                    LEVEL_COLUMN: pa.array(np.full(m.num_rows, -1, dtype=np.int32)),
                 }
             )
         )
@@ -351,15 +352,15 @@ def rank_levels(
     allk = allk.append_column("_idx", pa.array(np.arange(allk.num_rows, dtype=np.int64)))
     order = pc.sort_indices(
         allk,
-        sort_keys=[(k, "ascending") for k in pk] + [("_gen", "descending"), ("_seq", "descending")],
+        sort_keys=[(k, "ascending") for k in pk] + [(GEN_COLUMN, "descending"), (SEQ_COLUMN, "descending")],
     )
     s = allk.take(order)
     return RankedLevels(
         sorted=s,
         first=first_of_group([s.column(k) for k in pk]),
         tombstone=pc.fill_null(s.column(TOMBSTONE), False).to_numpy(zero_copy_only=False),
-        level=s.column("_lvl").to_numpy(),
-        seq=s.column("_seq").to_numpy(),
+        level=s.column(LEVEL_COLUMN).to_numpy(),
+        seq=s.column(SEQ_COLUMN).to_numpy(),
         memtable_offset=offset,
     )
 
@@ -398,7 +399,7 @@ def _merge_region(
         deleted_keys=int((first & tomb).sum()),
         superseded_rows=int((~first).sum()),
     )
-    newest = s.filter(pa.array(first)).select([*pk, TOMBSTONE, "_gen", "_seq", "_lvl"])
+    newest = s.filter(pa.array(first)).select([*pk, TOMBSTONE, GEN_COLUMN, SEQ_COLUMN, LEVEL_COLUMN])
     return _RegionMerge(gen_drop, memtable, newest, stats)
 
 

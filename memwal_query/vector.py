@@ -159,6 +159,9 @@ def _query_vector(view: TableView, column: str, query: Any, metric: str) -> np.n
     if column not in schema.names:
         msg = f"unknown vector column {column!r} in {view.uri} (columns: {schema.names})"
         raise InvalidArgumentError(msg)
+    if "_distance" in schema.names:  # Lance refuses to search such a table ("Duplicate column name")
+        msg = f"{view.uri} has its own column '_distance', the column a vector search adds for each row's distance"
+        raise InvalidArgumentError(msg)
     typ = schema.field(column).type
     if not pa.types.is_fixed_size_list(typ) or not (
         pa.types.is_floating(typ.value_type) or pa.types.is_integer(typ.value_type)

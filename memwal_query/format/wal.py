@@ -29,6 +29,9 @@ from memwal_query.format.decode import MAX_VERSION, MAX_WAL_POSITION, bitrev64_n
 from memwal_query.format.storage import Storage
 
 __all__ = [
+    "GEN_COLUMN",
+    "LEVEL_COLUMN",
+    "SEQ_COLUMN",
     "WalEntry",
     "WalTail",
     "GenerationWal",
@@ -42,6 +45,14 @@ __all__ = [
 log = logging.getLogger("memwal_query")
 
 TOMBSTONE = "_tombstone"
+#: Columns memwal appends to MemTable rows and to the merge's key tables: the generation a
+#: row belongs to and its order within it. Named apart from what a table's own columns are
+#: likely called (``open_table`` refuses a table with a column of these names).
+GEN_COLUMN = "_memwal_gen"
+SEQ_COLUMN = "_memwal_seq"
+#: The merge's key-table column of a row's level: its index among the region's generations
+#: (-1: the MemTable).
+LEVEL_COLUMN = "_memwal_level"
 
 
 @dataclass(frozen=True)

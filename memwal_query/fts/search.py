@@ -263,6 +263,9 @@ def _check(view: TableView, column: str, query: object, columns: Sequence[str] |
     if column not in schema.names:
         msg = f"unknown text column {column!r} in {view.uri} (columns: {schema.names})"
         raise InvalidArgumentError(msg)
+    if _SCORE in schema.names:
+        msg = f"{view.uri} has its own column {_SCORE!r}, the column a text search adds for each row's score"
+        raise InvalidArgumentError(msg)
     typ = schema.field(column).type
     if not (pa.types.is_string(typ) or pa.types.is_large_string(typ)):
         msg = f"column {column!r} of {view.uri} is {typ}, not a string column"

@@ -30,6 +30,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pds
 
+from memwal_query.errors import InvalidArgumentError
+from memwal_query.format.wal import GEN_COLUMN, SEQ_COLUMN
 from memwal_query.merge import MergeState
 from memwal_query.planner.catchup import CatchupPlan
 from memwal_query.planner.plan import Plan
@@ -37,6 +39,7 @@ from memwal_query.planner.predicates import Predicate
 from memwal_query.scan.arrays import constant_filter, in_fragment
 from memwal_query.scan.balance import balance, workers
 from memwal_query.scan.fragment import (
+    HIDDEN_COLUMNS,
     MemoryFragment,
     Scan,
     ScanContext,
@@ -112,6 +115,13 @@ class MergedDataset(pds.Dataset):  # type: ignore[misc]
         fields = list(snapshot.schema)
         if with_hidden:
             fields += hidden_fields()
+            clash = sorted(set(HIDDEN_COLUMNS) & set(snapshot.schema.names))
+            if clash:
+                msg = (
+                    f"{snapshot.uri} has its own column(s) {clash}, named like the debugging columns "
+                    f"hidden_columns=True adds ({', '.join(HIDDEN_COLUMNS)}): register it without them"
+                )
+                raise InvalidArgumentError(msg)
         self._schema = pa.schema(fields, metadata=snapshot.schema.metadata)
         rows = sum(f.metadata.physical_rows or 0 for f in snapshot.base.get_fragments())
         full = rows * decoded_row_bytes(snapshot.schema)
@@ -171,7 +181,7 @@ class MergedDataset(pds.Dataset):  # type: ignore[misc]
         return frags or [MemoryFragment(self.context, self._empty_rows(), "")]
 
     def _empty_rows(self) -> pa.Table:
-        extra = {"_gen": pa.int64(), "_seq": pa.uint64()}
+        extra = {GEN_COLUMN: pa.int64(), SEQ_COLUMN: pa.uint64()}
         return pa.schema(list(self.data_schema) + [pa.field(k, t) for k, t in extra.items()]).empty_table()
 
     def scan_plan(self, filter: pc.Expression | None) -> ScanPlan | None:

@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from memwal_query.engine_errors import recorded
 from memwal_query.errors import InvalidArgumentError
+from memwal_query.format.wal import GEN_COLUMN, SEQ_COLUMN
 from memwal_query.planner.nan_order import nan_ordered, reads_whole
 from memwal_query.scan.arrays import constant_filter, drop_mask, zero_column_batches
 from memwal_query.scan.filters import scan_columns
@@ -92,6 +93,12 @@ class ScanContext:
     #: Estimated decoded size of every column of the base's rows: a scan of every column
     #: keeps what it decodes only when the whole table fits the column cache's budget.
     full_bytes: int = 0
+
+    @property
+    def hidden(self) -> tuple[str, ...]:
+        """The debugging columns a scan adds (:data:`HIDDEN_COLUMNS`; none unless asked for):
+        without them, a table's own column of one of those names is read as any other."""
+        return HIDDEN_COLUMNS if self.with_hidden else ()
 
     def projected(self, columns: Sequence[str] | None) -> pa.Schema:
         """The schema of a projection; raises on unknown columns."""
@@ -263,8 +270,8 @@ class MemoryFragment(SourceFragment):
         data = {name: t.column(name) for name in self.context.data_schema.names}
         n = t.num_rows
         if self.context.with_hidden:
-            data["_gen"] = t.column("_gen")
-            data["_rowaddr"] = t.column("_seq")
+            data["_gen"] = t.column(GEN_COLUMN)
+            data["_rowaddr"] = t.column(SEQ_COLUMN)
             data["_region"] = pa.chunked_array([pa.array([self.region] * n, pa.string())])
         full = pa.table(data)
         if filt is not None:
@@ -285,8 +292,8 @@ def rebuilt_rows(g: GenerationSource, drop: np.ndarray) -> pa.Table:
         t = t.filter(drop_mask(t.column("_rowaddr"), drop))
     seq = t.column("_rowaddr")
     t = t.drop_columns(["_rowaddr"])
-    t = t.append_column("_gen", pa.array(np.full(t.num_rows, g.generation, dtype=np.int64)))
-    return t.append_column("_seq", seq)
+    t = t.append_column(GEN_COLUMN, pa.array(np.full(t.num_rows, g.generation, dtype=np.int64)))
+    return t.append_column(SEQ_COLUMN, seq)
 
 
 def decoded_row_bytes(schema: pa.Schema) -> int:

@@ -23,7 +23,7 @@ from memwal_query.errors import says_missing
 from memwal_query.planner.nan_order import as_given
 from memwal_query.scan.arrays import chain_first
 from memwal_query.scan.filters import filter_columns, scan_columns
-from memwal_query.scan.fragment import HIDDEN_COLUMNS, SCAN_BATCH_ROWS, CompositeFragment, ScanContext, SourceFragment
+from memwal_query.scan.fragment import SCAN_BATCH_ROWS, CompositeFragment, ScanContext, SourceFragment
 from memwal_query.scan.group import SMALL_SOURCE_ROWS
 from memwal_query.scan.lance_fragment import LanceFragment, read_error
 
@@ -49,7 +49,7 @@ class IndexedBaseFragment(CompositeFragment[LanceFragment]):
         self, cols: list[str], filt: pc.Expression | None, out: pa.Schema, batch_size: int | None
     ) -> Iterator[pa.RecordBatch]:
         owner = self.context
-        read = [c for c in cols if c not in HIDDEN_COLUMNS]
+        read = [c for c in cols if c not in owner.hidden]
         names = scan_columns(read, filt, owner.data_schema.names)
         served = [
             p

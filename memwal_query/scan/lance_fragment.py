@@ -299,7 +299,7 @@ class LanceFragment(SourceFragment):
         owner = self.context
         post = None
         lance_filter = filt
-        read = [c for c in cols if c not in HIDDEN_COLUMNS]
+        read = [c for c in cols if c not in owner.hidden]
         if owner.with_hidden and mentions_any(filt, [*owner.data_schema.names, *HIDDEN_COLUMNS], HIDDEN_COLUMNS):
             post, lance_filter = filt, None
             read = list(owner.data_schema.names)

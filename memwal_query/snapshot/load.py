@@ -15,14 +15,22 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 
-from memwal_query.errors import InvalidArgumentError, NoPrimaryKeyError, TableNotFoundError
+from memwal_query.errors import InvalidArgumentError, MemWalError, NoPrimaryKeyError, TableNotFoundError
 from memwal_query.format.inline_snapshots import InlineRegion, decode_inline_snapshots
 from memwal_query.format.lance_open import lance_dataset
 from memwal_query.format.memwal_index import manifest_digest, read_memwal_index, read_version
 from memwal_query.format.model import MemWalIndex
 from memwal_query.format.names import lance_manifest_file_name
 from memwal_query.format.storage import Storage
-from memwal_query.format.wal import TOMBSTONE, WalTail, replay_wal_tail, wal_entry_path
+from memwal_query.format.wal import (
+    GEN_COLUMN,
+    LEVEL_COLUMN,
+    SEQ_COLUMN,
+    TOMBSTONE,
+    WalTail,
+    replay_wal_tail,
+    wal_entry_path,
+)
 from memwal_query.snapshot.cache import SnapshotCache
 from memwal_query.snapshot.generations import BaseColumns, open_generation, prefetch_generation_keys
 from memwal_query.snapshot.manifests import latest_region_manifest, list_regions, manifest_path
@@ -114,7 +122,7 @@ def _load_region(
             origin.append("in-process")
     if parts:
         table = pa.concat_tables(parts)
-        gens_in = tuple(sorted(set(table.column("_gen").to_pylist())))
+        gens_in = tuple(sorted(set(table.column(GEN_COLUMN).to_pylist())))
         memtable = MemTableSource(region_id, table, " + ".join(origin), positions, gens_in)
     return RegionSnapshot(region_id, manifest, merged, tuple(gens), tuple(skipped), memtable, tail)
 
@@ -233,6 +241,10 @@ def _load_once(
             "metadata {'lance-schema:unenforced-primary-key': 'true'}"
         )
         raise NoPrimaryKeyError(msg)
+    clash = sorted({GEN_COLUMN, SEQ_COLUMN, LEVEL_COLUMN} & set(schema.names))
+    if clash:
+        msg = f"table {storage.uri} has column(s) {clash}, the names memwal gives its own columns: rename them"
+        raise MemWalError(msg)
     index, digest = read_version(storage, base.version)
     _same_table(storage, cache, base.version, digest)
     data_schema = pa.schema(list(schema) + [pa.field(TOMBSTONE, pa.bool_())])

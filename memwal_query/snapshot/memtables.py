@@ -9,7 +9,7 @@ import pyarrow as pa
 from memwal_query.conform import conform
 from memwal_query.errors import ManifestError
 from memwal_query.format.nested import with_parent_nulls
-from memwal_query.format.wal import TOMBSTONE, WalTail
+from memwal_query.format.wal import GEN_COLUMN, SEQ_COLUMN, TOMBSTONE, WalTail
 from memwal_query.snapshot.model import LiveMemTable
 
 __all__ = ["memtable_from_wal", "memtable_from_live"]
@@ -37,8 +37,8 @@ def memtable_from_wal(
         n = t.num_rows
         seq = pa.array(range(n), pa.uint64())
         seq = pa.compute.add(seq, pa.scalar(e.position << 32, pa.uint64()))
-        t = t.append_column("_gen", pa.array([e.generation] * n, pa.int64()))
-        t = t.append_column("_seq", seq)
+        t = t.append_column(GEN_COLUMN, pa.array([e.generation] * n, pa.int64()))
+        t = t.append_column(SEQ_COLUMN, seq)
         parts.append(t)
     return pa.concat_tables(parts) if parts else None
 
@@ -58,7 +58,7 @@ def memtable_from_live(live: Sequence[LiveMemTable], data_schema: pa.Schema) -> 
         # Live rows rank above WAL rows of the same generation: high bit set.
         base = (1 << 63) | (i << 40)
         seq = pa.compute.add(pa.array(range(n), pa.uint64()), pa.scalar(base, pa.uint64()))
-        t = t.append_column("_gen", pa.array([int(m.generation)] * n, pa.int64()))
-        t = t.append_column("_seq", seq)
+        t = t.append_column(GEN_COLUMN, pa.array([int(m.generation)] * n, pa.int64()))
+        t = t.append_column(SEQ_COLUMN, seq)
         parts.append(t)
     return pa.concat_tables(parts) if parts else None
