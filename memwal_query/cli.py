@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import IO, TYPE_CHECKING, Any
@@ -199,7 +200,9 @@ def _run_query(table: Table, query: str) -> pa.RecordBatchReader:
     table.register(ctx, "t")
     name = _folder_name(table.uri)
     if name and name != "t":
-        table.register(ctx, name)
+        # Also FROM <folder>: quoted unless SQL reads it unquoted as it is (events.lance, Events)
+        plain = re.fullmatch(r"[a-z_][a-z0-9_]*", name) is not None
+        table.register(ctx, name if plain else '"' + name.replace('"', '""') + '"')
     try:
         df = ctx.sql(query)
         return pa.RecordBatchReader.from_stream(df)

@@ -265,7 +265,14 @@ def register_functions(ctx: datafusion.SessionContext, tables: Mapping[str, HasV
         >>> ctx = datafusion.SessionContext()
         >>> register_functions(ctx, {})
     """
-    _registry(ctx).update({name.lower(): table for name, table in tables.items()})
+    _registry(ctx).update({_unquoted(name).lower(): table for name, table in tables.items()})
+
+
+def _unquoted(name: str) -> str:
+    """A table name as SQL text names it: ``"events.lance"`` (quoted) is ``events.lance``."""
+    if len(name) >= 2 and name[0] == name[-1] == '"':
+        return name[1:-1].replace('""', '"')
+    return name
 
 
 def _registry(ctx: datafusion.SessionContext) -> _Registry:
@@ -323,6 +330,9 @@ def register_table(ctx: datafusion.SessionContext, name: str, dataset: pds.Datas
         why = one_line(err)
         if "_PublicSchema" in why:  # the session's default schema is a memwal catalog's
             why = "its default catalog is a memwal catalog, which serves the tables under its root only"
+        elif "." in name and "resolve schema" in why:
+            quoted = '"' + name.replace('"', '""') + '"'
+            why += f" (DataFusion reads a dotted name as schema.table: quote it, {quoted})"
         msg = f"cannot register {name!r} in this session: {why}"
         raise InvalidArgumentError(msg) from err
     register_functions(ctx, {name: table})
