@@ -80,3 +80,23 @@ def test_searches_refuse_a_column_named_like_their_score(tmp_path: Path) -> None
         table.nearest("xy", [0.0, 0.0], k=2)
     with pytest.raises(mq.InvalidArgumentError, match=f"^{t.uri} has its own column '_score'"):
         table.search_text("text", "a", k=2)
+
+
+@pytest.mark.parametrize("key", [True, False])
+def test_a_column_lance_cannot_read_is_refused_in_one_line(tmp_path: Path, key: bool) -> None:
+    """Lance cannot read a column whose name holds a backtick (pylance's own read fails): open
+    said each flushed generation was lost, with a repair hint, then failed with Lance's text."""
+    ticked = "k`ey"
+    pk = ticked if key else "id"
+    schema = pa.schema(
+        [pa.field(pk, pa.string(), nullable=False, metadata=PK), pa.field("v" if key else ticked, pa.int64())]
+    )
+    names = schema.names
+    t = ModelTable(
+        str(tmp_path / "t"), schema, pa.Table.from_pylist([{names[0]: "a", names[1]: 1}], schema=schema), unsharded=True
+    )
+    t.put([{names[0]: "b", names[1]: 2}])
+    t.flush()
+    with pytest.raises(mq.MemWalError, match="has column\\(s\\) \\['k`ey'\\] whose name holds a backtick") as err:
+        mq.open_table(t.uri)
+    assert "\n" not in str(err.value) and t.uri in str(err.value)

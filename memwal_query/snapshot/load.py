@@ -197,6 +197,19 @@ def load_snapshot(
     raise AssertionError("unreachable")
 
 
+def _check_column_names(uri: str, schema: pa.Schema) -> None:
+    """Refuse names memwal gives its own columns, and names Lance cannot read (a backtick:
+    Lance quotes names with backticks, and finds no such column when it reads)."""
+    clash = sorted({GEN_COLUMN, SEQ_COLUMN, LEVEL_COLUMN} & set(schema.names))
+    if clash:
+        msg = f"table {uri} has column(s) {clash}, the names memwal gives its own columns: rename them"
+        raise MemWalError(msg)
+    ticked = [f.name for f in schema if "`" in f.name]
+    if ticked:
+        msg = f"table {uri} has column(s) {ticked} whose name holds a backtick (`), which Lance cannot read"
+        raise MemWalError(msg)
+
+
 def _merged_since(storage: Storage, snap: Snapshot) -> tuple[int, dict[str, int]] | None:
     """The newest base version and its merged generation per region of ``snap``'s regions, when
     it is newer than ``snap``'s (a pinned version whose missing generations it may have merged)."""
@@ -241,10 +254,7 @@ def _load_once(
             "metadata {'lance-schema:unenforced-primary-key': 'true'}"
         )
         raise NoPrimaryKeyError(msg)
-    clash = sorted({GEN_COLUMN, SEQ_COLUMN, LEVEL_COLUMN} & set(schema.names))
-    if clash:
-        msg = f"table {storage.uri} has column(s) {clash}, the names memwal gives its own columns: rename them"
-        raise MemWalError(msg)
+    _check_column_names(storage.uri, schema)
     index, digest = read_version(storage, base.version)
     _same_table(storage, cache, base.version, digest)
     data_schema = pa.schema(list(schema) + [pa.field(TOMBSTONE, pa.bool_())])

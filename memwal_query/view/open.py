@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from memwal_query.base_mask import fragment_identity
 from memwal_query.errors import MemWalError
+from memwal_query.format.lance_open import lance_message
 from memwal_query.format.storage import Storage
 from memwal_query.merge import compute_merge
 from memwal_query.scan.arrays import fragment_cache_key
@@ -71,7 +72,7 @@ def open_view(
                         cache.generations.pop(g.uri, None)
                         cache.generation_keys.pop(g.uri, None)
             if attempt == attempts - 1:
-                msg = f"cannot read the flushed generations of {storage.uri}: {err}"
+                msg = f"cannot read the flushed generations of {storage.uri}: {lance_message(err)}"
                 raise MemWalError(msg) from err
             continue
         t2 = time.perf_counter()
