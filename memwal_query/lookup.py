@@ -359,6 +359,10 @@ def lookup(view: TableView, keys: Any, columns: Sequence[str] | None = None) -> 
     if unknown:
         msg = f"unknown column(s) {unknown} in {snap.uri}"
         raise InvalidArgumentError(msg)
+    twice = sorted({c for c in out_cols if out_cols.count(c) > 1})
+    if twice:  # as to_arrow / to_reader refuse them
+        msg = f"column(s) {twice} asked for more than once from {snap.uri}"
+        raise InvalidArgumentError(msg)
     want = normalize_keys(keys, schema, pk)
     want = want.append_column("_row", pa.array(np.arange(want.num_rows, dtype=np.int64)))
     keep = list(dict.fromkeys(pk + out_cols))  # the keys too: the rows come back in their order

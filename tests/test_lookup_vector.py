@@ -228,6 +228,8 @@ def test_lookup_wrong_key_type(events) -> None:  # type: ignore[no-untyped-def]
         table.lookup(["not-a-number"])
     with pytest.raises(mq.InvalidArgumentError, match="unknown column"):
         table.lookup(1, columns=["nope"])
+    with pytest.raises(mq.InvalidArgumentError, match="column\\(s\\) \\['id'\\] asked for more than once"):
+        table.lookup(1, columns=["id", "amount", "id"])  # as to_arrow refuses it (it returned 'id' twice)
 
 
 # -- vector search ---------------------------------------------------------------
