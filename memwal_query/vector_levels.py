@@ -127,6 +127,10 @@ def _index_facts(
             else:
                 os.environ["LANCE_INCLUDE_VECTOR_CENTROIDS"] = old
     with cache.lock:
+        # One base version's at a time: each merge makes a new version (a long-lived reader
+        # kept a copy of the centroids per version it ever searched).
+        for old_key in [k for k in cache.vector_parts if k[:3] == key[:3] and k != key]:
+            del cache.vector_parts[old_key]
         cache.vector_parts[key] = found
     return found
 

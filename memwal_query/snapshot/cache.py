@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import lance
@@ -138,6 +139,18 @@ class SnapshotCache:
                 del self.vector_parts[part]
             for region in [r for r, m in self.region_rows.items() if not set(getattr(m, "uris", ())) <= uris]:
                 del self.region_rows[region]
+
+    def keep_wal_entries(self, needed: Mapping[str, tuple[int, int]]) -> None:
+        """Forget decoded WAL entries no later snapshot replays: per region, ``needed`` holds
+        (replay position, merged generation); an entry at or before that position belongs to a
+        flushed generation, and once that generation is merged nothing rebuilds it from the WAL."""
+        with self.lock:
+            for key in [
+                (region, pos)
+                for (region, pos), e in self.wal_entries.items()
+                if region in needed and pos <= needed[region][0] and e.generation <= needed[region][1]
+            ]:
+                del self.wal_entries[key]
 
     def remember_decision(self, ident: tuple[object, ...], decision: Decision) -> None:
         """Keep a base fragment's drop list; decisions against key sets older than the last

@@ -20,8 +20,13 @@ __all__ = ["open_view", "refresh_view"]
 
 
 def _forget_unread(cache: SnapshotCache, snap: Snapshot) -> None:
-    """Drop cached generations and fragment columns the new snapshot no longer reads."""
+    """Drop cached generations, WAL entries and fragment columns the new snapshot no longer reads."""
     cache.keep_generations({g.uri for r in snap.regions for g in r.generations})
+    if cache.wal_entries:
+        replayed = {
+            r.region_id: (r.manifest.replay_after_wal_position, r.merged_generation) for r in snap.regions if r.manifest
+        }
+        cache.keep_wal_entries(replayed)
     if cache.base_runs:
         cache.keep_base_runs({fragment_identity(f) for f in snap.base.get_fragments()})
     if cache.fragment_columns or cache.over_budget or cache.touched:  # a fresh open has nothing to forget
