@@ -141,6 +141,13 @@ def test_s3_catalog_and_change_feed(s3_options: dict[str, str]) -> None:
     write_arrow(f"{root}/events", None, deletes=pa.table({"id": [4]}), storage_options=s3_options)
     got = ctx.sql(f"SELECT id, v, _change FROM memwal_changes('events', '{token}') ORDER BY id").to_pydict()
     assert got == {"id": [3, 4, 99], "v": [1, None, 1], "_change": ["upsert", "delete", "upsert"]}
+    # garbage collection on S3: the merged generations' directories and WAL entries go, rows stay
+    from memwal_write import collect_garbage
+
+    removed = collect_garbage(f"{root}/events", older_than=0, storage_options=s3_options)
+    assert set(removed.column("kind").to_pylist()) == {"generation", "wal"}
+    assert collect_garbage(f"{root}/events", older_than=0, storage_options=s3_options).num_rows == 0
+    assert ctx.sql("SELECT count(*) AS n FROM memwal.public.events").to_pydict()["n"] == [20]
 
 
 def test_s3_base_keys_are_read_through_lance(s3_options: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:

@@ -300,3 +300,20 @@ class Storage:
             msg = f"cannot list {self.child_uri(rel)}: {err}"
             raise StorageError(msg) from err
         return [(i.base_name, i.type == pafs.FileType.Directory) for i in infos]
+
+    def delete(self, rel: str, *, directory: bool) -> None:
+        """Remove the file (or, with ``directory``, the directory and all under it) at ``rel``;
+        already gone is fine (another collector got there first)."""
+        path = self._path(rel)
+        try:
+            if directory:
+                self._fs.delete_dir(path)
+            else:
+                self._fs.delete_file(path)
+        except FileNotFoundError:
+            return
+        except OSError as err:
+            if says_missing(err):
+                return
+            msg = f"cannot delete {self.child_uri(rel)}: {err}"
+            raise StorageError(msg) from err
