@@ -132,6 +132,7 @@ def oracle(uri: str, lookup_id: int) -> dict[str, Any]:
     import pyarrow.compute as pc
 
     import memwal_query as mq
+    from memwal_query.format.wal import GEN_COLUMN, SEQ_COLUMN
 
     snap = mq.open_table(uri).snapshot
     cols = ["id", "amount"]
@@ -156,8 +157,8 @@ def oracle(uri: str, lookup_id: int) -> dict[str, Any]:
                     {
                         **{c: m.column(c) for c in cols},
                         "_tombstone": pc.fill_null(m.column("_tombstone"), False),
-                        "_gen": m.column("_gen"),
-                        "_pos": m.column("_seq").cast(pa.uint64()),
+                        "_gen": m.column(GEN_COLUMN),
+                        "_pos": m.column(SEQ_COLUMN).cast(pa.uint64()),
                     }
                 )
             )

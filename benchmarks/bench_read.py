@@ -76,6 +76,7 @@ from lance.mem_wal import LsmScanner, ShardWriter, evaluate_sharding_spec  # noq
 import memwal_query as mq  # noqa: E402
 from memwal_query.base_mask import BaseMask  # noqa: E402
 from memwal_query.demo import bucket_region_id  # noqa: E402
+from memwal_query.format.wal import GEN_COLUMN, SEQ_COLUMN  # noqa: E402
 from memwal_query.merge import MergeState  # noqa: E402
 from memwal_query.scan.dataset import MergedDataset  # noqa: E402
 from memwal_query.snapshot import SnapshotCache  # noqa: E402
@@ -470,7 +471,9 @@ def union_of_levels(table: mq.Table) -> pa.Table:
             parts.append(level(t, gen, t.column("_rowaddr"), pc.fill_null(t.column("_tombstone"), False)))
         if region.memtable is not None:
             m = region.memtable.table
-            parts.append(level(m, m.column("_gen"), m.column("_seq"), pc.fill_null(m.column("_tombstone"), False)))
+            parts.append(
+                level(m, m.column(GEN_COLUMN), m.column(SEQ_COLUMN), pc.fill_null(m.column("_tombstone"), False))
+            )
     return pa.concat_tables(parts).combine_chunks()
 
 

@@ -9,7 +9,8 @@ file it ever wrote. :func:`collect_garbage` removes, per region:
 
 * the directory of every flushed generation at or below the region's merged generation
   as recorded by the newest base version at least ``older_than`` seconds old (so every
-  reader that refreshed since that long ago reads the merged rows from the base);
+  reader that refreshed since that long ago reads the merged rows from the base) and by
+  the newest version (a base restored to a version before a merge does not hold them);
 * every WAL entry at or before the region's replay position (a flushed generation holds
   its rows; neither readers nor pylance's writer, which both replay from the position
   after it, read it again) whose generation is merged by that same version, and the fence
@@ -115,9 +116,11 @@ def collect_garbage(
     old_enough = [int(v["version"]) for v in ds.versions() if _committed_at(v["timestamp"]) <= cutoff]
     removed: list[_Removed] = []
     if old_enough:
-        index = read_memwal_index(storage, max(old_enough))
+        # merged by the version old enough and still by the newest (a restore() of the base
+        # to a version before a merge un-merges its generations)
+        then, now = read_memwal_index(storage, max(old_enough)), read_memwal_index(storage, ds.version)
         for region_id in list_regions(storage):
-            merged = index.merged_generation(region_id)
+            merged = min(then.merged_generation(region_id), now.merged_generation(region_id))
             if merged > 0:
                 removed += _region_garbage(storage, region_id, merged)
     if not dry_run:
@@ -129,8 +132,11 @@ def collect_garbage(
 
 
 def _committed_at(timestamp: object) -> float:
-    """A version's commit time in seconds since the epoch (pylance gives a local datetime)."""
-    return timestamp.timestamp() if isinstance(timestamp, datetime) else float("inf")
+    """A version's commit time in seconds since the epoch, or later (never earlier): pylance
+    gives a naive local datetime, which in the hour a clock falls back names two instants."""
+    if not isinstance(timestamp, datetime):
+        return float("inf")
+    return max(timestamp.replace(fold=0).timestamp(), timestamp.replace(fold=1).timestamp())
 
 
 def _region_garbage(storage: Storage, region_id: str, merged: int) -> list[_Removed]:

@@ -111,3 +111,81 @@ def test_grace_period_and_dry_run(tmp_path: Path) -> None:
     _check(t)
     with pytest.raises(mq.InvalidArgumentError, match="older_than must be a number of seconds >= 0"):
         collect_garbage(t.uri, older_than=-1)
+
+
+def test_a_base_restored_to_before_a_merge_keeps_its_generations(tmp_path: Path) -> None:
+    """The version old enough says merged, the newest (a restore() to before the merge) does
+    not: the generation is the only copy of its rows again and must stay."""
+    import time
+
+    import lance
+
+    t = _table(tmp_path)
+    t.put(_rows(np.arange(500, 520), 1))
+    t.flush()
+    before = lance.dataset(t.uri).version
+    t.merge_all({})
+    time.sleep(1.2)
+    lance.dataset(t.uri, version=before).restore()
+    assert collect_garbage(t.uri, older_than=1).num_rows == 0
+    _check(t)
+    assert verify_table(t.uri).ok
+
+
+@pytest.mark.parametrize("cut", [True, False])
+def test_a_strong_open_racing_a_flush_merge_and_collection_misses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cut: bool
+) -> None:
+    """A strong open read a region's manifest, then a writer flushed, a merger merged and the
+    collector removed the WAL entries the open was about to replay: the tail ended early and
+    the snapshot missed acknowledged rows, without an error. A newer manifest after the tail
+    is read now makes the open read the region again."""
+    import memwal_query.snapshot.load as load
+    from memwal_write import merge_generations
+
+    t = ModelTable(
+        str(tmp_path / "t"), SCHEMA, pa.Table.from_pylist(_rows(np.arange(3), 0), schema=SCHEMA), unsharded=True
+    )
+    t.put(_rows(np.arange(10, 14), 1))  # acknowledged, in the WAL tail
+    real = load.replay_wal_tail
+    calls = []
+
+    def racing(*args, **kwargs):  # type: ignore[no-untyped-def]
+        if not calls:
+            t.flush()
+            merge_generations(t.uri)
+            assert collect_garbage(t.uri, older_than=0).num_rows > 0
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(load, "replay_wal_tail", racing)
+    if cut:  # the cross-region re-reads must catch it without the region's own re-read
+        monkeypatch.setattr(load, "_load_region", load._read_region)
+    else:  # the region's own read must hold without the cross-region re-reads
+        monkeypatch.setattr(load, "_consistent_cut", lambda storage, by_id, *rest: (by_id, False))
+    got = mq.open_table(t.uri).to_arrow().cast(SCHEMA)
+    assert sort_table(got, ["id"]).equals(sort_table(t.expected(), ["id"]))
+
+
+def test_version_age_in_the_hour_a_clock_falls_back() -> None:
+    """pylance gives a version's time as a naive local datetime: in the repeated hour it names
+    two instants; the later one is taken (a version never looks older than it is)."""
+    import datetime as dt
+    import os
+    import time
+
+    from memwal_write.gc import _committed_at  # noqa: PLC2701 - the conversion under test
+
+    old = os.environ.get("TZ")
+    os.environ["TZ"] = "America/New_York"
+    time.tzset()
+    try:
+        ambiguous = dt.datetime(2026, 11, 1, 1, 30)  # 01:30 happens twice that night
+        assert _committed_at(ambiguous) == ambiguous.replace(fold=1).timestamp()
+        assert _committed_at(ambiguous) - ambiguous.replace(fold=0).timestamp() == 3600
+    finally:
+        if old is None:
+            os.environ.pop("TZ")
+        else:
+            os.environ["TZ"] = old
+        time.tzset()

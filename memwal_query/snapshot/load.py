@@ -56,9 +56,42 @@ log = logging.getLogger("memwal_query")
 #: Passes that re-read the regions a writer moved while a strong snapshot was being read,
 #: before the snapshot settles for regions read at different moments.
 MAX_CUT_ROUNDS = 5
+_REGION_READS = 5  # reads of one region while its manifest keeps moving (see _load_region)
 
 
 def _load_region(
+    storage: Storage,
+    region_id: str,
+    index: MemWalIndex,
+    data_schema: pa.Schema,
+    consistency: Consistency,
+    live: Sequence[LiveMemTable],
+    cache: SnapshotCache,
+    pk: Sequence[str] = (),
+    columns: BaseColumns | None = None,
+) -> RegionSnapshot:
+    """One region as of one moment: its manifest, unmerged generations and (strong) WAL tail.
+
+    A collector (``memwal_write.collect_garbage``) removes WAL entries once a flush recorded
+    in a newer manifest covers them and their generation is merged: a strong read that took
+    its manifest before that flush and replays the WAL after the removal would end its tail
+    early and miss acknowledged rows. So a strong read that finds a newer manifest after
+    replaying its tail reads the region again (one existence probe)."""
+    for _ in range(_REGION_READS - 1):
+        r = _read_region(storage, region_id, index, data_schema, consistency, live, cache, pk, columns)
+        if consistency != "strong" or r.manifest is None or not _manifest_moved(storage, r):
+            return r
+    r = _read_region(storage, region_id, index, data_schema, consistency, live, cache, pk, columns)
+    log.info("%s: region %s kept moving while it was read; reading it as of its last read", storage.uri, region_id)
+    return r
+
+
+def _manifest_moved(storage: Storage, r: RegionSnapshot) -> bool:
+    """Whether a newer manifest of the region exists than the one ``r`` was read from."""
+    return r.manifest is not None and storage.exists(manifest_path(r.region_id, r.manifest.version + 1))
+
+
+def _read_region(
     storage: Storage,
     region_id: str,
     index: MemWalIndex,
@@ -299,15 +332,18 @@ def _load_once(
 
 
 def _region_moved(storage: Storage, r: RegionSnapshot) -> bool:
-    """Whether the region's writer logged anything after ``r`` was read (one existence probe).
+    """Whether the region's writer logged anything after ``r`` was read (existence probes).
 
     Region state only changes by WAL entries (flushes and merges move rows between levels
     without changing what a reader sees), and positions are written in order, so the
-    position after the last one replayed tells. A region without a manifest yet moved
-    once its first manifest exists.
+    position after the last one replayed tells, unless a collector removed it after a flush
+    covered it: a newer manifest tells then (a second probe). A region without a manifest
+    yet moved once its first manifest exists.
     """
     if r.manifest is None:
         return storage.exists(manifest_path(r.region_id, 1))
+    if _manifest_moved(storage, r):
+        return True
     tail = r.wal_tail
     if tail is None:
         nxt = r.manifest.replay_after_wal_position + 1
