@@ -14,7 +14,9 @@ file it ever wrote. :func:`collect_garbage` removes, per region:
 * every WAL entry at or before the region's replay position (a flushed generation holds
   its rows; neither readers nor pylance's writer, which both replay from the position
   after it, read it again) whose generation is merged by that same version, and the fence
-  entries there.
+  entries there, but the region's newest WAL file (pylance's writer puts a new writer's
+  fence entry after the last file it finds: in an empty WAL it would land before the
+  replay position, where readers never see the epoch it claims).
 
 It never removes anything of a generation that is not merged, nor a WAL entry after the
 replay position, so an acknowledged write is never lost, whatever runs beside it: a writer
@@ -149,9 +151,14 @@ def _region_garbage(storage: Storage, region_id: str, merged: int) -> list[_Remo
     manifest = latest_region_manifest(storage, region_id)
     if manifest is None:
         return out
-    for name, is_dir in storage.list_dir(f"_mem_wal/{region_id}/wal"):
-        position = None if is_dir or not name.endswith(".arrow") else parse_bitrev64_name(name)
-        if position is None or position > manifest.replay_after_wal_position:
+    names = storage.list_dir(f"_mem_wal/{region_id}/wal")
+    positions = [None if d or not n.endswith(".arrow") else parse_bitrev64_name(n) for n, d in names]
+    # The newest entry stays: pylance's writer puts its fence entry after the last WAL file
+    # it finds, and in an empty WAL at position 1, before the replay position, where readers
+    # never see the new writer epoch it claims.
+    newest = max((p for p in positions if p is not None), default=None)
+    for position in positions:
+        if position is None or position > manifest.replay_after_wal_position or position == newest:
             continue
         entry = read_wal_entry(storage, region_id, position)
         if isinstance(entry, WalEntry) and entry.generation <= merged:  # a damaged entry stays (verify names it)

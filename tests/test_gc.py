@@ -14,6 +14,7 @@ import pytest
 
 import memwal_query as mq
 from memwal_query.format.names import parse_bitrev64_name
+from memwal_query.format.wal import read_wal_entry
 from memwal_query.snapshot import latest_region_manifest
 from memwal_query.verify import verify_table
 from memwal_write import collect_garbage
@@ -76,8 +77,20 @@ def test_collects_merged_generations_and_loses_no_write(tmp_path: Path) -> None:
     assert t.merge_all(merged) > 0
     collect_garbage(t.uri, older_than=0)
     _check(t)
-    for r in t.regions():  # all merged: nothing of the merged generations is left
+    for r in t.regions():  # all merged: nothing of the merged generations is left but the newest WAL file
         assert not [n for n, d in t.storage().list_dir(f"_mem_wal/{r}") if d and "_gen_" in n]
+        assert len(_wal_positions(t, r)) == 1
+    # pylance's writer puts a new writer's fence after the last WAL file: in the tail, where
+    # readers see the epoch it claims (in an emptied WAL it went to position 1)
+    kept = {r: _wal_positions(t, r) for r in t.regions()}
+    t.put(_rows(np.arange(700, 760), 100))
+    for r in t.regions():
+        m = latest_region_manifest(t.storage(), r)
+        assert m is not None
+        new = _wal_positions(t, r) - kept[r]
+        fences = [p for p in new if read_wal_entry(t.storage(), r, p).fence]  # type: ignore[union-attr]
+        assert fences and min(fences) > m.replay_after_wal_position, (fences, m.replay_after_wal_position)
+    _check(t)
 
 
 def test_keeps_what_a_lost_unmerged_generation_is_rebuilt_from(tmp_path: Path) -> None:
