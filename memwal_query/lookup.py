@@ -153,10 +153,15 @@ def _key_filter(keys: pa.Table, pk: Sequence[str]) -> pc.Expression:
 
 
 def _semi(rows: pa.Table, keys: pa.Table, pk: Sequence[str], exact: bool = True) -> pa.Table:
-    """``rows`` of the ``keys`` (``exact``: one key column filtered exactly already)."""
+    """``rows`` of the ``keys`` (``exact``: one key column filtered exactly already).
+
+    Joined on the key columns and a row number, then taken: a join carries every column of
+    its left side, and Acero refuses list columns (vectors) that are not join keys."""
     if (len(pk) == 1 and exact) or rows.num_rows == 0:
         return rows
-    return rows.join(keys, keys=list(pk), join_type="left semi")
+    numbered = rows.select(list(pk)).append_column("_at", pa.array(np.arange(rows.num_rows, dtype=np.int64)))
+    hit = numbered.join(keys.select(list(pk)), keys=list(pk), join_type="left semi", use_threads=False)
+    return rows.take(pa.array(np.sort(np.asarray(hit.column("_at").to_numpy()))))
 
 
 class LookupResult(NamedTuple):
