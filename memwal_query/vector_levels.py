@@ -76,6 +76,11 @@ Found = tuple[str, Scored]
 UNPARTITIONED = Partitioning(None, False, "flat")
 _READERS = 4  # generations read at once when the pool is read on the calling thread
 _ENV_LOCK = threading.Lock()
+_CENTROIDS_ENV = "LANCE_INCLUDE_VECTOR_CENTROIDS"  # read by Lance (Rust) when it builds index stats
+# Added once, at import: a search then only changes its value, which the C library replaces
+# in place; adding or removing a variable may move the environment array while one of Lance's
+# threads is reading it (they read variables without Python's lock).
+os.environ.setdefault(_CENTROIDS_ENV, "false")
 
 
 def index_centroids(ds: lance.LanceDataset, index_name: str, cache: SnapshotCache) -> np.ndarray | None:
@@ -108,9 +113,9 @@ def _index_facts(
             return hit if isinstance(hit, tuple) else (None, None)
     found: tuple[np.ndarray | None, str | None] = (None, None)
     with _ENV_LOCK:  # a background read and a search may ask at once: one restores what it set
-        old = os.environ.get("LANCE_INCLUDE_VECTOR_CENTROIDS")
+        old = os.environ.get(_CENTROIDS_ENV, "false")
         # set either way: pylance 14 prints a warning when it is not
-        os.environ["LANCE_INCLUDE_VECTOR_CENTROIDS"] = "true" if centroids else "false"
+        os.environ[_CENTROIDS_ENV] = "true" if centroids else "false"
         try:
             stats = ds.stats.index_stats(index_name)
             segments = stats.get("indices") or []
@@ -122,10 +127,7 @@ def _index_facts(
         except (ValueError, OSError, RuntimeError, KeyError, TypeError):
             found = (None, None)  # an index without IVF centroids: the pool is searched flat
         finally:
-            if old is None:
-                os.environ.pop("LANCE_INCLUDE_VECTOR_CENTROIDS", None)
-            else:
-                os.environ["LANCE_INCLUDE_VECTOR_CENTROIDS"] = old
+            os.environ[_CENTROIDS_ENV] = old  # never removed (see _CENTROIDS_ENV)
     with cache.lock:
         # One base version's at a time: each merge makes a new version (a long-lived reader
         # kept a copy of the centroids per version it ever searched).

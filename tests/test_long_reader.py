@@ -4,6 +4,7 @@ generations and the base index's centroids of older base versions are let go."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import lance
@@ -77,3 +78,6 @@ def test_refresh_keeps_one_copy_of_the_base_index_centroids(tmp_path: Path) -> N
     assert len(versions) == 4
     kinds = [k for k in table._view.cache.vector_parts if k[0] in ("centroids", "metric")]
     assert kinds and all(k[3] == table.snapshot.base_version for k in kinds), kinds
+    # the variable Lance reads for centroids is changed in place, never removed: removing (and
+    # adding again) a variable can move the environment under Lance's threads reading it
+    assert os.environ.get("LANCE_INCLUDE_VECTOR_CENTROIDS") == "false"
