@@ -14,12 +14,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from memwal_query.errors import InvalidArgumentError
+from memwal_query.errors import InvalidArgumentError, MemWalError
+from memwal_query.format.lance_open import REFRESH_AND_RETRY
 from memwal_query.scan.fragment import SourceFragment
 from memwal_query.spark_types import spark_batch, spark_schema
 from memwal_query.table import open_table
 
-__all__ = ["read_spark"]
+__all__ = ["read_spark", "read_units", "spark_scan"]
 
 
 def read_units(frags: Sequence[SourceFragment], pruned: set[str]) -> list[list[SourceFragment]]:
@@ -36,16 +37,29 @@ def read_units(frags: Sequence[SourceFragment], pruned: set[str]) -> list[list[S
     return [u for u in units if u]
 
 
+def spark_scan(
+    frags: Iterable[SourceFragment], columns: Sequence[str] | None, filt: pc.Expression | None, out_schema: pa.Schema
+) -> Iterator[pa.RecordBatch]:
+    """A Spark task's batches of ``frags``. A file a merger removed since the DataFrame was
+    planned fails as the scan does, but telling a Spark user, who has no Table to refresh,
+    to load the DataFrame again."""
+    try:
+        for frag in frags:
+            for out in frag.scanner(columns=columns, filter=filt).to_batches():
+                if out.num_rows:
+                    yield spark_batch(out, out_schema)
+    except MemWalError as err:
+        text = str(err).replace(REFRESH_AND_RETRY, "load the DataFrame again (spark.read...load()) and retry")
+        raise type(err)(text) from err  # every MemWalError takes its message alone
+
+
 def _read_task(
     columns: Sequence[str] | None, filt: pc.Expression | None, out_schema: pa.Schema
 ) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
             for blob in b.column("plan").to_pylist():
-                for frag in pickle.loads(blob):
-                    for out in frag.scanner(columns=columns, filter=filt).to_batches():
-                        if out.num_rows:
-                            yield spark_batch(out, out_schema)
+                yield from spark_scan(pickle.loads(blob), columns, filt, out_schema)
 
     return run
 

@@ -32,12 +32,13 @@ Example:
     >>> lance.write_dataset(pa.table({"id": [1], "v": ["a"]}, schema=schema), uri).initialize_mem_wal(
     ...     bucket_column="id", num_buckets=2)
     >>> _ = write_arrow(uri, pa.table({"id": [2, 3], "v": ["b", "c"]}, schema=schema))
+    >>> _ = write_arrow(uri, pa.table({"id": [4, 5], "v": ["d", "e"]}, schema=schema))
     >>> _ = merge_generations(uri)
     >>> removed = collect_garbage(uri, older_than=0)
-    >>> sorted(set(removed.column("kind").to_pylist()))
+    >>> sorted(set(removed.column("kind").to_pylist()))  # each region's newest WAL file stays
     ['generation', 'wal']
     >>> mq.open_table(uri).count_rows()
-    3
+    5
 """
 
 from __future__ import annotations

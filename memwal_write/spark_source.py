@@ -55,10 +55,9 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 from memwal_query.changes import change_schema
-from memwal_query.errors import InvalidArgumentError, MemWalError
-from memwal_query.format.lance_open import REFRESH_AND_RETRY
-from memwal_query.spark_read import read_units
-from memwal_query.spark_types import spark_batch, spark_schema
+from memwal_query.errors import InvalidArgumentError
+from memwal_query.spark_read import read_units, spark_scan
+from memwal_query.spark_types import spark_schema
 from memwal_query.table import Table, open_table
 from memwal_write.spark_sink import SinkOptions, apply_rows, from_ipc, storage_options_of, to_ipc
 from memwal_write.spark_stream import MemwalStreamReader, MemwalStreamWriter, StagedRows
@@ -154,16 +153,7 @@ class MemwalReader(DataSourceReader):
         ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        filt = self._filter()
-        try:
-            for frag in pickle.loads(partition.value):
-                for out in frag.scanner(columns=self.columns, filter=filt).to_batches():
-                    if out.num_rows:
-                        yield spark_batch(out, self.arrow_schema)
-        except MemWalError as err:
-            # A Spark user has no Table to refresh: the DataFrame holds the snapshot.
-            text = str(err).replace(REFRESH_AND_RETRY, "load the DataFrame again (spark.read...load()) and retry")
-            raise type(err)(text) from err
+        yield from spark_scan(pickle.loads(partition.value), self.columns, self._filter(), self.arrow_schema)
 
 
 class MemwalWriter(DataSourceArrowWriter):

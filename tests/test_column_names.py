@@ -100,3 +100,16 @@ def test_a_column_lance_cannot_read_is_refused_in_one_line(tmp_path: Path, key: 
     with pytest.raises(mq.MemWalError, match="has column\\(s\\) \\['k`ey'\\] whose name holds a backtick") as err:
         mq.open_table(t.uri)
     assert "\n" not in str(err.value) and t.uri in str(err.value)
+
+
+def test_a_column_named_like_the_writers_delete_flag_is_refused(tmp_path: Path) -> None:
+    """pylance's writer takes a ``_tombstone`` column and writes its delete flags into it."""
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("_tombstone", pa.bool_())])
+    t = ModelTable(
+        str(tmp_path / "t"),
+        schema,
+        pa.Table.from_pylist([{"id": 1, "_tombstone": True}], schema=schema),
+        unsharded=True,
+    )
+    with pytest.raises(mq.MemWalError, match="has a column '_tombstone', the column pylance's MemWAL writer adds"):
+        mq.open_table(t.uri)

@@ -143,7 +143,9 @@ def predicate_for_table(schema: pa.Schema, predicate_sql: str, *, name: str = "t
 
     With ``lance``, the predicate is read as Lance reads a filter: unquoted names keep their
     case (DataFusion lower-cases them), and a double-quoted word, a string literal to Lance and
-    a name to DataFusion, leaves the predicate unknown (nothing pruned by it).
+    a name to DataFusion, leaves the predicate unknown (nothing pruned by it), as does one
+    DataFusion cannot plan (Lance also finds a name in another case, ``city`` for ``City``,
+    and runs its own functions): Lance, which runs it, says what is wrong with it.
     """
     if lance and '"' in predicate_sql:
         return Unknown(predicate_sql)
@@ -152,8 +154,13 @@ def predicate_for_table(schema: pa.Schema, predicate_sql: str, *, name: str = "t
         config = config.set("datafusion.sql_parser.enable_ident_normalization", "false")
     ctx = datafusion.SessionContext(config)
     ctx.register_record_batches(name, [[pa.RecordBatch.from_pylist([], schema=schema)]])
-    df = ctx.sql(f"SELECT * FROM {name} WHERE {predicate_sql}")
-    preds = scan_filters(df.optimized_logical_plan(), name) or []
+    try:
+        plan = ctx.sql(f"SELECT * FROM {name} WHERE {predicate_sql}").optimized_logical_plan()
+    except Exception:
+        if lance:
+            return Unknown(predicate_sql)
+        raise
+    preds = scan_filters(plan, name) or []
     if not preds:
         return Unknown(predicate_sql)
     return preds[0] if len(preds) == 1 else And(tuple(preds))

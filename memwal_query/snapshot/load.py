@@ -237,6 +237,12 @@ def _check_column_names(uri: str, schema: pa.Schema) -> None:
     if clash:
         msg = f"table {uri} has column(s) {clash}, the names memwal gives its own columns: rename them"
         raise MemWalError(msg)
+    if TOMBSTONE in schema.names:
+        msg = (
+            f"table {uri} has a column {TOMBSTONE!r}, the column pylance's MemWAL writer adds to mark "
+            "deletes (its values and the delete flags would share one column): rename it"
+        )
+        raise MemWalError(msg)
     ticked = [f.name for f in schema if "`" in f.name]
     if ticked:
         msg = f"table {uri} has column(s) {ticked} whose name holds a backtick (`), which Lance cannot read"

@@ -442,3 +442,23 @@ def test_a_batch_read_after_cleanup_tells_a_spark_user_to_load_again(tmp_path: P
             for _ in reader.read(p):
                 pass
     assert "load the DataFrame again" in str(err.value) and "refresh()" not in str(err.value), err.value
+
+
+def test_read_spark_after_cleanup_tells_a_spark_user_to_load_again(tmp_path: Path) -> None:
+    """``read_spark``'s tasks scan the fragments the driver planned: the same words as the data source."""
+    import shutil
+
+    from memwal_query.spark_read import spark_scan
+    from memwal_write import merge_generations
+
+    uri, _ = _layered(tmp_path)
+    table = mq.open_table(uri)
+    frags = table.dataset().source_fragments()
+    merge_generations(uri)
+    for r in table.snapshot.regions:
+        for _, path in latest_generations(uri, r.region_id):
+            shutil.rmtree(Path(uri, "_mem_wal", r.region_id, path), ignore_errors=True)
+    schema = pa.schema([table.snapshot.schema.field(c) for c in ("id", "amount")])
+    with pytest.raises(mq.MemWalError) as err:
+        list(spark_scan(frags, ["id", "amount"], None, schema))
+    assert "load the DataFrame again" in str(err.value) and "refresh()" not in str(err.value), err.value
