@@ -159,7 +159,8 @@ def test_a_strong_open_racing_a_flush_merge_and_collection_misses_nothing(
     t = ModelTable(
         str(tmp_path / "t"), SCHEMA, pa.Table.from_pylist(_rows(np.arange(3), 0), schema=SCHEMA), unsharded=True
     )
-    t.put(_rows(np.arange(10, 14), 1))  # acknowledged, in the WAL tail
+    for k in range(10, 14):  # acknowledged, in the WAL tail: one entry each (the newest is kept)
+        t.put(_rows(np.array([k]), 1))
     real = load.replay_wal_tail
     calls = []
 
@@ -173,7 +174,7 @@ def test_a_strong_open_racing_a_flush_merge_and_collection_misses_nothing(
 
     monkeypatch.setattr(load, "replay_wal_tail", racing)
     if cut:  # the cross-region re-reads must catch it without the region's own re-read
-        monkeypatch.setattr(load, "_load_region", load._read_region)
+        monkeypatch.setattr(load, "_settled_region", lambda read, storage, consistency: read())
     else:  # the region's own read must hold without the cross-region re-reads
         monkeypatch.setattr(load, "_consistent_cut", lambda storage, by_id, *rest: (by_id, False))
     got = mq.open_table(t.uri).to_arrow().cast(SCHEMA)

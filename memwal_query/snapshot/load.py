@@ -56,21 +56,11 @@ log = logging.getLogger("memwal_query")
 #: Passes that re-read the regions a writer moved while a strong snapshot was being read,
 #: before the snapshot settles for regions read at different moments.
 MAX_CUT_ROUNDS = 5
-_REGION_READS = 5  # reads of one region while its manifest keeps moving (see _load_region)
+_REGION_READS = 5  # reads of one region while its manifest keeps moving (see _settled_region)
 
 
-def _load_region(
-    storage: Storage,
-    region_id: str,
-    index: MemWalIndex,
-    data_schema: pa.Schema,
-    consistency: Consistency,
-    live: Sequence[LiveMemTable],
-    cache: SnapshotCache,
-    pk: Sequence[str] = (),
-    columns: BaseColumns | None = None,
-) -> RegionSnapshot:
-    """One region as of one moment: its manifest, unmerged generations and (strong) WAL tail.
+def _settled_region(read: Callable[[], RegionSnapshot], storage: Storage, consistency: Consistency) -> RegionSnapshot:
+    """``read()`` of one region (:func:`_load_region`), again while its manifest moved under it.
 
     A collector (``memwal_write.collect_garbage``) removes WAL entries once a flush recorded
     in a newer manifest covers them and their generation is merged: a strong read that took
@@ -78,11 +68,11 @@ def _load_region(
     early and miss acknowledged rows. So a strong read that finds a newer manifest after
     replaying its tail reads the region again (one existence probe)."""
     for _ in range(_REGION_READS - 1):
-        r = _read_region(storage, region_id, index, data_schema, consistency, live, cache, pk, columns)
+        r = read()
         if consistency != "strong" or r.manifest is None or not _manifest_moved(storage, r):
             return r
-    r = _read_region(storage, region_id, index, data_schema, consistency, live, cache, pk, columns)
-    log.info("%s: region %s kept moving while it was read; reading it as of its last read", storage.uri, region_id)
+    r = read()
+    log.info("%s: region %s kept moving while it was read; reading it as of its last read", storage.uri, r.region_id)
     return r
 
 
@@ -91,7 +81,7 @@ def _manifest_moved(storage: Storage, r: RegionSnapshot) -> bool:
     return r.manifest is not None and storage.exists(manifest_path(r.region_id, r.manifest.version + 1))
 
 
-def _read_region(
+def _load_region(
     storage: Storage,
     region_id: str,
     index: MemWalIndex,
@@ -310,7 +300,10 @@ def _load_once(
     workers = max(1, min(max_workers, len(region_ids)))
 
     def load(region_id: str) -> RegionSnapshot:
-        return _load_region(storage, region_id, index, data_schema, consistency, live, cache, pk, columns)
+        def read() -> RegionSnapshot:
+            return _load_region(storage, region_id, index, data_schema, consistency, live, cache, pk, columns)
+
+        return _settled_region(read, storage, consistency)
 
     with ThreadPoolExecutor(workers) as pool:
         by_id = {r.region_id: r for r in pool.map(load, region_ids)}
