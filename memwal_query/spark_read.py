@@ -48,6 +48,8 @@ def spark_scan(
             for out in frag.scanner(columns=columns, filter=filt).to_batches():
                 if out.num_rows:
                     yield spark_batch(out, out_schema)
+    except GeneratorExit:  # closed unfinished, maybe at exit when module globals are gone
+        raise
     except MemWalError as err:
         text = str(err).replace(REFRESH_AND_RETRY, "load the DataFrame again (spark.read...load()) and retry")
         raise type(err)(text) from err  # every MemWalError takes its message alone

@@ -136,16 +136,24 @@ def test_scan_generators_closed_after_module_teardown_stay_quiet(monkeypatch: py
         while True:
             yield pa.record_batch({"a": [1]})
 
+    import memwal_query.spark_read as spark_read
+
+    class Endless:  # a source fragment whose scan never ends (what a Spark task reads)
+        def scanner(self, **_: Any) -> Any:
+            return type("S", (), {"to_batches": staticmethod(endless)})()
+
     frag = lance_fragment.LanceFragment.__new__(lance_fragment.LanceFragment)
     gens = [
         frag.guard(endless()),
         engine_errors.recorded(endless()),
         reader._applying(endless(), pa.compute.field("a") > 0, "t"),
+        spark_read.spark_scan([Endless()], None, None, pa.schema([("a", pa.int64())])),  # type: ignore[list-item]
     ]
     for g in gens:
         next(g)
     monkeypatch.setattr(lance_fragment, "pa", None)  # what finalization leaves
     monkeypatch.setattr(engine_errors, "MemWalError", None)
     monkeypatch.setattr(reader, "pa", None)
+    monkeypatch.setattr(spark_read, "MemWalError", None)
     for g in gens:
         g.close()  # raised AttributeError / TypeError before
