@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 from collections.abc import Sequence
 from typing import IO, TYPE_CHECKING, Any
@@ -195,14 +194,13 @@ def _run_query(table: Table, query: str) -> pa.RecordBatchReader:
 
     from memwal_query.engine_errors import engine_error
     from memwal_query.errors import MemWalError
+    from memwal_query.planner.predicates import sql_name
 
     ctx = datafusion.SessionContext()
     table.register(ctx, "t")
     name = _folder_name(table.uri)
     if name and name != "t":
-        # Also FROM <folder>: quoted unless SQL reads it unquoted as it is (events.lance, Events)
-        plain = re.fullmatch(r"[a-z_][a-z0-9_]*", name) is not None
-        table.register(ctx, name if plain else '"' + name.replace('"', '""') + '"')
+        table.register(ctx, sql_name(name))  # also FROM <folder>, quoted where SQL needs it (events.lance)
     try:
         df = ctx.sql(query)
         return pa.RecordBatchReader.from_stream(df)

@@ -46,6 +46,7 @@ from memwal_query.engine_errors import raised_in_engine
 from memwal_query.errors import InvalidArgumentError, MemWalError, one_line
 from memwal_query.hybrid import search_hybrid
 from memwal_query.lookup import lookup
+from memwal_query.planner.predicates import sql_name
 from memwal_query.state_sql import generations_table, history_table, regions_table, wal_table
 from memwal_query.table_dataset import table_dataset
 from memwal_query.vector import nearest
@@ -331,8 +332,7 @@ def register_table(ctx: datafusion.SessionContext, name: str, dataset: pds.Datas
         if "_PublicSchema" in why:  # the session's default schema is a memwal catalog's
             why = "its default catalog is a memwal catalog, which serves the tables under its root only"
         elif "." in name and "resolve schema" in why:
-            quoted = '"' + name.replace('"', '""') + '"'
-            why += f" (DataFusion reads a dotted name as schema.table: quote it, {quoted})"
+            why += f" (DataFusion reads a dotted name as schema.table: quote it, {sql_name(name)})"
         msg = f"cannot register {name!r} in this session: {why}"
         raise InvalidArgumentError(msg) from err
     register_functions(ctx, {name: table})

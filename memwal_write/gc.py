@@ -121,7 +121,8 @@ def collect_garbage(
     if old_enough:
         # merged by the version old enough and still by the newest (a restore() of the base
         # to a version before a merge un-merges its generations)
-        then, now = read_memwal_index(storage, max(old_enough)), read_memwal_index(storage, ds.version)
+        then = read_memwal_index(storage, max(old_enough))
+        now = then if max(old_enough) == ds.version else read_memwal_index(storage, ds.version)
         for region_id in list_regions(storage):
             merged = min(then.merged_generation(region_id), now.merged_generation(region_id))
             if merged > 0:

@@ -34,6 +34,7 @@ __all__ = [
     "columns_of",
     "needed_columns",
     "to_sql",
+    "sql_name",
 ]
 
 Op = Literal["=", "!=", "<", "<=", ">", ">="]
@@ -177,8 +178,10 @@ def needed_columns(p: Predicate) -> frozenset[str] | None:
 _PLAIN_NAME = re.compile(r"[a-z_][a-z0-9_]*")
 
 
-def _name(column: str) -> str:
-    return column if _PLAIN_NAME.fullmatch(column) else '"' + column.replace('"', '""') + '"'
+def sql_name(name: str) -> str:
+    """``name`` as DataFusion's SQL reads it back: as it is when it is a plain lower-case
+    name, else double-quoted (``events.lance`` -> ``"events.lance"``)."""
+    return name if _PLAIN_NAME.fullmatch(name) else '"' + name.replace('"', '""') + '"'
 
 
 def _literal(value: pa.Scalar) -> str:
@@ -210,11 +213,11 @@ def to_sql(p: Predicate) -> str:
         '(a < 2 OR <not understood: f(a)>) AND NOT b >= 1.5'
     """
     if isinstance(p, Compare):
-        return f"{_name(p.column)} {p.op} {_literal(p.value)}"
+        return f"{sql_name(p.column)} {p.op} {_literal(p.value)}"
     if isinstance(p, InSet):
-        return f"{_name(p.column)} {'NOT IN' if p.negated else 'IN'} ({', '.join(_literal(v) for v in p.values)})"
+        return f"{sql_name(p.column)} {'NOT IN' if p.negated else 'IN'} ({', '.join(_literal(v) for v in p.values)})"
     if isinstance(p, IsNull):
-        return f"{_name(p.column)} IS {'NOT NULL' if p.negated else 'NULL'}"
+        return f"{sql_name(p.column)} IS {'NOT NULL' if p.negated else 'NULL'}"
     if isinstance(p, And):
         return " AND ".join(f"({to_sql(c)})" if isinstance(c, Or) else to_sql(c) for c in p.children) or "TRUE"
     if isinstance(p, Or):
