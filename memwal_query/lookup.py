@@ -33,6 +33,7 @@ from memwal_query.format.wal import LEVEL_COLUMN, SEQ_COLUMN, TOMBSTONE
 from memwal_query.lookup_rows import MATRIX_MIN_GENERATIONS, RegionRows, held_rows, region_rows, take_held
 from memwal_query.planner.lance_filter import expression_runs, for_lance, quote_name
 from memwal_query.planner.routing import route_keys
+from memwal_query.scan.fragment import check_projection
 from memwal_query.snapshot.model import RegionSnapshot
 from memwal_query.view.table_view import TableView
 
@@ -360,14 +361,7 @@ def lookup(view: TableView, keys: Any, columns: Sequence[str] | None = None) -> 
     pk = list(snap.primary_key)
     schema = snap.schema
     out_cols = list(columns) if columns is not None else list(schema.names)
-    unknown = [c for c in out_cols if c not in schema.names]
-    if unknown:
-        msg = f"unknown column(s) {unknown} in {snap.uri}"
-        raise InvalidArgumentError(msg)
-    twice = sorted({c for c in out_cols if out_cols.count(c) > 1})
-    if twice:  # as to_arrow / to_reader refuse them
-        msg = f"column(s) {twice} asked for more than once from {snap.uri}"
-        raise InvalidArgumentError(msg)
+    check_projection(out_cols, schema.names, snap.uri)  # as to_arrow / to_reader check it
     want = normalize_keys(keys, schema, pk)
     want = want.append_column("_row", pa.array(np.arange(want.num_rows, dtype=np.int64)))
     keep = list(dict.fromkeys(pk + out_cols))  # the keys too: the rows come back in their order

@@ -41,6 +41,7 @@ __all__ = [
     "SourceFragment",
     "MemoryFragment",
     "rebuilt_rows",
+    "check_projection",
 ]
 
 HIDDEN_COLUMNS = ("_gen", "_rowaddr", "_region")
@@ -104,15 +105,21 @@ class ScanContext:
         """The schema of a projection; raises on unknown columns."""
         if columns is None:
             return self.schema
-        missing = [c for c in columns if c not in self.schema.names]
-        if missing:
-            msg = f"unknown column(s) {missing} in {self.uri}"
-            raise InvalidArgumentError(msg)
-        twice = sorted(c for c, n in Counter(columns).items() if n > 1)
-        if twice:
-            msg = f"column(s) {twice} asked for more than once from {self.uri}"
-            raise InvalidArgumentError(msg)
+        check_projection(columns, self.schema.names, self.uri)
         return pa.schema([self.schema.field(c) for c in columns])
+
+
+def check_projection(columns: Sequence[str], names: Sequence[str], uri: str) -> None:
+    """Raise :class:`InvalidArgumentError` for a column of ``columns`` the table ``uri``
+    (columns ``names``) does not have, or one asked for more than once."""
+    missing = [c for c in columns if c not in names]
+    if missing:
+        msg = f"unknown column(s) {missing} in {uri}"
+        raise InvalidArgumentError(msg)
+    twice = sorted(c for c, n in Counter(columns).items() if n > 1)
+    if twice:
+        msg = f"column(s) {twice} asked for more than once from {uri}"
+        raise InvalidArgumentError(msg)
 
 
 class SourceFragment:
