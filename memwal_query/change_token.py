@@ -14,8 +14,10 @@ The token also carries a fingerprint of the table's primary key (names and types
 the id of the MemWAL index entry of the base version it was taken at (Lance gives every
 rewrite of the index a new random id): a token is refused by a table with another key,
 and by a table whose base version of that number holds another index (the check needs
-that version's manifest: after ``cleanup_old_versions`` removed it, only the key is
-compared).
+that version's manifest), or whose region lists another directory for the generation the
+token names (directory names start with random digits; region ids follow the region spec,
+so two tables sharded alike share them). After ``cleanup_old_versions`` removed the
+version, a token of a region that had flushed no generation is checked by its key only.
 
 Format: ``mwc1.`` followed by URL-safe base64 (no padding) of zlib-compressed compact
 JSON. Nothing in it is secret; it names region ids and version numbers.
@@ -45,7 +47,13 @@ from memwal_query.format.names import lance_manifest_file_name
 from memwal_query.format.storage import Storage
 from memwal_query.snapshot.model import RegionSnapshot, Snapshot
 
-__all__ = ["RegionMark", "ChangeToken", "token_of", "fingerprint", "index_anchor", "storage_of", "MEMWAL_INDEX"]
+__all__ = [
+    "RegionMark",
+    "ChangeToken",
+    "token_of",
+    "stored_token",
+    "generation_path",
+    "in_process_regions", "fingerprint", "index_anchor", "storage_of", "MEMWAL_INDEX"]
 
 PREFIX = "mwc1."
 #: The Lance index entry holding the MemWAL index.
@@ -68,6 +76,9 @@ class RegionMark:
         flushed_through: The highest generation flushed or merged: newer writes land in
             higher generations.
         wal_position: The last WAL position whose rows the snapshot showed.
+        generation_path: The directory of generation ``flushed_through`` ("" when none):
+            its name starts with 8 random hex digits, so it tells this table from another
+            whose regions have the same ids (a region id is derived from the region spec).
     """
 
     region_id: str
@@ -76,6 +87,7 @@ class RegionMark:
     merged_generation: int
     flushed_through: int
     wal_position: int
+    generation_path: str = ""
 
 
 @dataclass(frozen=True)
@@ -109,7 +121,7 @@ class ChangeToken:
             "c": self.consistency,
             "r": [
                 [r.region_id, r.manifest_version, r.writer_epoch, r.merged_generation]
-                + [r.flushed_through, r.wal_position]
+                + [r.flushed_through, r.wal_position, r.generation_path]
                 for r in self.regions
             ],
         }
@@ -163,9 +175,10 @@ def _from_json(body: Any) -> ChangeToken:
         raise ValueError(f"unknown consistency {consistency!r}")
     regions = []
     for item in body["r"]:
-        if not isinstance(item, list) or len(item) != 6:
+        if not isinstance(item, list) or len(item) not in (6, 7):  # 6: tokens taken before the path was recorded
             raise ValueError(f"bad region entry {item!r}")
-        regions.append(RegionMark(_str(item[0]), *(_int(v) for v in item[1:])))
+        path = _str(item[6]) if len(item) == 7 else ""
+        regions.append(RegionMark(_str(item[0]), *(_int(v) for v in item[1:6]), path))
     return ChangeToken(_str(body["f"]), _str(body["a"]), _int(body["b"]), consistency, tuple(regions))
 
 
@@ -215,17 +228,38 @@ def _wal_position(region: RegionSnapshot) -> int:
 
 
 def region_mark(region: RegionSnapshot) -> RegionMark:
-    """The mark of one region of a snapshot."""
+    """The mark of one region of a snapshot.
+
+    A generation the snapshot left out (``on_missing_generation="skip"``) was not shown:
+    the mark stops below the first such one, so a change feed reads it and what follows.
+    """
     m = region.manifest
     flushed = max((g.generation for g in m.flushed_generations), default=0) if m is not None else 0
+    through = max(flushed, region.merged_generation)
+    left_out = [s.generation for s in region.skipped if s.missing]
+    if left_out:
+        through = min(through, min(left_out) - 1)
     return RegionMark(
         region.region_id,
         m.version if m is not None else 0,
         m.writer_epoch if m is not None else 0,
         region.merged_generation,
-        max(flushed, region.merged_generation),
+        through,
         _wal_position(region),
+        generation_path(region, through),
     )
+
+
+def generation_path(region: RegionSnapshot, generation: int) -> str:
+    """The directory of a flushed generation the region manifest lists ("" when it lists none)."""
+    m = region.manifest
+    listed = m.flushed_generations if m is not None else ()
+    return next((g.path for g in listed if g.generation == generation), "")
+
+
+def in_process_regions(snapshot: Snapshot) -> list[str]:
+    """Regions whose MemTable holds rows handed in with ``open_table(live=...)``."""
+    return [r.region_id for r in snapshot.regions if r.memtable is not None and r.memtable.live]
 
 
 def token_of(snapshot: Snapshot, storage: Storage | None = None) -> ChangeToken:
@@ -238,3 +272,23 @@ def token_of(snapshot: Snapshot, storage: Storage | None = None) -> ChangeToken:
         snapshot.consistency,
         tuple(region_mark(r) for r in sorted(snapshot.regions, key=lambda r: r.region_id)),
     )
+
+
+def stored_token(snapshot: Snapshot, storage: Storage | None = None) -> str:
+    """The token text of a snapshot, refused when it holds in-process rows (``live=``).
+
+    Those rows are in no WAL entry: a token cannot say what they were, so a change feed from
+    it could not take them back (pass the :class:`~memwal_query.Table` itself instead).
+
+    Raises:
+        InvalidArgumentError: The snapshot holds rows handed in with ``live=``.
+    """
+    regions = in_process_regions(snapshot)
+    if regions:
+        msg = (
+            f"{snapshot.uri}: region {regions[0]} holds rows handed in with live= that are in no WAL entry: "
+            "a change token cannot say what they were; pass this Table to changes() instead, or take "
+            "the token of a snapshot opened without live="
+        )
+        raise InvalidArgumentError(msg)
+    return token_of(snapshot, storage).encode()

@@ -32,7 +32,10 @@ entries), otherwise :class:`~memwal_query.errors.ChangesUnavailableError` names 
 table, region and generation. (Comparing base versions cannot replace them: a key written before the
 token into a MemTable and deleted after it never reaches the base.) Writes made to the
 base table directly (not through MemWAL) are not seen. Rows handed in with
-``open_table(..., live=...)`` are not durable: they count as written after any token.
+``open_table(..., live=...)`` are not durable: they count as written after any token (an
+older snapshot holding such rows has no token, and is given as a Table). A base
+``restore()``d to before a merge reads that merge's generations again, as unmerged ones: a
+token taken after the merge still answers.
 
 Example:
     >>> import memwal_query as mq, tempfile, pyarrow as pa
@@ -56,7 +59,7 @@ import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from memwal_query.change_token import ChangeToken, index_anchor, token_of
+from memwal_query.change_token import ChangeToken, RegionMark, generation_path, index_anchor, token_of
 from memwal_query.errors import ChangesUnavailableError, InvalidArgumentError
 from memwal_query.format.model import FlushedGeneration
 from memwal_query.format.nested import as_schema
@@ -64,6 +67,7 @@ from memwal_query.format.paths import generation_rel
 from memwal_query.format.storage import Storage
 from memwal_query.format.wal import SEQ_COLUMN, scan_generations
 from memwal_query.lookup import lookup, read_failed
+from memwal_query.snapshot.memtables import LIVE_SEQ
 from memwal_query.snapshot.model import GenerationSource, RegionSnapshot, Snapshot
 from memwal_query.view.table_view import HasView, TableView
 
@@ -75,7 +79,6 @@ log = logging.getLogger("memwal_query")
 CHANGE_COLUMN = "_change"
 UPSERT = "upsert"
 DELETE = "delete"
-_LIVE_SEQ = 1 << 63  # MemTable sequence numbers of in-process (not durable) rows start here
 
 
 def _view(source: object) -> TableView | None:
@@ -168,11 +171,10 @@ def _check(old: ChangeToken, new: ChangeToken, snap: Snapshot, storage: Storage)
                 "this snapshot does not); refresh() the table"
             )
             raise InvalidArgumentError(msg)
-        if (
-            now.manifest_version < mark.manifest_version
-            or now.merged_generation < mark.merged_generation
-            or now.wal_position < mark.wal_position
-        ):
+        _check_generation_path(uri, mark, snap)
+        # A lower merged generation alone is not refused: the base was restore()d to before a
+        # merge, whose generations are then read again as unmerged ones, as they were before.
+        if now.manifest_version < mark.manifest_version or now.wal_position < mark.wal_position:
             hint = (
                 " (the token was taken by a strong snapshot: open this one with consistency='strong')"
                 if old.consistency == "strong" and new.consistency == "eventual"
@@ -182,13 +184,32 @@ def _check(old: ChangeToken, new: ChangeToken, snap: Snapshot, storage: Storage)
             raise InvalidArgumentError(msg)
 
 
+def _check_generation_path(uri: str, mark: RegionMark, snap: Snapshot) -> None:
+    """Refuse a token whose generation directory differs from the one this table lists.
+
+    Region ids are derived from the region spec, so another table with the same spec has
+    the same ones; generation directories have random names, and they outlive the base
+    versions that ``cleanup_old_versions`` removes.
+    """
+    if not mark.generation_path:
+        return
+    region = next((r for r in snap.regions if r.region_id == mark.region_id), None)
+    path = generation_path(region, mark.flushed_through) if region is not None else ""
+    if path and path != mark.generation_path:
+        msg = (
+            f"{uri}: the change token belongs to another table (its region {mark.region_id} flushed "
+            f"generation {mark.flushed_through} to {mark.generation_path}, this table to {path})"
+        )
+        raise InvalidArgumentError(msg)
+
+
 def _in_process_keys(snap: Snapshot) -> list[pa.Table]:
     """Keys of rows an older snapshot held in memory only (``live=``): they may be gone now."""
     out = []
     for r in snap.regions:
         if r.memtable is not None:
             m = r.memtable.table
-            out.append(m.filter(pc.greater_equal(m.column(SEQ_COLUMN), pa.scalar(_LIVE_SEQ, pa.uint64()))))
+            out.append(m.filter(pc.greater_equal(m.column(SEQ_COLUMN), pa.scalar(LIVE_SEQ, pa.uint64()))))
     return [t.select(list(snap.primary_key)) for t in out if t.num_rows]
 
 

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from lance.mem_wal import ShardSnapshot
 
-from memwal_query.change_token import token_of
+from memwal_query.change_token import stored_token
 from memwal_query.changes import changes
 from memwal_query.display import explanation, table_html
 from memwal_query.engine_errors import engine_error
@@ -342,7 +342,7 @@ class Table(ViewFacts):
     @property
     def change_token(self) -> str:
         """A string naming this snapshot's state, to store and give :meth:`changes` later (:mod:`.change_token`)."""
-        return token_of(self._view.snapshot, self._view.storage).encode()
+        return stored_token(self._view.snapshot, self._view.storage)
 
     def changes(self, since: Table | str) -> pa.Table:
         """The net change per key since an older :class:`Table` or change token (:mod:`memwal_query.changes`)."""

@@ -417,6 +417,9 @@ def test_rows_only_an_older_snapshot_held_in_memory(tmp_path: Path) -> None:
     got = new.changes(old)
     assert apply(rows_of(old), got) == rows_of(new)
     assert got.column("id").to_pylist() == [1]
+    # Its token could not say what the buffered row was: changes(token) returned nothing.
+    with pytest.raises(mq.InvalidArgumentError, match=f"{t.uri}: region {region} holds rows handed in with live="):
+        old.change_token
 
 
 def test_rows_only_the_newer_snapshot_holds_in_memory(tmp_path: Path) -> None:
@@ -425,7 +428,7 @@ def test_rows_only_the_newer_snapshot_holds_in_memory(tmp_path: Path) -> None:
     t.flush()
     old = mq.open_table(t.uri)
     new = mq.open_table(t.uri, live=[Buffered(t.regions()[0], [{"id": 2, "v": 222, "c": "m"}])])
-    for since in (old, old.change_token, new.change_token):  # in-process rows are newer than any token
+    for since in (old, old.change_token):  # in-process rows are newer than any token
         got = new.changes(since)
         assert got.column("id").to_pylist() == [2] and apply(rows_of(old), got) == rows_of(new)
 
@@ -461,3 +464,69 @@ def test_generation_garbage_collected_after_the_snapshot_opened(tmp_path: Path) 
     with pytest.raises(mq.MemWalError, match="no longer readable.* refresh\\(\\) the table and retry"):
         snap.changes(token)
     assert mq.open_table(t.uri).changes(token).num_rows == 2999  # a fresh snapshot reads the base
+
+
+def test_a_snapshot_that_left_a_generation_out(tmp_path: Path) -> None:
+    """A token of a snapshot opened with ``on_missing_generation="skip"``: it claimed the
+    left-out generation as seen, so the feed never read its keys (changes: none, rows differ)."""
+    t = small_table(str(tmp_path / "t"))
+    t.put([{"id": i, "v": -i, "c": "g"} for i in range(3, 9)])
+    t.flush()
+    region = next(r for r in t.regions() if t.flushed(r))
+    (_, path), *_ = t.flushed(region)
+    hidden = [Path(t.uri, "_mem_wal", region, path), Path(t.uri, "_mem_wal", region, "wal")]
+    for d in hidden:  # the generation and the WAL entries it could be rebuilt from
+        d.rename(d.with_name(d.name + ".away"))
+    old = mq.open_table(t.uri, on_missing_generation="skip")
+    assert [s.missing for r in old.snapshot.regions for s in r.skipped] == [True]
+    token = old.change_token
+    for d in hidden:  # back again
+        d.with_name(d.name + ".away").rename(d)
+    new = mq.open_table(t.uri)
+    assert rows_of(old) != rows_of(new)
+    for since in (token, old):
+        got = new.changes(since)
+        assert apply(rows_of(old), got) == rows_of(new)
+
+
+def test_a_base_restored_to_before_a_merge(tmp_path: Path) -> None:
+    """The merged generation goes back with the base: its rows are read from the generation
+    again, and a token taken after the merge answers (it was refused as "newer than this
+    snapshot; refresh() the table", which no refresh changed)."""
+    t = small_table(str(tmp_path / "t"))
+    before_merge = lance.dataset(t.uri).version
+    t.put([{"id": 30, "v": 30, "c": "m"}, {"id": 2, "v": 22, "c": "m"}])
+    t.flush()
+    for r in t.regions():
+        for g, _ in t.flushed(r):
+            t.merge(r, g)
+    old = mq.open_table(t.uri)
+    token = old.change_token
+    lance.dataset(t.uri, version=before_merge).restore()
+    t.put([{"id": 31, "v": 31, "c": "n"}])
+    new = mq.open_table(t.uri)
+    assert new.snapshot.base_version > old.snapshot.base_version
+    got = new.changes(token)
+    assert got.column("id").to_pylist() == [31]
+    assert apply(rows_of(old), got) == rows_of(new)
+    t.flush()
+
+
+def test_a_token_of_another_table_after_its_version_was_cleaned_up(tmp_path: Path) -> None:
+    """Two tables with the same key and region spec have the same region ids; once
+    ``cleanup_old_versions`` removed the token's base version from this table, the other
+    table's token was taken as this table's (its generation directory names tell them apart)."""
+    import datetime
+
+    t = small_table(str(tmp_path / "t"))
+    twin = small_table(str(tmp_path / "twin"))
+    for table in (t, twin):
+        table.put([{"id": i, "v": i, "c": "x"} for i in range(20, 30)])
+        table.flush()
+    token = mq.open_table(twin.uri).change_token
+    for r in t.regions():
+        for g, _ in t.flushed(r):
+            t.merge(r, g)
+    lance.dataset(t.uri).cleanup_old_versions(older_than=datetime.timedelta(0), delete_unverified=True)
+    with pytest.raises(mq.InvalidArgumentError, match=f"{t.uri}: the change token belongs to another table"):
+        mq.open_table(t.uri).changes(token)

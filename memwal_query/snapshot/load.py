@@ -36,6 +36,7 @@ from memwal_query.snapshot.generations import BaseColumns, open_generation, pref
 from memwal_query.snapshot.manifests import latest_region_manifest, list_regions, manifest_path
 from memwal_query.snapshot.memtables import memtable_from_live, memtable_from_wal
 from memwal_query.snapshot.model import (
+    IN_PROCESS,
     Consistency,
     GenerationSource,
     LiveMemTable,
@@ -142,7 +143,7 @@ def _load_region(
         live_t = memtable_from_live(mine, data_schema)
         if live_t is not None:
             parts.append(live_t)
-            origin.append("in-process")
+            origin.append(IN_PROCESS)
     if parts:
         table = pa.concat_tables(parts)
         gens_in = tuple(sorted(set(table.column(GEN_COLUMN).to_pylist())))

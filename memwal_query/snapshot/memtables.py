@@ -12,7 +12,10 @@ from memwal_query.format.nested import with_parent_nulls
 from memwal_query.format.wal import GEN_COLUMN, SEQ_COLUMN, TOMBSTONE, WalTail
 from memwal_query.snapshot.model import LiveMemTable
 
-__all__ = ["memtable_from_wal", "memtable_from_live"]
+__all__ = ["memtable_from_wal", "memtable_from_live", "LIVE_SEQ"]
+
+#: Sequence numbers of in-process (``live=``) rows start here: above every WAL row's.
+LIVE_SEQ = 1 << 63
 
 
 def _conform(table: pa.Table, schema: pa.Schema, what: str, field_ids: pa.Schema | None = None) -> pa.Table:
@@ -56,7 +59,7 @@ def memtable_from_live(live: Sequence[LiveMemTable], data_schema: pa.Schema) -> 
         t = with_parent_nulls(_conform(t, data_schema, f"live MemTable of region {m.region_id}"))
         n = t.num_rows
         # Live rows rank above WAL rows of the same generation: high bit set.
-        base = (1 << 63) | (i << 40)
+        base = LIVE_SEQ | (i << 40)
         seq = pa.compute.add(pa.array(range(n), pa.uint64()), pa.scalar(base, pa.uint64()))
         t = t.append_column(GEN_COLUMN, pa.array([int(m.generation)] * n, pa.int64()))
         t = t.append_column(SEQ_COLUMN, seq)

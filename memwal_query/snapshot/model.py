@@ -26,6 +26,7 @@ __all__ = [
     "GenerationSource",
     "SkippedGeneration",
     "MemTableSource",
+    "IN_PROCESS",
     "RegionSnapshot",
     "Snapshot",
     "check_missing_generation_policy",
@@ -114,6 +115,10 @@ class SkippedGeneration:
     missing: bool = False
 
 
+#: How :attr:`MemTableSource.origin` names rows handed in with ``open_table(live=...)``.
+IN_PROCESS = "in-process"
+
+
 @dataclass(frozen=True)
 class MemTableSource:
     """Rows of live MemTables: the replayed WAL tail and/or in-process batches.
@@ -128,6 +133,11 @@ class MemTableSource:
     origin: str
     wal_positions: tuple[int, int] | None
     generations: tuple[int, ...]
+
+    @property
+    def live(self) -> bool:
+        """True when some rows were handed in with ``open_table(live=...)`` (in no WAL entry)."""
+        return IN_PROCESS in self.origin
 
 
 @dataclass(frozen=True)
