@@ -26,6 +26,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -225,6 +226,23 @@ def _metadata_int(meta: Mapping[str, str], key: str) -> int | None:
     return int(value) if value is not None and value.isdigit() else None
 
 
+def _operations(base: lance.LanceDataset, top: int, count: int) -> dict[int, str]:
+    """The operation of versions ``top``, ``top - 1``, ... (``count`` of them) by number.
+
+    pylance reads them all or fails (a cleaned-up transaction file; its ``TypeError`` on a
+    compaction that rewrote an index): a failing range is read again in halves, so one
+    unreadable version leaves only its own operation unknown.
+    """
+    try:
+        at = base if top == base.version else base.checkout_version(top)
+        return {top - i: type(tx.operation).__name__ for i, tx in enumerate(at.get_transactions(count)) if tx}
+    except (OSError, ValueError, RuntimeError, TypeError):
+        if count <= 1:
+            return {}
+        half = count // 2
+        return _operations(base, top, half) | _operations(base, top - half, count - half)
+
+
 def history_table(snapshot: Snapshot) -> pa.Table:
     """The base table's Lance versions up to the snapshot's (:data:`HISTORY_SCHEMA`).
 
@@ -234,13 +252,7 @@ def history_table(snapshot: Snapshot) -> pa.Table:
     """
     base = snapshot.base
     versions: Sequence[Mapping[str, Any]] = [v for v in base.versions() if v["version"] <= snapshot.base_version]
-    operations: dict[int, str] = {}
-    try:
-        for i, tx in enumerate(base.get_transactions(len(versions))):
-            if tx is not None:
-                operations[snapshot.base_version - i] = type(tx.operation).__name__
-    except (OSError, ValueError, RuntimeError):
-        pass  # transaction files cleaned up: operations unknown
+    operations = _operations(base, snapshot.base_version, len(versions))
     rows = [
         {
             "version": v["version"],

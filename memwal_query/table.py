@@ -53,6 +53,7 @@ from memwal_query.snapshot.model import (
     MissingGenerationPolicy,
     Snapshot,
     check_missing_generation_policy,
+    check_version,
 )
 from memwal_query.sql_functions import register_table
 from memwal_query.vector import NearestStats, nearest
@@ -417,7 +418,7 @@ def open_table(
         NoPrimaryKeyError: The schema declares no primary key.
         ManifestError: A manifest cannot be read.
         GenerationLostError: A lost generation cannot be rebuilt (see ``on_missing_generation``).
-        InvalidArgumentError: An invalid ``consistency`` or ``on_missing_generation``.
+        InvalidArgumentError: An invalid ``consistency``, ``version`` or ``on_missing_generation``.
 
     Example:
         >>> import memwal_query as mq, tempfile
@@ -428,6 +429,7 @@ def open_table(
         ('id',)
     """
     check_missing_generation_policy(on_missing_generation)
+    version = check_version(uri, version)
     storage = Storage.open(uri, storage_options)
     try:
         view = open_view(

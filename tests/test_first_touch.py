@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import datafusion
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -277,3 +278,12 @@ def test_open_of_a_missing_table_names_the_location_as_given(tmp_path: Path, mon
     with pytest.raises(TableNotFoundError) as err:
         mq.open_table(str(tmp_path / "gone"))
     assert "given as" not in str(err.value)  # the same path: named once
+
+
+def test_a_version_that_is_not_a_version_number(demo: str) -> None:
+    """``version=-1`` raised pylance's OverflowError, ``"2"`` (Lance: a tag name) said the table
+    "has no version 2 (latest: ...)" and ``True`` opened version 1."""
+    for bad in (-1, 0, "2", True, 2.0):
+        with pytest.raises(mq.InvalidArgumentError, match=f"{demo}: version must be a base version number"):
+            mq.open_table(demo, version=bad)  # type: ignore[arg-type]
+    assert mq.open_table(demo, version=np.int64(2)).version == 2

@@ -92,3 +92,26 @@ def test_described_wal_tail_positions(tmp_path: Any) -> None:
     first, last = region["wal"]["tail_positions"]
     assert region["wal"]["tail_entries"] == 2 and first <= last
     t.flush()
+
+
+def test_history_of_a_base_compacted_with_a_scalar_index(tmp_path: Any) -> None:
+    """pylance 14 cannot decode the transaction of a compaction that rewrote an index
+    (``TypeError`` from ``RewrittenIndex``) and so reads no transaction at all:
+    ``memwal_history`` failed as a whole; only that version's operation is unknown now."""
+    import lance
+    import pyarrow as pa
+
+    from lsm_model import PK
+
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("v", pa.int64())])
+    uri = str(tmp_path / "t")
+    for i in range(3):
+        lance.write_dataset(pa.table({"id": [i], "v": [i]}, schema=schema), uri, mode="append")
+    lance.dataset(uri).create_scalar_index("id", "BTREE")
+    lance.dataset(uri).optimize.compact_files(target_rows_per_fragment=1024)
+    lance.dataset(uri).initialize_mem_wal(bucket_column="id", num_buckets=2)
+    t = mq.open_table(uri)
+    got = {r["version"]: r["operation"] for r in rows(t, "SELECT version, operation FROM memwal_history('t')")}
+    assert list(got) == list(range(1, t.version + 1))
+    assert [v for v, op in got.items() if op is None] == [t.version - 1]  # the compaction
+    assert got[1] == "Overwrite" and got[2] == got[3] == "Append" and got[4] == "CreateIndex"

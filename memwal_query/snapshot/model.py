@@ -6,6 +6,7 @@ merge (:mod:`memwal_query.merge`), the planner and the access paths read them.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
@@ -30,6 +31,7 @@ __all__ = [
     "RegionSnapshot",
     "Snapshot",
     "check_missing_generation_policy",
+    "check_version",
     "primary_key_of",
 ]
 
@@ -204,3 +206,26 @@ def check_missing_generation_policy(value: object) -> None:
     if value not in MISSING_GENERATION_POLICIES:
         msg = f"on_missing_generation must be 'recover', 'error' or 'skip', got {value!r}"
         raise InvalidArgumentError(msg)
+
+
+def check_version(uri: str, value: object) -> int | None:
+    """``value`` as a base version number (None: the latest); :class:`InvalidArgumentError` otherwise.
+
+    Example:
+        >>> check_version("t", 3), check_version("t", None)
+        (3, None)
+        >>> check_version("t", "3")
+        Traceback (most recent call last):
+        ...
+        memwal_query.errors.InvalidArgumentError: t: version must be a base version number (an int >= 1), got '3'
+    """
+    if value is None:
+        return None
+    try:
+        number = operator.index(value)  # ints and numpy ints, not floats or strings
+    except TypeError:
+        number = 0
+    if isinstance(value, bool) or number < 1:
+        msg = f"{uri}: version must be a base version number (an int >= 1), got {value!r}"
+        raise InvalidArgumentError(msg)
+    return number
