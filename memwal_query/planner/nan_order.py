@@ -138,9 +138,13 @@ def _rebuild(n: Tree, floats: set[str]) -> pc.Expression | None:
 
 def _sql_in(x: pc.Expression, values: pa.Array) -> pc.Expression:
     """``x IN (values)`` as SQL answers it: TRUE for a listed value; NULL for a NULL ``x`` and,
-    when the list holds a NULL, for a value not listed; FALSE otherwise."""
+    when the list holds a NULL, for a value not listed; FALSE otherwise. A listed zero matches
+    both zeros, as ``=`` does (``is_in`` hashes floats: -0.0 was not 0.0 in rows pyarrow
+    filtered, while Lance's and DataFusion's said it was)."""
     unknown = pc.scalar(pa.scalar(None, pa.bool_()))
     listed = values.drop_null()
+    if pa.types.is_floating(listed.type) and pc.any(pc.equal(listed, 0)).as_py():
+        listed = pa.concat_arrays([listed, pa.array([0.0, -0.0], pa.float64()).cast(listed.type)])
     miss = unknown if values.null_count else pc.if_else(x.is_null(), unknown, pc.scalar(False))
     return pc.if_else(x.isin(listed), pc.scalar(True), miss)
 
