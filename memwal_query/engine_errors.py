@@ -17,6 +17,8 @@ Example:
     True
     >>> str(engine_error(Exception("SQL error: ParserError(...)")))
     'query failed: SQL error: ParserError(...)'
+    >>> str(engine_error(Exception("Optimizer rule 'r' failed\\ncaused by\\nCannot cast A to B")))
+    "query failed: Optimizer rule 'r' failed (caused by: Cannot cast A to B)"
 """
 
 from __future__ import annotations
@@ -50,6 +52,10 @@ _CONSTANT_HINT = (
     " a table scan (a datafusion-python limitation, not the table's); drop the contradictory or"
     " always-true part of the predicate"
 )
+
+# DataFusion's report of a KeyboardInterrupt (a signal checked while it waits, or raised in
+# one of our callbacks).
+_INTERRUPT = re.compile(r"External error: KeyboardInterrupt\b|<class 'KeyboardInterrupt'>")
 
 # A filter comparing a float16 column with an integer literal reaches the scan as a float16
 # comparison (``f < 0``: DataFusion casts the literal), which pyarrow has no kernel for.
@@ -102,9 +108,15 @@ def engine_error(exc: BaseException) -> MemWalError:
     Returns:
         The original error when one of ours raised inside DataFusion is what ``exc``
         reports; otherwise a :class:`MemWalError` ``query failed: ...`` with the
-        first line of DataFusion's message (a Python exception's value only).
+        first line of DataFusion's message (a Python exception's value only) and, when
+        DataFusion says what caused it, the last cause.
+
+    Raises:
+        KeyboardInterrupt: ``exc`` reports one (Ctrl-C while the query ran).
     """
     text = str(exc)
+    if _INTERRUPT.search(text):  # Ctrl-C while DataFusion waited or called us: not a failure
+        raise KeyboardInterrupt from exc
     with _lock:
         for err in reversed(_recent):
             msg = str(err)
@@ -116,7 +128,10 @@ def engine_error(exc: BaseException) -> MemWalError:
     m = _PYERR.search(text)
     if m is not None:
         text = text[: m.start()] + m.group("value")
-    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    first = lines[0] if lines else type(exc).__name__
+    if len(lines) > 1 and lines[-2] == "caused by" and lines[-1] not in first:
+        first += f" (caused by: {lines[-1]})"  # "Optimizer rule ... failed" says nothing alone
     if _FLOAT16_FILTER.search(first):
         first += _FLOAT16_HINT
     return MemWalError(f"query failed: {first}")

@@ -137,6 +137,28 @@ def test_sql_arrow_to_stdout_pipe(demo: str, live: pa.Table) -> None:
     assert sort_table(got, ["id"]).equals(live)
 
 
+def test_ctrl_c_during_a_query(demo: str) -> None:
+    """Ctrl-C while DataFusion runs a query reached the CLI as DataFusion's "External error:
+    KeyboardInterrupt": ``memwal: error: query failed: ...`` and exit 1, not an interrupt."""
+    import signal
+    import time
+
+    endless = "SELECT count(*) FROM t a, t b, t c, t d WHERE a.amount + b.amount + c.amount < d.amount - 1e9"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys, memwal_query.cli as c; print(flush=True); sys.exit(c.main(sys.argv[1:]))"]
+        + ["sql", demo, endless],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=REPO,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline() == "\n"  # imported: main runs now
+    time.sleep(1.5)  # opened, the query running
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert (proc.returncode, err) == (130, "memwal: interrupted\n")
+
+
 def test_sql_consistency_and_json_types(demo: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(
         capsys, "sql", demo, "SELECT * FROM t ORDER BY id LIMIT 1", "-f", "json", "--consistency", "eventual"
