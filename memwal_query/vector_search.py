@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 from lance.dataset import serialize_row_addrs
 
 from memwal_query.errors import InvalidArgumentError, MemWalError
-from memwal_query.format.lance_open import lance_message
+from memwal_query.format.lance_open import lance_message, vanished_error
 from memwal_query.format.nested import as_schema
 from memwal_query.format.row_address import address_option, addresses, take_rows
 from memwal_query.format.sets import member
@@ -132,7 +132,7 @@ def lance_search(
             msg = f"Lance refused the vector search of {what}{with_filter}: {text}"
             raise InvalidArgumentError(msg) from err
         msg = f"vector search in {what} failed: {text}"
-        raise MemWalError(msg) from err
+        raise vanished_error(ds, f"vector search in {what}", err) or MemWalError(msg) from err
 
 
 def by_source(source: np.ndarray, read: Callable[[int, np.ndarray], pa.Table]) -> pa.Table:
@@ -365,7 +365,7 @@ class Candidates:
             hits = ds.to_table(columns=[spec.column], **address_option(ds))
         except (ValueError, OSError, RuntimeError) as err:
             msg = f"vector search in {what} failed: {lance_message(err)}"
-            raise MemWalError(msg) from err
+            raise vanished_error(ds, f"vector search in {what}", err) or MemWalError(msg) from err
         addrs = addresses(hits)
         d = self.distances(hits) if hits.num_rows else np.empty(0, dtype=np.float32)
         if drop is not None and drop.size:

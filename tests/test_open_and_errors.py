@@ -336,3 +336,25 @@ def test_refresh_reads_only_new_base_fragments(tmp_path: Path, monkeypatch: pyte
     newest = newer.refresh()  # nothing changed: no base key read at all
     assert newest.count_rows() == t.expected().num_rows
     assert read == []
+
+
+def test_a_table_deleted_after_it_was_opened(tmp_path: Path) -> None:
+    """Reads said the column had no INVERTED index (wrong advice), the table's "latest version
+    is None", or quoted Lance's "Not found"; each says the table is gone now."""
+    from memwal_query.demo import write_demo_table
+
+    uri = write_demo_table(str(tmp_path / "t"), base_rows=300, update_rows=50, memtable_rows=20, seed=3)
+    t = mq.open_table(uri)
+    shutil.rmtree(uri)
+    reads = {
+        "count_rows": t.count_rows,
+        "search_text": lambda: t.search_text("note", "refund", k=3),
+        "nearest": lambda: t.nearest("vec", np.zeros(t.snapshot.schema.field("vec").type.list_size, np.float32)),
+        "lookup": lambda: t.lookup([1]),
+    }
+    for name, read in reads.items():
+        with pytest.raises(mq.MemWalError, match=f"nor can {uri}: it was removed after this snapshot") as err:
+            read()
+        assert "refresh() the table and retry" in str(err.value), name
+    with pytest.raises(mq.TableNotFoundError, match=f"no Lance table at {uri}"):
+        t.refresh()

@@ -38,6 +38,7 @@ __all__ = [
     "no_longer_readable",
     "open_lance",
     "require_table",
+    "vanished_error",
 ]
 
 # ", /any/path/file.rs:12:34" (a Rust source location Lance appends to its errors)
@@ -146,11 +147,33 @@ def base_read_error(
         latest = base.latest_version
     except (OSError, ValueError, RuntimeError):
         latest = None
+    if latest is None:
+        return _vanished(where, base.uri, text)
     if latest == version:
         msg = f"{where} cannot be read ({text}): that version is still the latest, so a file it needs is missing"
         return MemWalCorruptionError(msg + ": the table is damaged")
     how = "merged, compacted or garbage-collected"
     return no_longer_readable(f"{where} is no longer readable (the latest version is {latest})", how, text)
+
+
+def vanished_error(ds: lance.LanceDataset, what: str, err: BaseException) -> MemWalError | None:
+    """The error for a failed read of ``what`` in ``ds`` (the base or a generation) when
+    Lance says a file is missing and ``ds`` itself no longer opens; None otherwise."""
+    if not says_missing(err):
+        return None
+    try:
+        ds.latest_version
+    except (OSError, ValueError, RuntimeError):
+        return _vanished(what, ds.uri, lance_message(err))
+    return None
+
+
+def _vanished(what: str, uri: str, text: str) -> MemWalError:
+    msg = (
+        f"{what} cannot be read ({text}), nor can {uri}: it was removed after this snapshot was opened (a "
+        f"generation merged and garbage-collected, or the table deleted or moved); {REFRESH_AND_RETRY}"
+    )
+    return MemWalError(msg)
 
 
 #: What a snapshot's reader does when the table removed a file since it opened.

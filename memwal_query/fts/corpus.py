@@ -39,6 +39,7 @@ import pyarrow.compute as pc
 from lance.file import LanceFileReader
 
 from memwal_query.errors import InvalidArgumentError, MemWalCorruptionError, MemWalError
+from memwal_query.format.lance_open import base_read_error
 from memwal_query.format.row_address import take_rows
 from memwal_query.format.sets import unique
 from memwal_query.fts.analyzer import Analyzer, Doc
@@ -252,11 +253,16 @@ def _live_addrs(ds: lance.LanceDataset, fragments: Sequence[int] | None) -> np.n
 
 
 def inverted_index(ds: lance.LanceDataset, column: str) -> Any | None:
-    """The INVERTED index description of ``column`` in ``ds`` (None: there is none)."""
+    """The INVERTED index description of ``column`` in ``ds`` (None: there is none, or the
+    index list cannot be read)."""
     try:
-        found = [d for d in ds.describe_indices() if d.type_url.endswith(_INVERTED) and list(d.field_names) == [column]]
+        return _inverted(ds.describe_indices(), column)
     except (OSError, ValueError, RuntimeError):
         return None
+
+
+def _inverted(described: list[Any], column: str) -> Any | None:
+    found = [d for d in described if d.type_url.endswith(_INVERTED) and list(d.field_names) == [column]]
     return found[0] if found else None
 
 
@@ -383,7 +389,10 @@ def _fragment_key(ds: lance.LanceDataset, frag: lance.LanceFragment) -> str:
 
 def _build(view: TableView, column: str) -> Corpus:
     snap, merge = view.snapshot, view.merge
-    desc = inverted_index(snap.base, column)
+    try:  # not "no index" when the list cannot be read (the table was deleted, say)
+        desc = _inverted(snap.base.describe_indices(), column)
+    except (OSError, ValueError, RuntimeError) as err:
+        raise base_read_error(snap.base, "the index list", err) from err
     if desc is None:
         msg = (
             f"column {column!r} of {view.uri} has no INVERTED index: create one on the base table "
