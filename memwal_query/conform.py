@@ -185,7 +185,7 @@ def conform(
         if col.type != f.type:
             try:
                 col = col.cast(f.type)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as err:
                 msg = f"{what}: column {f.name!r} of type {col.type} cannot be stored as {f.type}: {err}"
                 raise error(msg) from err
         if strict and not f.nullable and col.null_count:

@@ -227,6 +227,17 @@ def test_write_errors_are_clear(bucket_table: tuple[str, Model], tmp_path: Path)
         write_arrow(plain, _rows([2], np.random.default_rng(0), 0))
 
 
+def test_a_vector_of_another_dimension_is_refused_in_one_line(tmp_path: Path) -> None:
+    """pyarrow's ArrowTypeError (no MemWalError, no table or column named) came out."""
+    from memwal_query.demo import write_demo_table
+
+    uri = write_demo_table(str(tmp_path / "t"), base_rows=50, update_rows=5, memtable_rows=5, seed=1)
+    dim = mq.open_table(uri).snapshot.schema.field("vec").type.list_size
+    short = pa.array([[1.0, 2.0]], pa.list_(pa.float32(), 2))
+    with pytest.raises(mq.InvalidArgumentError, match=f"{uri}: column 'vec' of type .*\\[2\\] cannot be stored as .*\\[{dim}\\]"):
+        write_arrow(uri, pa.table({"id": [7], "vec": short}))
+
+
 def test_write_and_merge_arguments_are_checked_before_anything_is_written(tmp_path: Path) -> None:
     """Arguments that used to write to the wrong region (region_id on a spec table: pruned
     queries then missed the rows), write nothing (max_rows_per_put=-1), write the puts of a
