@@ -53,7 +53,12 @@ __all__ = [
     "token_of",
     "stored_token",
     "generation_path",
-    "in_process_regions", "fingerprint", "index_anchor", "storage_of", "MEMWAL_INDEX"]
+    "in_process_regions",
+    "fingerprint",
+    "index_anchor",
+    "storage_of",
+    "MEMWAL_INDEX",
+]
 
 PREFIX = "mwc1."
 #: The Lance index entry holding the MemWAL index.

@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 
 from memwal_query.errors import InvalidArgumentError, positive_k
 from memwal_query.format.nested import as_schema
+from memwal_query.scan.fragment import column_list
 from memwal_query.vector import nearest
 from memwal_query.view.table_view import TableView
 
@@ -88,7 +89,8 @@ def search_hybrid(  # noqa: PLR0913 - the union of both searches' options
         raise InvalidArgumentError(msg)
     depth = int(depth)
     schema, pk = view.snapshot.schema, list(view.snapshot.primary_key)
-    out = list(columns) if columns is not None else list(schema.names)
+    named = column_list(columns, view.uri)
+    out = named if named is not None else list(schema.names)
     read = list(dict.fromkeys([*pk, *out]))
     knn = nearest(
         view,

@@ -33,7 +33,7 @@ from memwal_query.format.wal import LEVEL_COLUMN, SEQ_COLUMN, TOMBSTONE
 from memwal_query.lookup_rows import MATRIX_MIN_GENERATIONS, RegionRows, held_rows, region_rows, take_held
 from memwal_query.planner.lance_filter import expression_runs, for_lance, quote_name
 from memwal_query.planner.routing import route_keys
-from memwal_query.scan.fragment import check_projection
+from memwal_query.scan.fragment import check_projection, column_list
 from memwal_query.snapshot.model import RegionSnapshot
 from memwal_query.view.table_view import TableView
 
@@ -85,6 +85,10 @@ def _key_array(values: list[Any], typ: pa.DataType) -> pa.Array:
     return arr
 
 
+def _listlike(value: object) -> bool:
+    return isinstance(value, (list, tuple, np.ndarray, pa.Array, pa.ChunkedArray))
+
+
 def normalize_keys(keys: Any, schema: pa.Schema, pk: Sequence[str]) -> pa.Table:
     """Keys as a table of the primary-key columns, cast to their types, deduplicated; keys
     with a NULL part are left out (they name no row).
@@ -98,8 +102,12 @@ def normalize_keys(keys: Any, schema: pa.Schema, pk: Sequence[str]) -> pa.Table:
     types = {k: schema.field(k).type for k in pk}
     if isinstance(keys, pa.Table):
         table = keys
-    elif isinstance(keys, dict):
-        table = pa.table(keys)
+    elif isinstance(keys, dict):  # of columns, or of one key's parts
+        try:
+            table = pa.table({k: v if _listlike(v) else [v] for k, v in keys.items()})
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as err:
+            msg = f"lookup keys as a dict take a column of values per key column, got {keys!r:.80}: {err}"
+            raise InvalidArgumentError(msg) from err
     elif isinstance(keys, pa.StructArray):
         table = pa.Table.from_struct_array(keys)
     elif isinstance(keys, (pa.Array, pa.ChunkedArray)):
@@ -360,7 +368,8 @@ def lookup(view: TableView, keys: Any, columns: Sequence[str] | None = None) -> 
     snap = view.snapshot
     pk = list(snap.primary_key)
     schema = snap.schema
-    out_cols = list(columns) if columns is not None else list(schema.names)
+    named = column_list(columns, snap.uri)
+    out_cols = named if named is not None else list(schema.names)
     check_projection(out_cols, schema.names, snap.uri)  # as to_arrow / to_reader check it
     want = normalize_keys(keys, schema, pk)
     want = want.append_column("_row", pa.array(np.arange(want.num_rows, dtype=np.int64)))

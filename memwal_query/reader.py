@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 from memwal_query.engine_errors import engine_error
 from memwal_query.errors import InvalidArgumentError, MemWalError
 from memwal_query.scan.dataset import MergedDataset
+from memwal_query.scan.fragment import column_list
 from memwal_query.scan.stream import stream_batches
 from memwal_query.view.table_view import TableView
 
@@ -121,7 +122,7 @@ class MergedStream:
 
     def __init__(self, view: TableView, columns: Sequence[str] | None = None, filter: Filter = None) -> None:
         self._view = view
-        self._columns = None if columns is None else list(columns)
+        self._columns = column_list(columns, view.uri)
         self._filter = filter
         self.schema: pa.Schema = to_reader(view, columns, filter).schema  # validates now
 

@@ -43,6 +43,7 @@ from memwal_query import vector_background as background
 from memwal_query.errors import InvalidArgumentError, positive_k
 from memwal_query.format.beside import start_beside
 from memwal_query.planner.catchup import CatchupPlan
+from memwal_query.scan.fragment import column_list
 from memwal_query.vector_background import wait_warm
 from memwal_query.vector_base_rows import held_base, hold_base_later
 from memwal_query.vector_levels import (
@@ -345,7 +346,8 @@ def nearest(
         raise InvalidArgumentError(msg)
     q = _query_vector(view, column, query, METRICS[str(distance).lower()])
     schema = view.snapshot.schema
-    out_cols = list(dict.fromkeys(columns)) if columns is not None else list(schema.names)
+    named = column_list(columns, view.uri)
+    out_cols = list(dict.fromkeys(named)) if named is not None else list(schema.names)
     missing = [c for c in out_cols if c not in schema.names]
     if missing:
         msg = f"unknown column(s) {missing} in {view.uri}"

@@ -288,3 +288,30 @@ def test_a_version_that_is_not_a_version_number(demo: str) -> None:
             mq.open_table(demo, version=bad)  # type: ignore[arg-type]
     newest = mq.open_table(demo).version
     assert mq.open_table(demo, version=np.int64(newest)).version == newest
+
+
+def test_columns_given_as_one_string(demo: str) -> None:
+    """``columns="amount"`` was read character by character ("unknown column(s) ['a', 'm', ...]")."""
+    t = mq.open_table(demo)
+    dim = t.snapshot.schema.field("vec").type.list_size
+    calls = {
+        "lookup": lambda: t.lookup([1], columns="amount"),
+        "to_reader": lambda: t.to_reader(columns="amount"),
+        "to_arrow": lambda: t.to_arrow(columns="amount"),
+        "nearest": lambda: t.nearest("vec", np.zeros(dim, np.float32), columns="amount"),
+        "search_text": lambda: t.search_text("note", "fast", columns="amount"),
+    }
+    for call in calls.values():
+        with pytest.raises(
+            mq.InvalidArgumentError, match=re.escape(f"columns of {demo}: a list of names, not the string")
+        ):
+            call()
+    assert t.lookup([1], columns=["amount"]).column_names == ["amount"]
+
+
+def test_one_key_given_as_a_dict_of_its_parts(demo: str) -> None:
+    """``lookup({"id": 42})`` raised pyarrow's TypeError ('int' object is not iterable)."""
+    t = mq.open_table(demo)
+    assert t.lookup({"id": 42}).equals(t.lookup([42])) and t.lookup([42]).num_rows == 1
+    with pytest.raises(mq.InvalidArgumentError, match="lookup keys as a dict"):
+        t.lookup({"id": [1], "x": [1, 2]})

@@ -234,7 +234,9 @@ def test_a_vector_of_another_dimension_is_refused_in_one_line(tmp_path: Path) ->
     uri = write_demo_table(str(tmp_path / "t"), base_rows=50, update_rows=5, memtable_rows=5, seed=1)
     dim = mq.open_table(uri).snapshot.schema.field("vec").type.list_size
     short = pa.array([[1.0, 2.0]], pa.list_(pa.float32(), 2))
-    with pytest.raises(mq.InvalidArgumentError, match=f"{uri}: column 'vec' of type .*\\[2\\] cannot be stored as .*\\[{dim}\\]"):
+    with pytest.raises(
+        mq.InvalidArgumentError, match=f"{uri}: column 'vec' of type .*\\[2\\] cannot be stored as .*\\[{dim}\\]"
+    ):
         write_arrow(uri, pa.table({"id": [7], "vec": short}))
 
 

@@ -162,7 +162,7 @@ def vanished_error(ds: lance.LanceDataset, what: str, err: BaseException) -> Mem
     if not says_missing(err):
         return None
     try:
-        ds.latest_version
+        _ = ds.latest_version
     except (OSError, ValueError, RuntimeError):
         return _vanished(what, ds.uri, lance_message(err))
     return None

@@ -55,6 +55,7 @@ from memwal_query.fts.corpus import (
     tokenize_rows,
 )
 from memwal_query.planner.lance_filter import for_lance
+from memwal_query.scan.fragment import column_list
 from memwal_query.view.table_view import TableView
 
 __all__ = ["TextSearchResult", "TextSearchStats", "search_text"]
@@ -270,7 +271,8 @@ def _check(view: TableView, column: str, query: object, columns: Sequence[str] |
     if not (pa.types.is_string(typ) or pa.types.is_large_string(typ)):
         msg = f"column {column!r} of {view.uri} is {typ}, not a string column"
         raise InvalidArgumentError(msg)
-    out = list(columns) if columns is not None else list(schema.names)
+    named = column_list(columns, view.uri)
+    out = named if named is not None else list(schema.names)
     missing = [c for c in out if c not in schema.names]
     if missing:
         msg = f"unknown column(s) {missing} in {view.uri}"

@@ -42,6 +42,7 @@ __all__ = [
     "MemoryFragment",
     "rebuilt_rows",
     "check_projection",
+    "column_list",
 ]
 
 HIDDEN_COLUMNS = ("_gen", "_rowaddr", "_region")
@@ -109,9 +110,38 @@ class ScanContext:
         return pa.schema([self.schema.field(c) for c in columns])
 
 
+def column_list(columns: object, uri: str) -> list[str] | None:
+    """``columns`` (None: all) as a list of names: one string is refused (its characters
+    were taken for column names: "unknown column(s) ['a', 'm', ...]").
+
+    Example:
+        >>> column_list(("id", "v"), "t")
+        ['id', 'v']
+        >>> column_list("v", "t")
+        Traceback (most recent call last):
+        ...
+        memwal_query.errors.InvalidArgumentError: columns of t: a list of names, not the string 'v' (write ['v'])
+    """
+    if columns is None:
+        return None
+    if isinstance(columns, (str, bytes)):
+        msg = f"columns of {uri}: a list of names, not the string {columns!r} (write [{columns!r}])"
+        raise InvalidArgumentError(msg)
+    try:
+        names = list(columns)  # type: ignore[call-overload]
+    except TypeError:
+        names = [columns]
+    odd = [c for c in names if not isinstance(c, str)]
+    if odd:
+        msg = f"columns of {uri}: a list of names, not {odd[0]!r} among them"
+        raise InvalidArgumentError(msg)
+    return names
+
+
 def check_projection(columns: Sequence[str], names: Sequence[str], uri: str) -> None:
     """Raise :class:`InvalidArgumentError` for a column of ``columns`` the table ``uri``
-    (columns ``names``) does not have, or one asked for more than once."""
+    (columns ``names``) does not have, or one asked for more than once (or a string)."""
+    column_list(columns, uri)
     missing = [c for c in columns if c not in names]
     if missing:
         msg = f"unknown column(s) {missing} in {uri}"
