@@ -419,7 +419,7 @@ def test_rows_only_an_older_snapshot_held_in_memory(tmp_path: Path) -> None:
     assert got.column("id").to_pylist() == [1]
     # Its token could not say what the buffered row was: changes(token) returned nothing.
     with pytest.raises(mq.InvalidArgumentError, match=f"{t.uri}: region {region} holds rows handed in with live="):
-        old.change_token
+        _ = old.change_token
 
 
 def test_rows_only_the_newer_snapshot_holds_in_memory(tmp_path: Path) -> None:
