@@ -183,8 +183,8 @@ def committed_batches(
     Args:
         uri: Table URI.
         sink_id: The sink's ``sink_id`` option; a sink given none has
-            :func:`sink_id_for` its ``checkpointLocation`` option (``"default"`` when
-            the checkpoint location was not given as an option either).
+            :func:`sink_id_for` its ``checkpointLocation`` option (``"default"``: the
+            record of sinks that had neither option, which are refused now).
         storage_options: Object store options.
 
     Returns:

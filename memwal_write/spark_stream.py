@@ -79,6 +79,16 @@ class MemwalStreamWriter(DataSourceStreamArrowWriter):
 
     def __init__(self, options: Any) -> None:
         self.opts = SinkOptions.from_options(options)
+        if not options.get("checkpointLocation") and not options.get("sink_id"):
+            # A checkpoint set for the whole session (spark.sql.streaming.checkpointLocation) is
+            # not in the options: every such query would share the "default" record and skip
+            # the batch ids another one applied (their rows lost).
+            msg = (
+                f"stream into {self.opts.uri}: give the writer .option('checkpointLocation', ...) or its own "
+                ".option('sink_id', ...): without either the sink cannot tell this query's replayed batches "
+                "from another query's"
+            )
+            raise InvalidArgumentError(msg)
         # testing hook: fail once in this batch (half of its upserts written), marker file
         self.fail_batch = options.get("_fail_batch")
         self.fail_marker = options.get("_fail_marker")

@@ -350,6 +350,10 @@ def test_stream_writer_skips_a_recorded_batch(tmp_path: Path) -> None:
     again = MemwalStreamWriter({"path": uri, "checkpointLocation": "ckpt/d", "sink_id": "s"})
     with pytest.raises(InvalidArgumentError, match="sink 's' applied batch 0 for the query checkpointed at 'ckpt/c'"):
         again.commit([StagedRows(to_ipc(_rows([603], 5.0).to_batches()))], 0)
+    # Neither option (the checkpoint set for the session): two such queries shared the record
+    # "default", and the second one's batch 0 was skipped as applied, its rows lost.
+    with pytest.raises(InvalidArgumentError, match=f"stream into {uri}: give the writer .option\\('checkpointLocation'"):
+        MemwalStreamWriter({"path": uri})
 
 
 def test_stream_source_batch_planned_before_a_merge_and_cleanup(tmp_path: Path) -> None:
