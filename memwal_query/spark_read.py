@@ -7,6 +7,7 @@ the plan (source fragments with their drop lists, through the public fragment AP
 
 from __future__ import annotations
 
+import logging
 import pickle
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -19,6 +20,8 @@ from memwal_query.format.lance_open import REFRESH_AND_RETRY
 from memwal_query.scan.fragment import SourceFragment
 from memwal_query.spark_types import spark_batch, spark_schema
 from memwal_query.table import open_table
+
+log = logging.getLogger("memwal_query")
 
 __all__ = ["read_spark", "read_units", "spark_scan"]
 
@@ -116,7 +119,10 @@ def read_spark(
     filt = predicate if isinstance(predicate, pc.Expression) else None
     pruned: set[str] = set()
     if isinstance(predicate, str):
-        pruned = set(table.plan(predicate).pruned_regions)
+        try:  # pruning reads Spark's SQL as DataFusion's; Spark runs the filter
+            pruned = set(table.plan(predicate).pruned_regions)
+        except InvalidArgumentError as err:  # Spark's own functions (size(l), double('NaN') ...)
+            log.debug("%s: no region pruning for %r: %s", table.uri, predicate, err)
     units = read_units(ds.source_fragments(filter=filt), pruned)
     struct = from_arrow_schema(out_schema)
     if not units:
