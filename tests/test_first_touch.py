@@ -315,3 +315,16 @@ def test_one_key_given_as_a_dict_of_its_parts(demo: str) -> None:
     assert t.lookup({"id": 42}).equals(t.lookup([42])) and t.lookup([42]).num_rows == 1
     with pytest.raises(mq.InvalidArgumentError, match="lookup keys as a dict"):
         t.lookup({"id": [1], "x": [1, 2]})
+
+
+def test_a_file_given_as_the_table(tmp_path: Path) -> None:
+    """A Parquet file given as the table: a StorageError about ``.../file.parquet/_versions/...``
+    being "Not a directory"; there is no table there, as for any other path."""
+    import pyarrow.parquet as pq
+
+    path = str(tmp_path / "events.parquet")
+    pq.write_table(pa.table({"id": [1]}), path)
+    with pytest.raises(mq.TableNotFoundError, match=f"no Lance table at {path} \\(no _versions directory\\)"):
+        mq.open_table(path)
+    with pytest.raises(mq.TableNotFoundError, match=f"no Lance table at {path} for writing"):
+        mw.write_arrow(path, pa.table({"id": [2]}))

@@ -225,7 +225,7 @@ class Storage:
         try:
             with self._fs.open_input_stream(self._path(rel)) as f:
                 data = f.read() if limit is None else f.read(limit)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # the latter: a file where a directory is
             self.stats.add(reads=1)
             return None
         except (OSError, ValueError) as err:  # ValueError: pyarrow's ArrowInvalid (a NUL in a path ...)
