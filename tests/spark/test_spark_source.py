@@ -352,7 +352,8 @@ def test_stream_writer_skips_a_recorded_batch(tmp_path: Path) -> None:
         again.commit([StagedRows(to_ipc(_rows([603], 5.0).to_batches()))], 0)
     # Neither option (the checkpoint set for the session): two such queries shared the record
     # "default", and the second one's batch 0 was skipped as applied, its rows lost.
-    with pytest.raises(InvalidArgumentError, match=f"stream into {uri}: give the writer .option\\('checkpointLocation'"):
+    refused = f"stream into {uri}: give the writer .option\\('checkpointLocation'"
+    with pytest.raises(InvalidArgumentError, match=refused):
         MemwalStreamWriter({"path": uri})
 
 
