@@ -14,7 +14,7 @@ KEY=VALUE`` (repeatable; the keys pylance takes); ``sql`` and ``inspect`` take
 (see :func:`memwal_query.open_table`).
 
 Exit codes: 0 success; 1 error (one line ``memwal: error: ...`` on stderr, never a
-traceback); 2 ``verify`` found problems (or the command line is wrong).
+traceback; a wrong command line too); 2 ``verify`` found problems.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 from memwal_query.text import counted
 
@@ -63,9 +63,16 @@ def parse_storage_options(items: Sequence[str] | None) -> dict[str, str]:
     return out
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error and exit code 1 (2 is ``verify``'s "problems found")."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(1, f"memwal: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``memwal`` (subcommands ``sql``, ``inspect``, ``verify``)."""
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="memwal",
         description="SQL over LSM-merged Lance MemWAL tables (DataFusion); inspect and verify them.",
     )

@@ -137,6 +137,20 @@ def test_sql_arrow_to_stdout_pipe(demo: str, live: pa.Table) -> None:
     assert sort_table(got, ["id"]).equals(live)
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [[], ["sql"], ["sql", "x", "q", "--format", "nope"], ["inspect", "x", "--bogus"], ["verify", "x", "-s"]],
+)
+def test_a_wrong_command_line_is_one_line_and_exit_1(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse printed its usage and the error (up to 7 lines) and exited 2, which is what
+    ``verify`` returns for "problems found"."""
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    out, err = capsys.readouterr()
+    assert stop.value.code == 1 and out == ""
+    assert err.startswith("memwal: error: ") and err.endswith("--help)\n") and err.count("\n") == 1, err
+
+
 def test_ctrl_c_during_a_query(demo: str) -> None:
     """Ctrl-C while DataFusion runs a query reached the CLI as DataFusion's "External error:
     KeyboardInterrupt": ``memwal: error: query failed: ...`` and exit 1, not an interrupt."""
