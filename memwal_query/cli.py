@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import IO, TYPE_CHECKING, Any, NoReturn
@@ -195,12 +196,15 @@ def _open(args: argparse.Namespace) -> Table:
     )
 
 
+_NOT_A_QUERY = re.compile(r"(?:DDL|DML|Statement) not supported: (\w+)")
+
+
 def _run_query(table: Table, query: str) -> pa.RecordBatchReader:
     import datafusion
     import pyarrow as pa
 
     from memwal_query.engine_errors import engine_error
-    from memwal_query.errors import MemWalError
+    from memwal_query.errors import InvalidArgumentError, MemWalError
     from memwal_query.planner.predicates import sql_name
 
     ctx = datafusion.SessionContext()
@@ -208,12 +212,20 @@ def _run_query(table: Table, query: str) -> pa.RecordBatchReader:
     name = _folder_name(table.uri)
     if name and name != "t":
         table.register(ctx, sql_name(name))  # also FROM <folder>, quoted where SQL needs it (events.lance)
+    # Queries only: a CREATE TABLE, INSERT or SET ran and printed an empty table, and nothing
+    # outlives the command.
+    queries_only = datafusion.SQLOptions().with_allow_ddl(False).with_allow_dml(False).with_allow_statements(False)
     try:
-        df = ctx.sql(query)
+        df = ctx.sql_with_options(query, queries_only)
         return pa.RecordBatchReader.from_stream(df)
     except MemWalError:
         raise
     except Exception as err:  # DataFusion raises plain exceptions for SQL errors
+        refused = _NOT_A_QUERY.search(str(err))
+        if refused:
+            kind = refused.group(1)
+            msg = f"memwal sql runs one query (SELECT, WITH, EXPLAIN ...), not {kind}: nothing outlives the command"
+            raise InvalidArgumentError(msg) from err
         raise engine_error(err) from err
 
 

@@ -151,6 +151,16 @@ def test_a_wrong_command_line_is_one_line_and_exit_1(argv: list[str], capsys: py
     assert err.startswith("memwal: error: ") and err.endswith("--help)\n") and err.count("\n") == 1, err
 
 
+def test_sql_runs_queries_only(demo: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``CREATE TABLE x AS SELECT 1`` exited 0 with an empty table, and nothing was kept."""
+    for statement, kind in (("CREATE TABLE x AS SELECT 1", "CreateMemoryTable"), ("SET a.b = 1", "SetVariable")):
+        code, out, err = run(capsys, "sql", demo, statement)
+        assert (code, out) == (1, "") and err.count("\n") == 1
+        assert err.startswith("memwal: error: memwal sql runs one query (SELECT, WITH, EXPLAIN ...), not " + kind)
+    code, out, _ = run(capsys, "sql", demo, "EXPLAIN SELECT count(*) FROM t")
+    assert code == 0 and "plan_type" in out
+
+
 def test_ctrl_c_during_a_query(demo: str) -> None:
     """Ctrl-C while DataFusion runs a query reached the CLI as DataFusion's "External error:
     KeyboardInterrupt": ``memwal: error: query failed: ...`` and exit 1, not an interrupt."""
