@@ -203,6 +203,9 @@ def test_bad_arguments(tmp_path: Path) -> None:
 
     with pytest.raises(mq.InvalidArgumentError, match=r"filter \(id == \"5\"\) cannot be applied to .*no kernel"):
         table.to_reader(filter=pc.field("id") == pa.scalar("5")).read_all()  # pyarrow compares no int with a string
+    # a parser's position is in the predicate (it counted from memwal's "SELECT * FROM t WHERE ")
+    with pytest.raises(mq.InvalidArgumentError, match="found: = at Line: 1, Column: 6"):
+        table.plan("id = = 3")
     latest = lance.dataset(t.uri).version
     with pytest.raises(mq.TableNotFoundError, match=f"has no version 999999 \\(latest: {latest}\\)"):
         mq.open_table(t.uri, version=999999)

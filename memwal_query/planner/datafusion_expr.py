@@ -10,6 +10,7 @@ the column's type, so it cannot be hashed as the writer hashed it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -138,6 +139,9 @@ def scan_filters(plan: Any, table_name: str) -> list[Predicate] | None:
     return preds
 
 
+_LINE_1_COLUMN = re.compile(r"(Line: 1, Column: )(\d+)")
+
+
 def predicate_for_table(schema: pa.Schema, predicate_sql: str, *, name: str = "t", lance: bool = False) -> Predicate:
     """Parse a SQL predicate over ``schema`` into the IR (via DataFusion's optimizer).
 
@@ -154,12 +158,17 @@ def predicate_for_table(schema: pa.Schema, predicate_sql: str, *, name: str = "t
         config = config.set("datafusion.sql_parser.enable_ident_normalization", "false")
     ctx = datafusion.SessionContext(config)
     ctx.register_record_batches(name, [[pa.RecordBatch.from_pylist([], schema=schema)]])
+    wrapper = f"SELECT * FROM {name} WHERE "
     try:
-        plan = ctx.sql(f"SELECT * FROM {name} WHERE {predicate_sql}").optimized_logical_plan()
-    except Exception:
+        plan = ctx.sql(wrapper + predicate_sql).optimized_logical_plan()
+    except Exception as err:
         if lance:
             return Unknown(predicate_sql)
-        raise
+        # a parser's position counts from the start of the wrapper: make it the predicate's
+        text = _LINE_1_COLUMN.sub(lambda m: f"{m.group(1)}{int(m.group(2)) - len(wrapper)}", str(err))
+        if text == str(err):
+            raise
+        raise ValueError(text) from err
     preds = scan_filters(plan, name) or []
     if not preds:
         return Unknown(predicate_sql)
