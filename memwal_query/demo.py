@@ -250,8 +250,8 @@ def main(argv: list[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("dir", nargs="?", help="where to create the table (default: a temp dir)")
-    p.add_argument("--base-rows", type=int, default=200_000)
-    p.add_argument("--regions", type=int, default=4)
+    p.add_argument("--base-rows", type=int, default=200_000, help="rows in the base table (default: 200,000)")
+    p.add_argument("--regions", type=int, default=4, help="bucket regions on id (default: 4)")
     args = p.parse_args(argv)
     root = args.dir or tempfile.mkdtemp(prefix="memwal-demo-")
     uri = f"{os.path.abspath(root).rstrip('/')}/events"

@@ -116,7 +116,7 @@ def search_hybrid(  # noqa: PLR0913 - the union of both searches' options
     score = dict(zip(tk, fts.column("_score").to_pylist(), strict=True))
     target = pa.schema([schema.field(c) for c in out])
     rows = [as_schema(row_of[key][0].slice(row_of[key][1], 1).select(out), target) for key in best]
-    result = pa.concat_tables(rows) if rows else target.empty_table()
+    result = pa.concat_tables(rows).combine_chunks() if rows else target.empty_table()  # one chunk, not one per row
     return (
         result.append_column("_distance", pa.array([dist.get(key) for key in best], pa.float32()))
         .append_column("_score", pa.array([score.get(key) for key in best], pa.float32()))

@@ -95,7 +95,7 @@ class IndexCoverage:
             frag = "all base fragments indexed"
         elif self.plan is not None and self.plan_used:
             frag = (
-                f"fragments {list(self.unindexed_fragments)} ({self.unindexed_rows} rows) not indexed yet: served by "
+                f"fragments {list(self.unindexed_fragments)} ({self.unindexed_rows:,} rows) not indexed yet: served by "
                 f"catch-up generations [{self.plan.generations_text()}] and their indexes ({self.plan.reason})"
             )
         else:
@@ -109,7 +109,7 @@ class IndexCoverage:
                     else f" ({self.plan.reason})"
                 )
             frag = (
-                f"fragments {list(self.unindexed_fragments)} ({self.unindexed_rows} rows) not indexed yet: "
+                f"fragments {list(self.unindexed_fragments)} ({self.unindexed_rows:,} rows) not indexed yet: "
                 f"searched flat{why}"
             )
         return f"index {self.index_name} ({self.index_type} on {self.column}): {frag}; coverage from {self.source}"

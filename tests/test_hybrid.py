@@ -22,6 +22,7 @@ def test_fusion_of_the_two_merged_searches(demo: str) -> None:
     query = category_centroids()[3]
     got = t.search_hybrid("vec", query, "note", "late refund", k=8, depth=40, columns=["id", "note"])
     assert got.column_names == ["id", "note", "_distance", "_score", "_relevance_score"]
+    assert {c.num_chunks for c in got.columns} == {1}  # was a chunk per row
     knn = t.nearest("vec", query, 40, columns=["id"]).column("id").to_pylist()
     fts = t.search_text("note", "late refund", 40, columns=["id"]).column("id").to_pylist()
     fused = rrf([knn, fts], RRF_K)

@@ -148,7 +148,7 @@ class CatchupPlan:
         """One line for ``explain`` and search statistics."""
         if not self.uncovered_fragments:
             return f"index {self.index.name}: covers every base fragment"
-        frags = f"{len(self.uncovered_fragments)} base fragment(s) ({self.uncovered_rows} rows) not indexed yet"
+        frags = f"{len(self.uncovered_fragments)} base fragment(s) ({self.uncovered_rows:,} rows) not indexed yet"
         if self.usable:
             return (
                 f"index {self.index.name}: {frags}, served by catch-up generations [{self.generations_text()}] "
