@@ -226,7 +226,11 @@ def _run_query(table: Table, query: str) -> pa.RecordBatchReader:
             kind = refused.group(1)
             msg = f"memwal sql runs one query (SELECT, WITH, EXPLAIN ...), not {kind}: nothing outlives the command"
             raise InvalidArgumentError(msg) from err
-        raise engine_error(err) from err
+        failed = engine_error(err)
+        quoted = sql_name(name) if name else ""
+        if quoted.startswith('"') and f"table 'datafusion.public.{name.lower()}' not found" in str(failed):
+            failed = InvalidArgumentError(f"{failed} (the table is t, or {quoted} quoted)")
+        raise failed from err
 
 
 def _cmd_sql(args: argparse.Namespace) -> int:
