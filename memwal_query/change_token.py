@@ -182,8 +182,9 @@ def _from_json(body: Any) -> ChangeToken:
     for item in body["r"]:
         if not isinstance(item, list) or len(item) not in (6, 7):  # 6: tokens taken before the path was recorded
             raise ValueError(f"bad region entry {item!r}")
+        version, epoch, merged, flushed, position = (_int(v) for v in item[1:6])
         path = _str(item[6]) if len(item) == 7 else ""
-        regions.append(RegionMark(_str(item[0]), *(_int(v) for v in item[1:6]), path))
+        regions.append(RegionMark(_str(item[0]), version, epoch, merged, flushed, position, path))
     return ChangeToken(_str(body["f"]), _str(body["a"]), _int(body["b"]), consistency, tuple(regions))
 
 

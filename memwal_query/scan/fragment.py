@@ -128,12 +128,13 @@ def column_list(columns: object, uri: str) -> list[str] | None:
         msg = f"columns of {uri}: a list of names, not the string {columns!r} (write [{columns!r}])"
         raise InvalidArgumentError(msg)
     try:
-        names = list(columns)  # type: ignore[call-overload]
+        given: list[object] = list(columns)  # type: ignore[call-overload]
     except TypeError:
-        names = [columns]
-    odd = [c for c in names if not isinstance(c, str)]
-    if odd:
-        msg = f"columns of {uri}: a list of names, not {odd[0]!r} among them"
+        given = [columns]
+    names = [c for c in given if isinstance(c, str)]
+    if len(names) < len(given):
+        odd = next(c for c in given if not isinstance(c, str))
+        msg = f"columns of {uri}: a list of names, not {odd!r} among them"
         raise InvalidArgumentError(msg)
     return names
 

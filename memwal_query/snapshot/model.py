@@ -222,7 +222,7 @@ def check_version(uri: str, value: object) -> int | None:
     if value is None:
         return None
     try:
-        number = operator.index(value)  # ints and numpy ints, not floats or strings
+        number = operator.index(value)  # type: ignore[arg-type]  # ints and numpy ints, not floats or strings
     except TypeError:
         number = 0
     if isinstance(value, bool) or number < 1:
