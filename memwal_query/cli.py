@@ -235,6 +235,7 @@ def _run_query(table: Table, query: str) -> pa.RecordBatchReader:
 
 def _cmd_sql(args: argparse.Namespace) -> int:
     from memwal_query.cli_output import write_arrow, write_csv, write_json, write_pretty
+    from memwal_query.cli_ticker import Ticker, ticking
     from memwal_query.errors import InvalidArgumentError
 
     if args.max_rows < 0:
@@ -242,7 +243,8 @@ def _cmd_sql(args: argparse.Namespace) -> int:
     if args.format == "arrow" and not args.output and sys.stdout.isatty():
         raise InvalidArgumentError("refusing to write an Arrow IPC stream to a terminal: use --output FILE or a pipe")
     table = _open(args)
-    reader = _run_query(table, args.query)
+    ticker = Ticker()  # elapsed time on a terminal until the first rows
+    reader = ticking(_run_query(table, args.query), ticker)
     binary = args.format in ("arrow", "csv")
     if args.output:
         try:
@@ -262,6 +264,7 @@ def _cmd_sql(args: argparse.Namespace) -> int:
             write_arrow(reader, fh)
         fh.flush()
     finally:
+        ticker.stop()
         if args.output:
             fh.close()
     return EXIT_OK

@@ -164,6 +164,36 @@ def test_sql_runs_queries_only(demo: str, capsys: pytest.CaptureFixture[str]) ->
     assert code == 0 and "plan_type" in out
 
 
+def test_a_slow_query_shows_its_time_on_a_terminal_until_its_first_rows() -> None:
+    """A 9 s query printed nothing until its result (``verify`` draws a bar)."""
+    import time
+
+    from memwal_query.cli_ticker import Ticker, ticking
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    batch = pa.record_batch({"n": [1]})
+
+    def slow() -> Any:
+        time.sleep(0.8)
+        yield batch
+
+    for stream, first_rows_after, drawn in (
+        (Terminal(), slow(), True),
+        (Terminal(), [batch], False),
+        (io.StringIO(), slow(), False),
+    ):
+        ticker = Ticker(stream, after=0.1)
+        got = ticking(pa.RecordBatchReader.from_batches(batch.schema, first_rows_after), ticker).read_all()
+        ticker.stop()
+        assert got.num_rows == 1
+        text = stream.getvalue()
+        assert ("running the query ... 0 s (Ctrl-C stops it)" in text) == drawn, text
+        assert text.endswith("\r\x1b[K") == drawn  # wiped before the rows are written
+
+
 def test_ctrl_c_during_a_query(demo: str) -> None:
     """Ctrl-C while DataFusion runs a query reached the CLI as DataFusion's "External error:
     KeyboardInterrupt": ``memwal: error: query failed: ...`` and exit 1, not an interrupt."""
