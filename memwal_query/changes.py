@@ -24,9 +24,9 @@ change), and so does a key the token saw only in its WAL tail once that tail is 
 (the generation above the token's highest is read whole: which of its rows the token saw
 is not recorded); a key in no level written since never appears.
 
-When a generation merged since the token was garbage-collected, its WAL entries after
-the token's position are read instead (a merger may keep them longer than the
-generations); every entry of that generation must still be there (their rows add up to
+When a generation merged since the token was garbage-collected, its WAL entries are
+read instead, all of them, as its directory would be (a merger may keep them longer than
+the generations); every entry of that generation must still be there (their rows add up to
 what the region manifest records: a new writer may reuse the positions of removed
 entries), otherwise :class:`~memwal_query.errors.ChangesUnavailableError` names the
 table, region and generation. (Comparing base versions cannot replace them: a key written before the
@@ -172,6 +172,7 @@ def _check(old: ChangeToken, new: ChangeToken, snap: Snapshot, storage: Storage)
             )
             raise InvalidArgumentError(msg)
         _check_generation_path(uri, mark, snap)
+        _check_nothing_left_out(uri, mark, snap)
         # A lower merged generation alone is not refused: the base was restore()d to before a
         # merge, whose generations are then read again as unmerged ones, as they were before.
         if now.manifest_version < mark.manifest_version or now.wal_position < mark.wal_position:
@@ -195,12 +196,28 @@ def _check_generation_path(uri: str, mark: RegionMark, snap: Snapshot) -> None:
         return
     region = next((r for r in snap.regions if r.region_id == mark.region_id), None)
     path = generation_path(region, mark.flushed_through) if region is not None else ""
-    if path and path != mark.generation_path:
+    if path != mark.generation_path:  # pylance keeps every flushed generation listed, same directory
+        mine = f"to {path}" if path else "no such generation"
         msg = (
             f"{uri}: the change token belongs to another table (its region {mark.region_id} flushed "
-            f"generation {mark.flushed_through} to {mark.generation_path}, this table to {path})"
+            f"generation {mark.flushed_through} to {mark.generation_path}, this table {mine})"
         )
         raise InvalidArgumentError(msg)
+
+
+def _check_nothing_left_out(uri: str, mark: RegionMark, snap: Snapshot) -> None:
+    """Refuse when this snapshot left out (``on_missing_generation="skip"``) a generation the
+    token had seen: its rows are missing here, and no level written since names their keys."""
+    region = next((r for r in snap.regions if r.region_id == mark.region_id), None)
+    left_out = [s.generation for s in region.skipped if s.missing] if region is not None else []
+    seen = [g for g in left_out if g <= mark.flushed_through]
+    if seen:
+        msg = (
+            f"{uri}: region {mark.region_id}: this snapshot left out generation {seen[0]} "
+            "(on_missing_generation='skip'), which the change token had seen: the changes since the token "
+            "are unknown; read the whole table instead"
+        )
+        raise ChangesUnavailableError(msg)
 
 
 def _in_process_keys(snap: Snapshot) -> list[pa.Table]:
@@ -231,14 +248,14 @@ def _candidate_keys(view: TableView, old: ChangeToken) -> list[pa.Table]:
             else:
                 parts.append(got)
         if gone:
-            parts.append(_wal_keys(storage, snap.uri, r.region_id, gone, position, pk))
+            parts.append(_wal_keys(storage, snap.uri, r.region_id, gone, pk))
     return parts
 
 
-def _wal_keys(
-    storage: Storage, uri: str, region_id: str, gone: list[FlushedGeneration], after: int, pk: list[str]
-) -> pa.Table:
-    """Keys the gone (merged, garbage-collected) generations took from WAL entries after position ``after``.
+def _wal_keys(storage: Storage, uri: str, region_id: str, gone: list[FlushedGeneration], pk: list[str]) -> pa.Table:
+    """Keys the gone (merged, garbage-collected) generations took from the WAL: all of them,
+    as a generation's directory is read whole (a token's WAL position can be past entries of
+    a generation it left out, ``on_missing_generation="skip"``: those keys were dropped).
 
     Every entry of those generations must still be there (their rows add up to what the
     region manifest says each holds): a writer may reuse the positions of removed entries,
@@ -261,7 +278,7 @@ def _wal_keys(
                 "token are unknown; read the whole table instead"
             )
             raise ChangesUnavailableError(msg)
-        keys += [e.table.select(pk) for e in wal.entries if e.position > after and e.num_rows]
+        keys += [e.table.select(pk) for e in wal.entries if e.num_rows]
     return pa.concat_tables(keys) if keys else pa.table({k: pa.array([], pa.null()) for k in pk})
 
 

@@ -487,6 +487,31 @@ def test_a_snapshot_that_left_a_generation_out(tmp_path: Path) -> None:
     for since in (token, old):
         got = new.changes(since)
         assert apply(rows_of(old), got) == rows_of(new)
+    # merged and collected, but for its WAL entry: the token's WAL position is past that
+    # entry, which was dropped as seen (changes: none)
+    from memwal_write import collect_garbage, merge_generations
+
+    merge_generations(t.uri)
+    collect_garbage(t.uri, older_than=0)
+    assert not Path(t.uri, "_mem_wal", region, path).exists()
+    newest = mq.open_table(t.uri)
+    assert apply(rows_of(old), newest.changes(token)) == rows_of(newest)
+
+
+def test_a_newer_snapshot_that_left_out_a_generation_the_token_saw(tmp_path: Path) -> None:
+    """Its rows are missing from the newer snapshot and no level written since names their
+    keys: the changes were none (silently wrong); they are unknown."""
+    t = small_table(str(tmp_path / "t"))
+    t.put([{"id": i, "v": -i, "c": "g"} for i in range(3, 9)])
+    t.flush()
+    token = mq.open_table(t.uri).change_token
+    region = next(r for r in t.regions() if t.flushed(r))
+    (_, path), *_ = t.flushed(region)
+    for d in (Path(t.uri, "_mem_wal", region, path), Path(t.uri, "_mem_wal", region, "wal")):
+        shutil.rmtree(d)
+    new = mq.open_table(t.uri, on_missing_generation="skip")
+    with pytest.raises(mq.ChangesUnavailableError, match=f"region {region}: this snapshot left out generation 1"):
+        new.changes(token)
 
 
 def test_a_base_restored_to_before_a_merge(tmp_path: Path) -> None:
@@ -530,3 +555,9 @@ def test_a_token_of_another_table_after_its_version_was_cleaned_up(tmp_path: Pat
     lance.dataset(t.uri).cleanup_old_versions(older_than=datetime.timedelta(0), delete_unverified=True)
     with pytest.raises(mq.InvalidArgumentError, match=f"{t.uri}: the change token belongs to another table"):
         mq.open_table(t.uri).changes(token)
+    # the twin flushed more generations than this table has: no generation of that number here
+    for _ in range(3):
+        twin.put([{"id": 40, "v": 1, "c": "y"}, {"id": 41, "v": 1, "c": "y"}])
+        twin.flush()
+    with pytest.raises(mq.InvalidArgumentError, match="this table no such generation"):
+        mq.open_table(t.uri).changes(mq.open_table(twin.uri).change_token)
