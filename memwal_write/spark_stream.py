@@ -14,8 +14,11 @@ into one table (two queries sharing a ``sink_id`` would skip each other's batch 
 
 **Source** (``readStream.format("memwal").option("readChangeFeed", "true")``): the
 change feed (:func:`memwal_query.changes.changes`) as a stream; an offset is
-``{"token": <change token>}``. The first batch starts at ``startingToken`` (default: the
-table's state when the query first starts: only later changes are delivered). Each batch
+``{"token": <change token>}``. The first batch starts at ``startingToken``; without one, the
+first batch is empty and ends at the table's state when it is planned: only later changes
+are delivered. (Spark records end offsets only and asks for the start offset again when it
+runs, or re-runs, the first batch: a start token taken then, "now" again, skipped the
+changes written in between.) Each batch
 holds the net change per key from its start token to its end token (``_change`` is
 ``upsert`` with the newest row, or ``delete``). A batch is computed from the very
 snapshot whose token ended it when the source still holds it; a batch replayed after a
@@ -122,6 +125,10 @@ class MemwalStreamWriter(DataSourceStreamArrowWriter):
         """Nothing is written before :meth:`commit`: nothing to undo."""
 
 
+#: The start offset of a stream given no ``startingToken``: "the end of the first batch".
+_FIRST_END = ""
+
+
 class MemwalStreamReader(DataSourceStreamReader):
     """The change feed as a stream (see the module docs)."""
 
@@ -141,13 +148,15 @@ class MemwalStreamReader(DataSourceStreamReader):
 
     def initialOffset(self) -> dict[str, str]:  # noqa: N802 - Spark's name
         start = self.options.get("startingToken")
-        return {"token": str(start) if start else self._open().change_token}
+        return {"token": str(start) if start else _FIRST_END}
 
     def latestOffset(self, start: dict[str, str] | None = None, limit: Any = None) -> dict[str, str]:  # noqa: N802
         self._latest = self._open() if self._latest is None else self._latest.refresh()
         return {"token": self._latest.change_token}
 
     def partitions(self, start: dict[str, str], end: dict[str, str]) -> Sequence[InputPartition]:
+        if start["token"] == _FIRST_END:  # the first batch without startingToken: it starts the feed
+            return [InputPartition(pickle.dumps(None))]
         table = self._latest
         if table is None or table.change_token != end["token"]:
             table = self._open()  # a replayed batch after a restart: the table as it is now
