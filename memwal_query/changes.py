@@ -171,8 +171,9 @@ def _check(old: ChangeToken, new: ChangeToken, snap: Snapshot, storage: Storage)
                 "this snapshot does not); refresh() the table"
             )
             raise InvalidArgumentError(msg)
-        _check_generation_path(uri, mark, snap)
-        _check_nothing_left_out(uri, mark, snap)
+        region = next(r for r in snap.regions if r.region_id == mark.region_id)  # `now` is its mark
+        _check_generation_path(uri, mark, region)
+        _check_nothing_left_out(uri, mark, region)
         # A lower merged generation alone is not refused: the base was restore()d to before a
         # merge, whose generations are then read again as unmerged ones, as they were before.
         if now.manifest_version < mark.manifest_version or now.wal_position < mark.wal_position:
@@ -185,7 +186,7 @@ def _check(old: ChangeToken, new: ChangeToken, snap: Snapshot, storage: Storage)
             raise InvalidArgumentError(msg)
 
 
-def _check_generation_path(uri: str, mark: RegionMark, snap: Snapshot) -> None:
+def _check_generation_path(uri: str, mark: RegionMark, region: RegionSnapshot) -> None:
     """Refuse a token whose generation directory differs from the one this table lists.
 
     Region ids are derived from the region spec, so another table with the same spec has
@@ -194,8 +195,7 @@ def _check_generation_path(uri: str, mark: RegionMark, snap: Snapshot) -> None:
     """
     if not mark.generation_path:
         return
-    region = next((r for r in snap.regions if r.region_id == mark.region_id), None)
-    path = generation_path(region, mark.flushed_through) if region is not None else ""
+    path = generation_path(region, mark.flushed_through)
     if path != mark.generation_path:  # pylance keeps every flushed generation listed, same directory
         mine = f"to {path}" if path else "no such generation"
         msg = (
@@ -205,11 +205,10 @@ def _check_generation_path(uri: str, mark: RegionMark, snap: Snapshot) -> None:
         raise InvalidArgumentError(msg)
 
 
-def _check_nothing_left_out(uri: str, mark: RegionMark, snap: Snapshot) -> None:
+def _check_nothing_left_out(uri: str, mark: RegionMark, region: RegionSnapshot) -> None:
     """Refuse when this snapshot left out (``on_missing_generation="skip"``) a generation the
     token had seen: its rows are missing here, and no level written since names their keys."""
-    region = next((r for r in snap.regions if r.region_id == mark.region_id), None)
-    left_out = [s.generation for s in region.skipped if s.missing] if region is not None else []
+    left_out = [s.generation for s in region.skipped if s.missing]
     seen = [g for g in left_out if g <= mark.flushed_through]
     if seen:
         msg = (
