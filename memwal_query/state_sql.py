@@ -30,6 +30,8 @@ import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from memwal_query.errors import MemWalError, StorageError
+from memwal_query.format.lance_open import REFRESH_AND_RETRY, lance_message
 from memwal_query.format.wal import TOMBSTONE, WalTail
 from memwal_query.snapshot.model import RegionSnapshot, Snapshot
 
@@ -251,7 +253,18 @@ def history_table(snapshot: Snapshot) -> pa.Table:
     cleaned up).
     """
     base = snapshot.base
-    versions: Sequence[Mapping[str, Any]] = [v for v in base.versions() if v["version"] <= snapshot.base_version]
+    try:
+        listed = base.versions()
+    except (OSError, ValueError, RuntimeError) as err:
+        msg = f"memwal_history: cannot list the versions of {snapshot.uri}: {lance_message(err)}"
+        raise StorageError(msg) from err
+    versions: Sequence[Mapping[str, Any]] = [v for v in listed if v["version"] <= snapshot.base_version]
+    if not versions:  # not even the snapshot's own: its files are gone
+        msg = (
+            f"memwal_history: {snapshot.uri} lists no version up to {snapshot.base_version}: the table was "
+            f"deleted or moved, or its versions cleaned up, after this snapshot was opened; {REFRESH_AND_RETRY}"
+        )
+        raise MemWalError(msg)
     operations = _operations(base, snapshot.base_version, len(versions))
     rows = [
         {

@@ -96,6 +96,25 @@ def test_s3_missing_table_is_clear(s3_options: dict[str, str]) -> None:
         mq.open_table(f"s3://{BUCKET}/nothing-here", storage_options=s3_options)
 
 
+def test_s3_options_pylance_takes_are_taken(s3_options: dict[str, str]) -> None:
+    """Keys pylance accepts were "unknown storage option" to memwal (timeouts, proxies, public
+    buckets, the region under its environment name); a misspelt key still is."""
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("v", pa.int64())])
+    uri = f"s3://{BUCKET}/t-{uuid.uuid4().hex[:8]}"
+    ds = lance.write_dataset(pa.table({"id": [1, 2], "v": [0, 0]}, schema=schema), uri, storage_options=s3_options)
+    ds.initialize_mem_wal(unsharded=True)
+    extra = {"request_timeout": "30s", "pool_idle_timeout": "60s", "aws_checksum_algorithm": "sha256"}
+    region = {k: v for k, v in s3_options.items() if k != "aws_region"} | {"aws_default_region": "us-east-1"}
+    for options in (s3_options | extra, region, s3_options | {"aws_unsigned_payload": "true"}):
+        assert mq.open_table(uri, storage_options=options).count_rows() == 2
+    # unsigned requests, for a public bucket: memwal's own reads pass (moto lets them list and
+    # read), Lance's GET of this private bucket's manifest is refused
+    with pytest.raises(mq.ManifestError, match="403 Forbidden"):
+        mq.open_table(uri, storage_options=s3_options | {"aws_skip_signature": "true"})
+    with pytest.raises(mq.InvalidArgumentError, match="unknown storage option 'aws_endpont'"):
+        mq.open_table(uri, storage_options=s3_options | {"aws_endpont": "x"})
+
+
 def test_s3_refresh_lookup_and_routed_writes(s3_options: dict[str, str]) -> None:
     from memwal_write import write_arrow
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 import memwal_query as mq
 from memwal_query.describe import describe_table
 
@@ -115,3 +117,19 @@ def test_history_of_a_base_compacted_with_a_scalar_index(tmp_path: Any) -> None:
     assert list(got) == list(range(1, t.version + 1))
     assert [v for v, op in got.items() if op is None] == [t.version - 1]  # the compaction
     assert got[1] == "Overwrite" and got[2] == got[3] == "Append" and got[4] == "CreateIndex"
+
+
+def test_history_of_a_table_deleted_after_it_was_opened(tmp_path: Any) -> None:
+    """It returned no rows and no error (the other state functions raised)."""
+    import shutil
+
+    import pyarrow as pa
+
+    from lsm_model import PK, ModelTable
+
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("v", pa.int64())])
+    t = ModelTable(str(tmp_path / "t"), schema, pa.table({"id": [1], "v": [0]}, schema=schema), unsharded=True)
+    table = mq.open_table(t.uri)
+    shutil.rmtree(t.uri)
+    with pytest.raises(mq.MemWalError, match=f"memwal_history: {t.uri} lists no version up to"):
+        table.sql("SELECT * FROM memwal_history('t')").to_arrow_table()

@@ -44,6 +44,7 @@ _S3_KEYS: dict[str, str] = {
     "aws_session_token": "session_token",
     "session_token": "session_token",
     "aws_region": "region",
+    "aws_default_region": "region",
     "region": "region",
     "aws_endpoint": "endpoint_override",
     "aws_endpoint_url": "endpoint_override",
@@ -64,6 +65,14 @@ _S3_IGNORED = {
     "aws_sse_bucket_key_enabled",
     "download_retry_count",
     "user_agent",  # pylance adds its own to the options a dataset keeps
+    "request_timeout",
+    "pool_idle_timeout",
+    "aws_conditional_put",
+    "aws_unsigned_payload",
+    "aws_checksum_algorithm",
+    "aws_imdsv1_fallback",
+    # pyarrow has no way to skip certificate checks: memwal's own reads still check them
+    "allow_invalid_certificates",
 }
 
 
@@ -121,11 +130,18 @@ def _s3_filesystem(parsed_netloc: str, options: Mapping[str, str]) -> pafs.FileS
         elif k in ("allow_http", "aws_allow_http"):
             if str(value).lower() in _TRUE:
                 scheme = "http"
+        elif k == "aws_skip_signature":  # a public bucket: unsigned requests
+            kwargs["anonymous"] = str(value).lower() in _TRUE
+        elif k == "proxy_url":
+            kwargs["proxy_options"] = value
         elif k in _S3_IGNORED:
             continue
         else:
             msg = f"unknown storage option {key!r} for s3://{parsed_netloc}"
             raise InvalidArgumentError(msg)
+    if kwargs.get("anonymous"):  # unsigned: keys given beside it are not used (as in pylance)
+        for k in ("access_key", "secret_key", "session_token"):
+            kwargs.pop(k, None)
     endpoint = kwargs.get("endpoint_override")
     if isinstance(endpoint, str):
         if endpoint.startswith("http://"):
