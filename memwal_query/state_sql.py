@@ -228,13 +228,18 @@ def _metadata_int(meta: Mapping[str, str], key: str) -> int | None:
     return int(value) if value is not None and value.isdigit() else None
 
 
-def _operations(base: lance.LanceDataset, top: int, count: int) -> dict[int, str]:
+def _operations(base: lance.LanceDataset, top: int, count: int, budget: list[int] | None = None) -> dict[int, str]:
     """The operation of versions ``top``, ``top - 1``, ... (``count`` of them) by number.
 
     pylance reads them all or fails (a cleaned-up transaction file; its ``TypeError`` on a
     compaction that rewrote an index): a failing range is read again in halves, so one
-    unreadable version leaves only its own operation unknown.
+    unreadable version leaves only its own operation unknown; at most
+    :data:`_HISTORY_READS` reads in all (then the rest is unknown).
     """
+    budget = [_HISTORY_READS] if budget is None else budget
+    if budget[0] <= 0:
+        return {}
+    budget[0] -= 1
     try:
         at = base if top == base.version else base.checkout_version(top)
         return {top - i: type(tx.operation).__name__ for i, tx in enumerate(at.get_transactions(count)) if tx}
@@ -242,7 +247,12 @@ def _operations(base: lance.LanceDataset, top: int, count: int) -> dict[int, str
         if count <= 1:
             return {}
         half = count // 2
-        return _operations(base, top, half) | _operations(base, top - half, count - half)
+        return _operations(base, top, half, budget) | _operations(base, top - half, count - half, budget)
+
+
+#: Most reads of transactions one ``memwal_history`` call makes (a table whose every
+#: version fails would otherwise cost two per version).
+_HISTORY_READS = 64
 
 
 def history_table(snapshot: Snapshot) -> pa.Table:
