@@ -130,8 +130,11 @@ def engine_error(exc: BaseException) -> MemWalError:
         text = text[: m.start()] + m.group("value")
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     first = lines[0] if lines else type(exc).__name__
-    if len(lines) > 1 and lines[-2] == "caused by" and lines[-1] not in first:
-        first += f" (caused by: {lines[-1]})"  # "Optimizer rule ... failed" says nothing alone
+    if "caused by" in lines[1:]:  # "Optimizer rule ... failed", "type_coercion" say nothing alone
+        at = len(lines) - lines[::-1].index("caused by")
+        cause = " ".join(lines[at:])
+        if cause and cause not in first:
+            first += f" (caused by: {cause})"
     if _FLOAT16_FILTER.search(first):
         first += _FLOAT16_HINT
     return MemWalError(f"query failed: {first}")

@@ -151,6 +151,21 @@ def _rows_from_wal(
     return rows
 
 
+def _check_not_null(rows: pa.Table, schema: pa.Schema, uri: str, region_id: str, generation: int) -> None:
+    """Refuse NULLs in a column the base declares NOT NULL (Lance's own error names no column's
+    origin): a generation written while the column was nullable, before a restore()."""
+    for f in schema:
+        nulls = rows.column(f.name).null_count if not f.nullable and f.name in rows.column_names else 0
+        if nulls:
+            msg = (
+                f"cannot merge generation {generation} of region {region_id} into {uri}: column {f.name!r} is NOT NULL "
+                f"in the base, but {nulls} of the generation's rows hold NULL in it (written while it was nullable, "
+                f"before the base was restored?); make it nullable again "
+                f"(alter_columns({{'path': {f.name!r}, 'nullable': True}})) and merge again"
+            )
+            raise MemWalError(msg)
+
+
 def _merge_one(storage: Storage, region_id: str, gen: FlushedGeneration, pk: tuple[str, ...]) -> GenerationMergeStats:
     t0 = time.perf_counter()
     data = _generation_rows(storage, region_id, gen, pk)
@@ -169,6 +184,7 @@ def _merge_one(storage: Storage, region_id: str, gen: FlushedGeneration, pk: tup
                 txn, _ = ds.merge_insert(on).when_matched_delete().execute_uncommitted(deletes)
                 ds = lance.LanceDataset.commit(ds.uri, txn, read_version=ds.version, storage_options=opts)
             schema = ds.schema
+            _check_not_null(upserts, schema, storage.uri, region_id, gen.generation)
             (
                 ds.merge_insert(on)
                 .when_matched_update_all()

@@ -9,6 +9,7 @@ the columns were; pylance's own LsmScanner (base + flushed generations) agrees w
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ import pytest
 import memwal_query as mq
 from memwal_write import merge_generations
 
-from lsm_model import PK, ModelTable, sort_table
+from lsm_model import NS, PK, ModelTable, sort_table
 
 DIM = 4
 SCHEMA = pa.schema(
@@ -203,3 +204,51 @@ def test_struct_children_are_matched_by_field_id_or_else_by_name() -> None:
     no_ids = pa.struct([f("a2", pa.int64(), None), f("c", pa.string(), None)])
     plain = pa.table({"s": pa.array([{"a2": 5, "c": "y"}], no_ids)}, schema=pa.schema([f("s", no_ids, 1)]))
     assert by_field_id(plain, target).to_pylist() == [{"s": {"a2": 5, "c": "y"}}]
+
+
+@pytest.mark.parametrize("how", ["restore", "version"])
+def test_nulls_written_while_a_column_was_nullable_read_after_a_restore_to_not_null(tmp_path: Path, how: str) -> None:
+    """``y`` NOT NULL, made nullable, NULLs flushed (unmerged), then the base restored (or opened)
+    at the NOT NULL version: every path reads the NULLs, and the merger refuses them by name."""
+    uri = str(tmp_path / "t")
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("y", pa.int64(), False)])
+    ds = lance.write_dataset(pa.table({"id": np.arange(100), "y": np.arange(100) % 7}, schema=schema), uri)
+    ds.initialize_mem_wal(unsharded=True, max_memtable_rows=1000)
+    not_null = lance.dataset(uri).version
+    lance.dataset(uri).alter_columns({"path": "y", "nullable": True})
+    ds = lance.dataset(uri)
+    writer = ds.mem_wal_writer(str(uuid.uuid5(NS, "unsharded")), max_memtable_rows=1000)
+    writer.put(pa.table({"id": pa.array([1, 2, 3, 200], pa.int64()), "y": pa.array([None] * 4, pa.int64())}))
+    writer.close()
+    if how == "restore":
+        lance.dataset(uri, version=not_null).restore()
+        table = mq.open_table(uri)
+    else:
+        table = mq.open_table(uri, version=not_null)
+    assert table.sql("SELECT count(*) AS n FROM t WHERE y IS NULL").to_pylist() == [{"n": 4}]
+    assert table.sql("SELECT count(*) AS n FROM t WHERE y IS NOT NULL").to_pylist() == [{"n": 97}]
+    assert table.sql("SELECT count(y) AS n FROM t").to_pylist() == [{"n": 97}]
+    got = table.to_arrow()
+    assert got.schema.field("y").nullable and got.column("y").null_count == 4
+    assert not got.schema.field("id").nullable
+    assert table.lookup([1, 200]).to_pylist() == [{"id": 1, "y": None}, {"id": 200, "y": None}]
+    if how == "restore":
+        with pytest.raises(mq.MemWalError, match=r"column 'y' is NOT NULL in the base, but 4 .* hold NULL"):
+            merge_generations(uri)
+        lance.dataset(uri).alter_columns({"path": "y", "nullable": True})
+        merge_generations(uri)
+        assert lance.dataset(uri).to_table(filter="y IS NULL").num_rows == 4
+
+
+def test_engine_errors_keep_a_cause_of_several_lines(tmp_path: Path) -> None:
+    """DataFusion's type_coercion error says why on the lines after "caused by" (and a hint)."""
+    uri = str(tmp_path / "t")
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("b", pa.binary())])
+    lance.write_dataset(pa.table({"id": [1, 2], "b": [b"ab", b"c"]}, schema=schema), uri).initialize_mem_wal(
+        unsharded=True
+    )
+    with pytest.raises(mq.MemWalError) as err:
+        mq.open_table(uri).sql("SELECT id FROM t WHERE octet_length(b) = 2").to_arrow_table()
+    msg = str(err.value)
+    assert "\n" not in msg and "type_coercion (caused by: " in msg and "requires String, but received Binary" in msg
+    assert "CAST(column AS VARCHAR)" in msg

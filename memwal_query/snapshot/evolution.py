@@ -39,6 +39,7 @@ __all__ = [
     "field_paths",
     "tagged_schema",
     "generation_schema",
+    "merged_schema",
     "stale_columns",
     "conformed_copy",
     "conformed_rows",
@@ -73,6 +74,24 @@ def tagged_schema(ds: lance.LanceDataset) -> pa.Schema:
     top = {str(f.name()): f for f in ds.lance_schema.fields()}
     schema = ds.schema
     return pa.schema([tag(f, top[f.name]) if f.name in top else f for f in schema], metadata=schema.metadata)
+
+
+def merged_schema(schema: pa.Schema, primary_key: Sequence[str]) -> pa.Schema:
+    """The merged table's columns: the base's, every non-key column nullable.
+
+    Newer levels declare every non-key column nullable (tombstones leave them NULL), and a
+    generation written while a column was nullable keeps its NULLs after the base is
+    restored (or opened at a version) where the column is NOT NULL: declaring it NOT NULL
+    would let a query engine answer ``IS NULL`` as false without reading it.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> s = pa.schema([pa.field("id", pa.int64(), False), pa.field("y", pa.int64(), False)])
+        >>> [f.nullable for f in merged_schema(s, ["id"])]
+        [False, True]
+    """
+    fields = [f if f.name in primary_key else f.with_nullable(True) for f in schema]
+    return pa.schema(fields, metadata=schema.metadata)
 
 
 def generation_schema(schema: pa.Schema, primary_key: Sequence[str]) -> pa.Schema:

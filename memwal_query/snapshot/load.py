@@ -32,6 +32,7 @@ from memwal_query.format.wal import (
     wal_entry_path,
 )
 from memwal_query.snapshot.cache import SnapshotCache
+from memwal_query.snapshot.evolution import merged_schema
 from memwal_query.snapshot.generations import BaseColumns, open_generation, prefetch_generation_keys
 from memwal_query.snapshot.manifests import latest_region_manifest, list_regions, manifest_path
 from memwal_query.snapshot.memtables import memtable_from_live, memtable_from_wal
@@ -276,8 +277,8 @@ def _load_once(
     max_workers: int,
 ) -> Snapshot:
     base = lance_dataset(storage, storage.uri, version=version)
-    schema = base.schema
-    pk = primary_key_of(schema)
+    pk = primary_key_of(base.schema)
+    schema = merged_schema(base.schema, pk)
     if not pk:
         msg = (
             f"table {storage.uri} declares no primary key: mark the key column(s) with field "
