@@ -1,8 +1,10 @@
 """Lance's vector distances, computed exactly or fast (from dot products) with an error bound.
 
 Lance's distances: squared l2, ``1 - cosine similarity``, ``1 - dot``. A cosine distance
-to or from a zero vector is undefined: Lance leaves such rows out, and so does memwal (an
-infinite distance, which every search drops).
+to or from a zero vector is undefined: Lance leaves such rows out, and so does memwal (a NaN
+distance, which every search drops, as it drops rows whose vector holds NaN). An infinite
+component gives an infinite distance (``-inf`` for dot: the nearest), which Lance ranks
+like any other and so does memwal.
 
 :func:`exact_distances` computes them from the vectors (l2 from the differences), as a
 search reports them. :func:`distances_from_dot` computes them from each row's dot product
@@ -11,22 +13,58 @@ matrix fast, but in float32 ``|x|² - 2 x·q + |q|²`` cancels where the vectors
 the origin compared with the gaps between them (coordinates in metres, a constant offset
 in every dimension): the fast distances may then rank rows wrongly. :func:`dot_slack`
 bounds their error, so a search can rescore every row the bound leaves in doubt exactly
-(:meth:`memwal_query.vector_pool.VectorPool.candidates`).
+(:meth:`memwal_query.vector_pool.VectorPool.candidates`). :func:`vector_matrix` makes the
+float32 matrix they take from an Arrow vector column.
 
 Example:
     >>> import numpy as np
     >>> m = np.array([[3.0, 4.0], [0.0, 0.0]], dtype=np.float32)
     >>> [round(d, 6) for d in exact_distances(m, np.array([3.0, 0.0], np.float32), "cosine").tolist()]
-    [0.4, inf]
+    [0.4, nan]
 """
 
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
-__all__ = ["exact_distances", "distances_from_dot", "dot_slack"]
+__all__ = ["exact_distances", "distances_from_dot", "dot_slack", "vector_matrix"]
 
 _U = 2.0**-24  # float32's unit roundoff
+
+
+def vector_matrix(col: pa.ChunkedArray | pa.Array, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """A vector column as a float32 matrix (null vectors and null elements as zeros) and its validity mask."""
+    if isinstance(col, pa.ChunkedArray):  # pyarrow copies even a single chunk it combines
+        arr = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+    else:
+        arr = col
+    n = len(arr)
+    values = arr.values
+    valid = np.ones(n, dtype=bool)
+    if arr.null_count:
+        valid = np.asarray(pc.is_valid(arr).to_numpy(zero_copy_only=False))
+    if pa.types.is_float32(values.type) and values.buffers()[1] is not None:
+        # straight from the data buffer (nulls hold arbitrary values: zeroed below)
+        start = values.offset + arr.offset * dim
+        data = np.frombuffer(values.buffers()[1], dtype=np.float32, count=n * dim, offset=start * 4)
+        mat = data.reshape(n, dim)
+        # null elements inside valid vectors (flatten() leaves out the null vectors)
+        if values.null_count and (not arr.null_count or arr.flatten().null_count):
+            ok = pc.is_valid(values.slice(arr.offset * dim, n * dim)).to_numpy(zero_copy_only=False)
+            mat = np.where(np.asarray(ok).reshape(n, dim), mat, np.float32(0))
+        elif arr.null_count:
+            mat = mat.copy()
+        if arr.null_count:
+            mat[~valid] = 0
+        return np.ascontiguousarray(mat), valid
+    sliced = values.slice(arr.offset * dim, n * dim)
+    mat = np.asarray(sliced.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(n, dim)
+    if arr.null_count or sliced.null_count:
+        mat = np.nan_to_num(mat)
+        mat[~valid] = 0
+    return np.ascontiguousarray(mat), valid
 
 
 def exact_distances(mat: np.ndarray, q: np.ndarray, metric: str) -> np.ndarray:
@@ -38,24 +76,26 @@ def exact_distances(mat: np.ndarray, q: np.ndarray, metric: str) -> np.ndarray:
         >>> exact_distances(m, np.zeros(2, np.float32), "l2").tolist()
         [5.0, 0.0]
     """
-    if metric == "l2":
-        diff = mat - q
-        return np.asarray((diff * diff).sum(axis=1), dtype=np.float32)
-    dot = mat @ q
-    if metric == "cosine":
-        n = np.linalg.norm(mat, axis=1) * float(np.linalg.norm(q))
-        return _cosine(dot, n)
-    return np.asarray(1 - dot, dtype=np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN / infinite components: see the module
+        if metric == "l2":
+            diff = mat - q
+            return np.asarray((diff * diff).sum(axis=1), dtype=np.float32)
+        dot = mat @ q
+        if metric == "cosine":
+            n = np.linalg.norm(mat, axis=1) * float(np.linalg.norm(q))
+            return _cosine(dot, n)
+        return np.asarray(1 - dot, dtype=np.float32)
 
 
 def distances_from_dot(dot: np.ndarray, norms: np.ndarray, q: np.ndarray, metric: str) -> np.ndarray:
     """Distances from each row's dot product with ``q`` and its squared norm (fast, see :func:`dot_slack`)."""
-    if metric == "l2":
-        out = np.maximum(norms - 2 * dot + float(q @ q), 0)
-    elif metric == "cosine":
-        return _cosine(dot, np.sqrt(norms) * float(np.linalg.norm(q)))
-    else:
-        out = 1 - dot
+    with np.errstate(invalid="ignore", over="ignore"):
+        if metric == "l2":
+            out = np.maximum(norms - 2 * dot + float(q @ q), 0)
+        elif metric == "cosine":
+            return _cosine(dot, np.sqrt(norms) * float(np.linalg.norm(q)))
+        else:
+            out = 1 - dot
     return np.asarray(out, dtype=np.float32)
 
 
@@ -82,7 +122,7 @@ def dot_slack(max_norm: float, q: np.ndarray, metric: str, dim: int) -> float:
 
 
 def _cosine(dot: np.ndarray, norms: np.ndarray) -> np.ndarray:
-    """``1 - dot / norms``; infinite (left out) where a norm product is zero."""
+    """``1 - dot / norms``; NaN (left out) where a norm product is zero."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        out = np.where(norms == 0, np.inf, 1 - dot / np.where(norms == 0, 1, norms))
+        out = np.where(norms == 0, np.nan, 1 - dot / np.where(norms == 0, 1, norms))
     return np.asarray(out, dtype=np.float32)

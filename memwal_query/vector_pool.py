@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from memwal_query.errors import MemWalError
 from memwal_query.format.lance_open import lance_message
@@ -38,7 +37,7 @@ from memwal_query.format.nested import as_schema
 from memwal_query.format.topk import smallest
 from memwal_query.snapshot.cache import SnapshotCache
 from memwal_query.snapshot.model import GenerationSource, Snapshot
-from memwal_query.vector_distance import distances_from_dot, dot_slack, exact_distances
+from memwal_query.vector_distance import distances_from_dot, dot_slack, exact_distances, vector_matrix
 
 __all__ = [
     "LARGE_GENERATION_ROWS",
@@ -57,7 +56,6 @@ __all__ = [
     "keep_claimed",
     "warm_part",
     "part_of",
-    "vector_matrix",
 ]
 
 #: A generation with at least this many rows and its own vector index is searched through it.
@@ -75,39 +73,6 @@ def budget_bytes() -> int:
     return int(max(mb, 0) * 2**20)
 
 
-def vector_matrix(col: pa.ChunkedArray | pa.Array, dim: int) -> tuple[np.ndarray, np.ndarray]:
-    """A vector column as a float32 matrix (null vectors and null elements as zeros) and its validity mask."""
-    if isinstance(col, pa.ChunkedArray):  # pyarrow copies even a single chunk it combines
-        arr = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
-    else:
-        arr = col
-    n = len(arr)
-    values = arr.values
-    valid = np.ones(n, dtype=bool)
-    if arr.null_count:
-        valid = np.asarray(pc.is_valid(arr).to_numpy(zero_copy_only=False))
-    if pa.types.is_float32(values.type) and values.buffers()[1] is not None:
-        # straight from the data buffer (nulls hold arbitrary values: zeroed below)
-        start = values.offset + arr.offset * dim
-        data = np.frombuffer(values.buffers()[1], dtype=np.float32, count=n * dim, offset=start * 4)
-        mat = data.reshape(n, dim)
-        # null elements inside valid vectors (flatten() leaves out the null vectors)
-        if values.null_count and (not arr.null_count or arr.flatten().null_count):
-            ok = pc.is_valid(values.slice(arr.offset * dim, n * dim)).to_numpy(zero_copy_only=False)
-            mat = np.where(np.asarray(ok).reshape(n, dim), mat, np.float32(0))
-        elif arr.null_count:
-            mat = mat.copy()
-        if arr.null_count:
-            mat[~valid] = 0
-        return np.ascontiguousarray(mat), valid
-    sliced = values.slice(arr.offset * dim, n * dim)
-    mat = np.asarray(sliced.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(n, dim)
-    if arr.null_count or sliced.null_count:
-        mat = np.nan_to_num(mat)
-        mat[~valid] = 0
-    return np.ascontiguousarray(mat), valid
-
-
 def _assign(mat: np.ndarray, centroids: np.ndarray | None, cosine: bool) -> np.ndarray | None:
     """Nearest centroid of each row (l2; rows normalised first for cosine), in blocks."""
     if centroids is None:
@@ -122,8 +87,9 @@ def _assign(mat: np.ndarray, centroids: np.ndarray | None, cosine: bool) -> np.n
 
 
 def _normalised(mat: np.ndarray) -> np.ndarray:
-    n = np.linalg.norm(mat, axis=1, keepdims=True)
-    return mat / np.where(n == 0, 1, n)
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN / infinite components
+        n = np.linalg.norm(mat, axis=1, keepdims=True)
+        return mat / np.where(n == 0, 1, n)
 
 
 @dataclass(frozen=True)
@@ -387,6 +353,7 @@ class VectorPool:
     cosine: bool = False
     _centroid_norms: np.ndarray | None = field(default=None, repr=False, compare=False)
     _max_norm: float | None = field(default=None, repr=False, compare=False)
+    _infinite: bool | None = field(default=None, repr=False, compare=False)
 
     @property
     def num_rows(self) -> int:
@@ -417,11 +384,14 @@ class VectorPool:
                 idx[at : at + hi - lo] = np.arange(lo, hi)
                 at += hi - lo
             d = distances_from_dot(dot, norms, q, metric)
+        if self.infinite:  # the formula's inf - inf is NaN where a vector is infinite: score those exactly
+            odd = np.flatnonzero(np.isinf(self.norms[idx]))
+            d[odd] = exact_distances(self.vectors[idx[odd]], q, metric)
         if d.size <= k:
             return idx, d
         top = smallest(d, k)
         kth = d[top].max()
-        if not np.isfinite(kth):  # fewer than k rows have a distance: all of them are in ``top``
+        if not np.isfinite(kth):  # fewer than k rows have a distance, or the k-th is infinite: ``top`` it is
             return idx[top], d[top]
         doubt = np.flatnonzero(d <= kth + 2 * dot_slack(self.max_norm, q, metric, self.vectors.shape[1]))
         if doubt.size == top.size:
@@ -450,6 +420,15 @@ class VectorPool:
             finite = self.norms[np.isfinite(self.norms)]  # a NaN element makes a NaN norm
             cached = float(np.sqrt(finite.max(initial=0.0)))
             object.__setattr__(self, "_max_norm", cached)
+        return cached
+
+    @property
+    def infinite(self) -> bool:
+        """Whether a pooled vector has an infinite norm (an infinite component; computed once)."""
+        cached = self._infinite
+        if cached is None:
+            cached = bool(np.isinf(self.norms).any())
+            object.__setattr__(self, "_infinite", cached)
         return cached
 
     @property

@@ -39,8 +39,8 @@ from memwal_query.format.row_address import address_option, addresses, take_rows
 from memwal_query.format.sets import member
 from memwal_query.format.topk import smallest
 from memwal_query.planner.lance_filter import for_lance
-from memwal_query.vector_distance import exact_distances
-from memwal_query.vector_pool import PoolPart, vector_matrix
+from memwal_query.vector_distance import exact_distances, vector_matrix
+from memwal_query.vector_pool import PoolPart
 
 __all__ = [
     "SearchSpec",
@@ -214,7 +214,7 @@ class Scored:
 
 @dataclass(frozen=True)
 class _Found:
-    """One source's candidates: exact distances (inf: unusable) and how to read their rows."""
+    """One source's candidates: exact distances (NaN: unusable) and how to read their rows."""
 
     label: str
     dist: np.ndarray
@@ -235,7 +235,7 @@ class Candidates:
         return [f.label for f in self.found]
 
     def distances(self, hits: pa.Table) -> np.ndarray:
-        """Exact distances of ``hits`` (the fetched columns); inf for a null vector.
+        """Exact distances of ``hits`` (the fetched columns); NaN for a null vector.
 
         Hits without the vector column carry Lance's own exact distance (a flat or refined search).
         """
@@ -246,7 +246,7 @@ class Candidates:
         vec = hits.column(spec.column)
         mat, valid = vector_matrix(vec if vec.type == col.type else vec.cast(col.type), col.type.list_size)
         d = exact_distances(mat, spec.q, spec.metric)
-        d[~valid] = np.inf
+        d[~valid] = np.nan
         return d
 
     def add(self, hits: pa.Table | Scored, label: str) -> None:
@@ -343,7 +343,7 @@ class Candidates:
         rows = _held_rows(held, addresses(live), spec.fetch_cols, what)
         if rows is None:
             rows = take_rows(ds, addresses(live), spec.fetch_cols)
-        return rows.append_column("_distance", pa.array(np.full(rows.num_rows, np.inf), pa.float32()))
+        return rows.append_column("_distance", pa.array(np.full(rows.num_rows, np.nan), pa.float32()))
 
     def generation(
         self, ds: lance.LanceDataset, what: str, drop: np.ndarray | None, rows: int, *, index: bool
@@ -369,9 +369,9 @@ class Candidates:
         addrs = addresses(hits)
         d = self.distances(hits) if hits.num_rows else np.empty(0, dtype=np.float32)
         if drop is not None and drop.size:
-            d[member(addrs, drop)] = np.inf  # superseded or deleted
+            d[member(addrs, drop)] = np.nan  # superseded or deleted
         top = smallest(d, spec.k)
-        top = top[np.isfinite(d[top])]
+        top = top[~np.isnan(d[top])]
         found = addrs[top]
         cols = list(spec.out_cols)
         return Scored(d[top], lambda at: take_rows(ds, found[at], cols))
@@ -408,8 +408,8 @@ class Candidates:
         target = pa.schema(fields)
         dists = [f.dist for f in self.found]
         d = np.concatenate(dists) if dists else np.empty(0, dtype=np.float32)
-        order = np.argsort(d, kind="stable")[: self.spec.k]
-        order = order[np.isfinite(d[order])]
+        order = np.argsort(d, kind="stable")[: self.spec.k]  # NaN (no distance) sorts last
+        order = order[~np.isnan(d[order])]
         if not order.size:
             return target.append(pa.field("_distance", pa.float32())).empty_table()
         starts = np.cumsum([0] + [x.size for x in dists])

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 
 import memwal_query as mq
+import memwal_query.vector_pool as vector_pool
 from memwal_query.vector import wait_warm
 
 from lsm_model import PK, ModelTable
@@ -80,6 +81,37 @@ def test_cosine_leaves_out_zero_vectors_at_every_level(tmp_path: Path) -> None:
     with pytest.raises(mq.InvalidArgumentError, match="'xy' is all zeros: its cosine distance"):
         table.nearest("xy", [0.0, 0.0], distance="cosine")
     assert table.nearest("xy", [0.0, 0.0], k=3).num_rows == 3  # l2 to a zero query is defined
+    wait_warm()
+
+
+def test_infinite_components_rank_as_lance_ranks_them_and_nan_rows_are_left_out(tmp_path: Path) -> None:
+    """A vector with an infinite component has an infinite distance (``-inf`` under dot: the
+    nearest), which Lance ranks like any other; memwal dropped such rows after cutting to k, and
+    answered short. Rows with a NaN component have no distance: left out, as Lance leaves them."""
+    rng = np.random.default_rng(3)
+    pts = rng.standard_normal((40, 2)).astype(np.float32)
+    for i in (1, 22, 33):  # base, generation, MemTable
+        pts[i] = [np.inf, 1.0]
+    for i in (2, 23, 34):
+        pts[i] = [np.nan, 1.0]
+    t = _points_table(str(tmp_path / "t"), pts)
+    plain = lance.write_dataset(t.expected(), str(tmp_path / "plain"))
+    table = mq.open_table(t.uri)
+    q = np.array([1.0, 0.5], np.float32)
+    for warm in (False, True):  # MemTables and Lance searches, then the generation pooled in memory
+        if warm:
+            wait_warm()
+            table = table.refresh()
+        for metric, k in (("dot", 5), ("l2", 40), ("cosine", 40)):
+            want = plain.to_table(nearest={"column": "xy", "q": q, "k": k, "metric": metric})
+            want = want.select(["id", "_distance"])
+            for filt in (None, "id >= 0"):
+                got = table.nearest("xy", q, k=k, distance=metric, filter=filt, columns=["id"])
+                mine, lances = ({i: x for i, x in zip(*r.to_pydict().values(), strict=True)} for r in (got, want))
+                assert mine.keys() == lances.keys(), (warm, metric, filt)  # ties (the infinite ones) in any order
+                assert np.allclose([mine[i] for i in lances], list(lances.values()), rtol=0, atol=1e-6)
+                assert got.column("_distance").to_pylist() == sorted(mine.values())
+    assert not {2, 23, 34} & set(table.nearest("xy", q, k=40).column("id").to_pylist())
     wait_warm()
 
 
@@ -173,4 +205,31 @@ def test_search_filters_read_names_as_lance_does(tmp_path: Path) -> None:
         hits = table.search_text("text", "word", k=n, filter=filt)
         assert sorted(hits.column("id").to_pylist()) == want, filt
     assert table.nearest("xy", q, k=n, filter="ID = 5").num_rows > 0
+    wait_warm()
+
+
+def test_pool_scores_infinite_vectors_exactly() -> None:
+    """The pool scores rows from dot products and squared norms; for a vector with an infinite
+    component l2's ``|x|² - 2x·q`` is ``inf - inf`` (NaN: "no distance"), which let the row lose
+    its place in the k to rows that have no distance at all."""
+    vecs = np.array([[0.0, 1.0], [np.nan, 1.0], [np.nan, 2.0], [np.inf, 1.0], [1.0, 1.0]], np.float32)
+    norms = (vecs * vecs).sum(axis=1)
+    pool = vector_pool.VectorPool((), vecs, norms, np.zeros(5, np.int32), np.arange(5), None, None)
+    idx, d = pool.candidates(np.array([1.0, 0.0], np.float32), "l2", None, 3)
+    assert sorted(zip(d.tolist(), idx.tolist(), strict=True)) == [(1.0, 4), (2.0, 0), (np.inf, 3)]
+
+
+def test_a_pyarrow_filter_on_the_vector_column(tmp_path: Path) -> None:
+    """Lance leaves vector columns out of the schema it converts pyarrow filters with: such a
+    filter failed with Lance's "No match for FieldRef.Name(xy)"; it is handed over as SQL text."""
+    import pyarrow.compute as pc
+
+    pts = np.arange(40, dtype=np.float32).reshape(20, 2)
+    t = _points_table(str(tmp_path / "t"), pts)
+    table = mq.open_table(t.uri)
+    q = [3.0, 3.0]
+    want = table.nearest("xy", q, k=5, filter="xy IS NOT NULL AND id > 2")
+    got = table.nearest("xy", q, k=5, filter=pc.field("xy").is_valid() & (pc.field("id") > 2))
+    assert got.column("id").to_pylist() == want.column("id").to_pylist() == [3, 4, 5, 6, 7]
+    assert table.nearest("xy", q, k=5, filter=pc.field("xy").is_null()).num_rows == 0
     wait_warm()

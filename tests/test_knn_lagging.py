@@ -221,7 +221,7 @@ def test_refresh_reuses_generation_parts(lagging: Lagging) -> None:
 
 
 def test_vector_matrix_zeroes_null_vectors_and_null_elements_of_any_slice() -> None:
-    from memwal_query.vector_pool import vector_matrix
+    from memwal_query.vector_distance import vector_matrix
 
     rng = np.random.default_rng(5)
     n, dim = 50, 4

@@ -61,8 +61,14 @@ def quote_name(name: str) -> str | None:
 
 
 def needs_sql(t: pa.DataType) -> bool:
-    """Whether Lance cannot filter a column of type ``t`` by expression (Substrait has no such type)."""
-    return bool(pa.types.is_unsigned_integer(t) or pa.types.is_large_string(t) or pa.types.is_large_binary(t))
+    """Whether Lance cannot filter a column of type ``t`` by expression (Substrait has no such
+    type, or Lance leaves it out of the schema it converts: vector columns)."""
+    return bool(
+        pa.types.is_unsigned_integer(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_large_binary(t)
+        or pa.types.is_fixed_size_list(t)
+    )
 
 
 def _unconvertible(t: pa.DataType) -> bool:
