@@ -5,8 +5,9 @@ After ``register_functions(ctx, {"events": table})`` (``Table.register`` does th
 for the name it registers; :func:`memwal_query.register_catalog` for every table of
 its catalog), SQL can call:
 
-* ``memwal_knn('events', 'vec', [0.1, ...], 10 [, 'category = ''books''' [, nprobes]])``:
-  the k nearest merged rows with ``_distance`` (:func:`memwal_query.vector.nearest`);
+* ``memwal_knn('events', 'vec', [0.1, ...], 10 [, 'category = ''books''' [, nprobes [, 'cosine']]])``:
+  the k nearest merged rows with ``_distance`` (:func:`memwal_query.vector.nearest`; an empty
+  filter and a NULL ``nprobes`` mean none, the distance is ``'l2'`` unless given);
 * ``memwal_lookup('events', [1, 2, 3])``: the live rows of those keys
   (:func:`memwal_query.lookup.lookup`; single-column keys);
 * ``memwal_regions('events')``, ``memwal_generations('events')``, ``memwal_wal('events')``,
@@ -128,7 +129,7 @@ def _int(e: Any, what: str) -> int:
     return v
 
 
-_KNN_USAGE = "memwal_knn(table, column, [vector], k [, filter [, nprobes]])"
+_KNN_USAGE = "memwal_knn(table, column, [vector], k [, filter [, nprobes [, distance]]])"
 _LOOKUP_USAGE = "memwal_lookup(table, [key, ...])"
 _CHANGES_USAGE = "memwal_changes(table, change_token)"
 _FTS_USAGE = "memwal_fts(table, column, query, k [, filter])"
@@ -144,14 +145,20 @@ def _arity(args: tuple[Any, ...], usage: str, least: int, most: int) -> None:
 
 
 def _knn(registry: _Registry, *args: Any) -> pa.Table:
-    _arity(args, _KNN_USAGE, 4, 6)
+    _arity(args, _KNN_USAGE, 4, 7)
     table = _table(registry, args[0], "memwal_knn")
     column = _value(args[1], "memwal_knn: the column")
     query = _value(args[2], "memwal_knn: the query vector")
     k = _int(args[3], "memwal_knn: k")
     filt = _filter(args[4], "memwal_knn") if len(args) > 4 else None
-    nprobes = _int(args[5], "memwal_knn: nprobes") if len(args) > 5 else None
-    return nearest(table, str(column), query, k=k, filter=filt or None, nprobes=nprobes, in_query=True).rows
+    nprobes = None
+    if len(args) > 5 and _value(args[5], "memwal_knn: nprobes") is not None:
+        nprobes = _int(args[5], "memwal_knn: nprobes")
+    distance = _str(args[6], "memwal_knn: the distance") if len(args) > 6 else "l2"
+    found = nearest(
+        table, str(column), query, k=k, filter=filt or None, nprobes=nprobes, distance=distance, in_query=True
+    )
+    return found.rows
 
 
 def _lookup(registry: _Registry, *args: Any) -> pa.Table:

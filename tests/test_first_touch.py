@@ -39,7 +39,7 @@ BAD_CALLS: dict[str, list[tuple[str, str, type[MemWalError]]]] = {
         (f"memwal_knn('nope', 'vec', {VEC}, 3)", "no memwal table named 'nope'", InvalidArgumentError),
         (f"memwal_knn('t', 'vec', {VEC}, 'x')", "memwal_knn: k must be an integer, got 'x'", InvalidArgumentError),
         ("memwal_knn('t', 'vec', [0.5, 0.5], 3)", "2", InvalidArgumentError),  # wrong dimension
-        ("memwal_knn('t')", "takes 4 to 6 arguments, got 1", InvalidArgumentError),
+        ("memwal_knn('t')", "takes 4 to 7 arguments, got 1", InvalidArgumentError),
         (f"memwal_knn('t', 'vec', {VEC}, 3, 'no_col = 1')", "no_col", InvalidArgumentError),
     ],
     "memwal_lookup": [

@@ -233,3 +233,20 @@ def test_a_pyarrow_filter_on_the_vector_column(tmp_path: Path) -> None:
     assert got.column("id").to_pylist() == want.column("id").to_pylist() == [3, 4, 5, 6, 7]
     assert table.nearest("xy", q, k=5, filter=pc.field("xy").is_null()).num_rows == 0
     wait_warm()
+
+
+def test_sql_knn_takes_the_distance(tmp_path: Path) -> None:
+    """``memwal_knn``'s 7th argument is the distance (NULL ``nprobes``: the default)."""
+    rng = np.random.default_rng(5)
+    t = _points_table(str(tmp_path / "t"), rng.standard_normal((60, 4)).astype(np.float32))
+    table = mq.open_table(t.uri)
+    q = [0.5, -1.0, 0.25, 2.0]
+    for distance in ("cosine", "dot", "l2"):
+        want = table.nearest("xy", q, k=7, distance=distance)
+        got = table.sql(f"SELECT id, _distance FROM memwal_knn('t', 'xy', {q}, 7, '', NULL, '{distance}')")
+        assert got.to_arrow_table().to_pylist() == want.select(["id", "_distance"]).to_pylist(), distance
+    with pytest.raises(mq.InvalidArgumentError, match="memwal_knn: the distance must be a string, got 2"):
+        table.sql(f"SELECT id FROM memwal_knn('t', 'xy', {q}, 7, '', 4, 2)").collect()
+    with pytest.raises(mq.InvalidArgumentError, match="'manhattan'"):
+        table.sql(f"SELECT id FROM memwal_knn('t', 'xy', {q}, 7, '', 4, 'manhattan')").collect()
+    wait_warm()
