@@ -61,8 +61,11 @@ def vector_matrix(col: pa.ChunkedArray | pa.Array, dim: int) -> tuple[np.ndarray
         return np.ascontiguousarray(mat), valid
     sliced = values.slice(arr.offset * dim, n * dim)
     mat = np.asarray(sliced.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(n, dim)
-    if arr.null_count or sliced.null_count:
-        mat = np.nan_to_num(mat)
+    if sliced.null_count:  # zeros for null elements only: a NaN or infinite value stays what it is
+        ok = np.asarray(pc.is_valid(sliced).to_numpy(zero_copy_only=False)).reshape(n, dim)
+        mat = np.where(ok, mat, np.float32(0))
+    if arr.null_count:
+        mat = mat.copy() if not mat.flags.writeable else mat
         mat[~valid] = 0
     return np.ascontiguousarray(mat), valid
 

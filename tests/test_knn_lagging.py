@@ -244,6 +244,13 @@ def test_vector_matrix_zeroes_null_vectors_and_null_elements_of_any_slice() -> N
             assert mat.dtype == np.float32 and mat.flags["C_CONTIGUOUS"]
             np.testing.assert_array_equal(mat, want[rows])
             np.testing.assert_array_equal(valid, ~row_null[rows])
+    # other float types take the copying path: NaN and infinite values in valid vectors stay
+    odd = np.array([[np.inf, 1.0], [np.nan, 2.0], [3.0, 4.0]])
+    for typ in (pa.float64(), pa.float16()):
+        vals = pa.array(odd.ravel(), typ, mask=np.array([False, False, False, True, False, False]))
+        mat, valid = vector_matrix(pa.FixedSizeListArray.from_arrays(vals, 2, mask=pa.array([False, False, True])), 2)
+        np.testing.assert_array_equal(mat, np.array([[np.inf, 1.0], [np.nan, 0.0], [0.0, 0.0]], np.float32))
+        assert valid.tolist() == [True, True, False]
 
 
 def test_held_large_generations_answer_as_lance_reads_them(
