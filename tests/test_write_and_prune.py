@@ -59,7 +59,9 @@ class Model:
         return next((r for r in self.rows.values() if r["id"] == i), None)
 
     def table(self) -> pa.Table:
-        return pa.Table.from_pylist(list(self.rows.values()), schema=self.schema)
+        """The live rows, with the columns as a merged table declares them (non-key ones nullable)."""
+        read = pa.schema([f if f.name == "id" else f.with_nullable(True) for f in self.schema])
+        return pa.Table.from_pylist(list(self.rows.values()), schema=read)
 
 
 def _build(path: Path, schema: pa.Schema, **init: Any) -> tuple[str, Model]:
