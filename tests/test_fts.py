@@ -339,8 +339,10 @@ def test_clear_errors(tables: Any, tmp_path: Path) -> None:
         table.search_text("text", "apple", k=0)
     with pytest.raises(InvalidArgumentError, match="unknown column"):
         table.search_text("text", "apple", columns=["nope"])
-    with pytest.raises(InvalidArgumentError, match="no_col"):
+    with pytest.raises(InvalidArgumentError, match="no_col") as err:
         table.search_text("text", "apple", filter="no_col = 1")
+    assert f"invalid text search filter 'no_col = 1' for {t.uri} (in " in str(err.value)
+    assert "\n" not in str(err.value)
     empty = table.search_text("text", "the and of", columns=["id"])  # stop words only: nothing to match
     assert empty.num_rows == 0 and empty.column_names == ["id", "_score"]
 

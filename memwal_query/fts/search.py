@@ -88,6 +88,7 @@ class _Query:
     stats: CorpusStats
     filter: str | pc.Expression | None
     k: int
+    uri: str  # the table's, for errors
 
     def lance(self) -> MatchQuery | PhraseQuery:
         """The same query for Lance's own search of one source."""
@@ -183,8 +184,8 @@ def _read_all(
 def _search_error(err: Exception, q: _Query, what: str) -> MemWalError:
     text = lance_message(err)
     if q.filter is not None and "Invalid user input" in text:
-        return InvalidArgumentError(f"text search filter {str(q.filter)!r} does not apply to {what}: {text}")
-    return MemWalError(f"text search in {what} failed: {text}")
+        return InvalidArgumentError(f"invalid text search filter {str(q.filter)!r} for {q.uri} (in {what}): {text}")
+    return MemWalError(f"text search in {what} of {q.uri} failed: {text}")
 
 
 @dataclass(frozen=True)
@@ -332,7 +333,7 @@ def search_text(
         msg = f"phrase queries need positions: index {corpus.index_name} on {column!r} of {view.uri} has none"
         raise InvalidArgumentError(msg)
     tokens = corpus.analyzer.query(query)
-    q = _Query(corpus, query, tokens, phrase, corpus.stats(tokens.tokens), filter, k)
+    q = _Query(corpus, query, tokens, phrase, corpus.stats(tokens.tokens), filter, k, view.uri)
     stats.approximate_rows = sum(s.unreadable_rows for s in corpus.indexed)  # known once the statistics are
     pruned = view.search_pruned(filter, in_query)
     stats.pruned_regions = sorted(pruned)
