@@ -7,7 +7,7 @@ its catalog), SQL can call:
 
 * ``memwal_knn('events', 'vec', [0.1, ...], 10 [, 'category = ''books''' [, nprobes [, 'cosine']]])``:
   the k nearest merged rows with ``_distance`` (:func:`memwal_query.vector.nearest`; an empty
-  filter and a NULL ``nprobes`` mean none, the distance is ``'l2'`` unless given);
+  filter and NULL ``nprobes`` / distance mean the defaults: none, ``'l2'``);
 * ``memwal_lookup('events', [1, 2, 3])``: the live rows of those keys
   (:func:`memwal_query.lookup.lookup`; single-column keys);
 * ``memwal_regions('events')``, ``memwal_generations('events')``, ``memwal_wal('events')``,
@@ -154,7 +154,9 @@ def _knn(registry: _Registry, *args: Any) -> pa.Table:
     nprobes = None
     if len(args) > 5 and _value(args[5], "memwal_knn: nprobes") is not None:
         nprobes = _int(args[5], "memwal_knn: nprobes")
-    distance = _str(args[6], "memwal_knn: the distance") if len(args) > 6 else "l2"
+    distance = "l2"
+    if len(args) > 6 and _value(args[6], "memwal_knn: the distance") is not None:
+        distance = _str(args[6], "memwal_knn: the distance")
     found = nearest(
         table, str(column), query, k=k, filter=filt or None, nprobes=nprobes, distance=distance, in_query=True
     )

@@ -245,6 +245,8 @@ def test_sql_knn_takes_the_distance(tmp_path: Path) -> None:
         want = table.nearest("xy", q, k=7, distance=distance)
         got = table.sql(f"SELECT id, _distance FROM memwal_knn('t', 'xy', {q}, 7, '', NULL, '{distance}')")
         assert got.to_arrow_table().to_pylist() == want.select(["id", "_distance"]).to_pylist(), distance
+    default = table.sql(f"SELECT id, _distance FROM memwal_knn('t', 'xy', {q}, 7, '', NULL, NULL)")
+    assert default.to_arrow_table().to_pylist() == want.select(["id", "_distance"]).to_pylist()  # l2, the last
     with pytest.raises(mq.InvalidArgumentError, match="memwal_knn: the distance must be a string, got 2"):
         table.sql(f"SELECT id FROM memwal_knn('t', 'xy', {q}, 7, '', 4, 2)").collect()
     with pytest.raises(mq.InvalidArgumentError, match="'manhattan'"):
