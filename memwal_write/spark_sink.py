@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import random
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -29,19 +31,26 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from memwal_query.errors import InvalidArgumentError
+from memwal_query.errors import InvalidArgumentError, MemWalError
 from memwal_query.format.storage import Storage
 from memwal_write.arrow_writer import RoutedWriter
 from memwal_write.dedupe import Dedup
-from memwal_write.spark_tasks import fencing_explained
+from memwal_write.spark_tasks import fenced, fencing_explained
 
 __all__ = ["SinkOptions", "apply_rows", "to_ipc", "from_ipc", "COMMIT_DIR", "committed_batches", "record_batch"]
-__all__ += ["batch_record", "check_same_query", "sink_id_for"]
+__all__ += ["batch_record", "check_same_query", "sink_id_for", "FENCED_ATTEMPTS"]
 
 #: Where streaming sinks record the micro-batches they applied (under the table root).
 COMMIT_DIR = "_memwal_spark"
 _CHANGE = "_change"
 _STORAGE_PREFIX = "storage."
+
+log = logging.getLogger("memwal_write")
+
+#: Attempts of :func:`apply_rows` when a concurrent writer fences it (waits 0.25 s, 0.5 s, ... 8 s, randomized).
+FENCED_ATTEMPTS = 8
+_FIRST_WAIT = 0.25
+_MAX_WAIT = 8.0
 
 
 @dataclass(frozen=True)
@@ -142,6 +151,10 @@ def _split(rows: pa.Table, opts: SinkOptions, pk: tuple[str, ...]) -> tuple[pa.T
 def apply_rows(rows: pa.Table, opts: SinkOptions, *, fail_after_half: bool = False) -> pa.Table:
     """Upsert / delete ``rows`` in the table from this process; the writer's statistics.
 
+    A writer fenced by a concurrent job writing the same regions (another stream's sink)
+    writes every row again, after a random, growing wait: rows are upserted and deleted by
+    key, so a second pass leaves what one pass leaves.
+
     Args:
         rows: The rows of the job (table columns, maybe ``order_by`` and ``_change``).
         opts: The sink's options.
@@ -149,8 +162,22 @@ def apply_rows(rows: pa.Table, opts: SinkOptions, *, fail_after_half: bool = Fal
 
     Raises:
         InvalidArgumentError: Missing key columns, an unknown column, ambiguous duplicates.
-        MemWalError: A writer was fenced (another writer claimed a region) or failed.
+        MemWalError: A writer was fenced (another writer claimed a region) in every one of
+            :data:`FENCED_ATTEMPTS` attempts, or failed.
     """
+    for attempt in range(FENCED_ATTEMPTS):
+        try:
+            return _apply_once(rows, opts, fail_after_half=fail_after_half)
+        except MemWalError as err:
+            if not fenced(err) or attempt + 1 == FENCED_ATTEMPTS:
+                raise
+            wait = min(_MAX_WAIT, _FIRST_WAIT * 2**attempt) * random.uniform(0.5, 1.5)
+            log.info("write to %s fenced (attempt %d), writing again in %.1f s: %s", opts.uri, attempt + 1, wait, err)
+            time.sleep(wait)
+    raise AssertionError("unreachable")
+
+
+def _apply_once(rows: pa.Table, opts: SinkOptions, *, fail_after_half: bool) -> pa.Table:
     w = RoutedWriter.open(opts.uri, storage_options=opts.storage_options, region_id=opts.region_id, max_workers=None)
     schema = w.dataset.schema
     puts, dels = _split(rows, opts, w.primary_key)

@@ -52,18 +52,26 @@ class WriteJob:
 
 @contextmanager
 def fencing_explained(uri: str) -> Iterator[None]:
-    """Re-raise a writer's "fenced" error with what it means for a write job."""
+    """Re-raise a writer's "fenced" error (or a lost race to claim a region) with what it means
+    for a write job."""
     try:
         yield
     except MemWalError as err:
-        if "fenced" not in str(err).lower():
+        if not fenced(err):
             raise
         msg = (
             f"a region writer of {uri} was fenced: another writer claimed the region (a concurrent write job, "
             "or a task attempt still running). Rows this attempt wrote are in the WAL and are replayed by the "
-            f"newer writer; run one write job per table at a time. Cause: {err}"
+            f"newer writer; write jobs sharing regions fence each other: run them one at a time. Cause: {err}"
         )
         raise MemWalError(msg) from err
+
+
+def fenced(err: BaseException) -> bool:
+    """Whether ``err`` says a region writer lost its region to another writer (fenced, or
+    beaten to claiming it)."""
+    text = str(err).lower()
+    return "fenced" in text or "another writer claimed" in text
 
 
 def with_task_columns(stats: pa.Table, dropped: int, partition: int, attempt: int) -> pa.Table:

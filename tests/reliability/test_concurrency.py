@@ -457,3 +457,42 @@ def test_eventual_snapshot_claims_no_instant(tmp_path: Path) -> None:
     t = _small_table(tmp_path / "t")
     assert not mq.open_table(t.uri, consistency="eventual").snapshot.consistent_cut
     assert mq.open_table(t.uri).snapshot.consistent_cut
+
+
+def test_two_sinks_writing_the_same_regions_at_once_both_land(tmp_path: Path) -> None:
+    """Two streaming queries into one table (each its own sink_id) commit their batches at the same
+    time: each batch opens a writer per region, so the two fence each other. A fenced commit failed
+    and ended its query; it writes its rows again now, after a random, growing wait."""
+    from memwal_write.spark_sink import SinkOptions, apply_rows
+
+    uri = str(tmp_path / "t")
+    lance.write_dataset(SCHEMA.empty_table(), uri).initialize_mem_wal(bucket_column="id", num_buckets=4)
+    errors: list[str] = []
+
+    def sink(name: str, keys: list[int]) -> None:
+        opts = SinkOptions.from_options({"path": uri, "sink_id": name})
+        for version in range(6):
+            rows = pa.table({"id": pa.array(keys, pa.int64()), "v": pa.array([version] * len(keys), pa.int64())})
+            try:
+                apply_rows(rows, opts)
+            except Exception as err:  # noqa: BLE001 - what the test reports
+                errors.append(f"{name}: {err}")
+
+    threads = [threading.Thread(target=sink, args=(n, list(range(o, 400, 2)))) for n, o in (("a", 0), ("b", 1))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:2]
+    got = mq.open_table(uri).to_arrow().sort_by("id")
+    assert got.column("id").to_pylist() == list(range(400)) and set(got.column("v").to_pylist()) == {5}
+
+
+def test_a_lost_claim_of_a_region_is_explained_as_fencing() -> None:
+    from memwal_write.spark_tasks import fenced, fencing_explained
+
+    raw = "cannot open a writer for region r of t: Failed to claim shard r: another writer claimed epoch 1 (>= 1)"
+    assert fenced(mq.MemWalError(raw)) and not fenced(mq.MemWalError("disk full"))
+    with pytest.raises(mq.MemWalError, match="^a region writer of t was fenced: .* one at a time. Cause: cannot"):
+        with fencing_explained("t"):
+            raise mq.MemWalError(raw)
