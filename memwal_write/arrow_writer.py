@@ -411,7 +411,7 @@ class RoutedWriter:
 
     def close(self) -> None:
         """Close every region writer (each flushes its MemTable as a generation)."""
-        errors: list[str] = []
+        errors: dict[str, list[str]] = {}  # message -> regions (a fenced writer fails alike everywhere)
         writers = list(self._writers.items())
         self._writers.clear()
 
@@ -419,7 +419,7 @@ class RoutedWriter:
             try:
                 item[1].close()
             except (OSError, RuntimeError) as err:
-                errors.append(f"region {item[0]}: {lance_message(err)}")
+                errors.setdefault(lance_message(err).replace(item[0], "<region>"), []).append(item[0])
 
         if self.max_workers <= 1 or len(writers) <= 1:
             for item in writers:
@@ -428,7 +428,8 @@ class RoutedWriter:
             with ThreadPoolExecutor(min(self.max_workers, len(writers))) as pool:
                 list(pool.map(close_one, writers))
         if errors:
-            msg = f"closing writers of {self.uri} failed: " + "; ".join(sorted(errors))
+            parts = [f"region{'s' if len(r) > 1 else ''} {', '.join(sorted(r))}: {m}" for m, r in errors.items()]
+            msg = f"closing writers of {self.uri} failed: " + "; ".join(sorted(parts))
             raise MemWalError(msg)
 
     def __enter__(self) -> RoutedWriter:

@@ -496,3 +496,23 @@ def test_a_lost_claim_of_a_region_is_explained_as_fencing() -> None:
     with pytest.raises(mq.MemWalError, match="^a region writer of t was fenced: .* one at a time. Cause: cannot"):
         with fencing_explained("t"):
             raise mq.MemWalError(raw)
+
+
+def test_a_fenced_writer_says_so_once_for_all_its_regions(tmp_path: Path) -> None:
+    """Closing a writer fenced in every region gave Lance's message once per region (each with
+    the region's id twice): one line, but hundreds of characters per region."""
+    from memwal_write import RoutedWriter
+
+    uri = str(tmp_path / "t")
+    lance.write_dataset(SCHEMA.empty_table(), uri).initialize_mem_wal(bucket_column="id", num_buckets=4)
+    rows = pa.table({"id": pa.array(range(40), pa.int64()), "v": pa.array(range(40), pa.int64())})
+    fenced = RoutedWriter.open(uri)
+    fenced.put(rows)
+    with RoutedWriter.open(uri) as newer:
+        newer.put(rows)
+    with pytest.raises(mq.MemWalError) as err:
+        fenced.close()
+    msg = str(err.value)
+    regions = mq.open_table(uri).snapshot.regions
+    assert len(regions) == 4 and all(msg.count(r.region_id) == 1 for r in regions), msg
+    assert msg.count("Writer fenced") == 1 and "for shard <region>" in msg and "\n" not in msg
