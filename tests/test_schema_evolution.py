@@ -252,3 +252,25 @@ def test_engine_errors_keep_a_cause_of_several_lines(tmp_path: Path) -> None:
     msg = str(err.value)
     assert "\n" not in msg and "type_coercion (caused by: " in msg and "requires String, but received Binary" in msg
     assert "CAST(column AS VARCHAR)" in msg
+
+
+def test_a_struct_child_made_nullable_then_restored_reads_its_nulls(tmp_path: Path) -> None:
+    """The same for a struct child (``alter_columns`` path ``s.a``): reading the base's rows into
+    the declared schema failed ("Can't cast to non-nullable field 'a'")."""
+    uri = str(tmp_path / "t")
+    st = pa.struct([pa.field("a", pa.int64(), nullable=False), pa.field("b", pa.int64())])
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("s", st)])
+    rows = pa.table({"id": np.arange(10), "s": [{"a": i, "b": i} for i in range(10)]}, schema=schema)
+    lance.write_dataset(rows, uri).initialize_mem_wal(unsharded=True, max_memtable_rows=1000)
+    not_null = lance.dataset(uri).version
+    lance.dataset(uri).alter_columns({"path": "s.a", "nullable": True})
+    ds = lance.dataset(uri)
+    writer = ds.mem_wal_writer(str(uuid.uuid5(NS, "unsharded")), max_memtable_rows=1000)
+    newer = [{"a": None, "b": 5}, {"a": None, "b": 6}]
+    writer.put(pa.table({"id": pa.array([1, 20], pa.int64()), "s": pa.array(newer, ds.schema.field("s").type)}))
+    writer.close()
+    lance.dataset(uri, version=not_null).restore()
+    table = mq.open_table(uri)
+    assert table.sql("SELECT id FROM t WHERE s['a'] IS NULL ORDER BY id").to_pylist() == [{"id": 1}, {"id": 20}]
+    assert table.sql("SELECT count(*) AS n FROM t").to_pylist() == [{"n": 11}]
+    assert table.lookup([1, 2]).column("s").to_pylist() == [{"a": None, "b": 5}, {"a": 2, "b": 2}]

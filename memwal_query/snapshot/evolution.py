@@ -86,12 +86,21 @@ def merged_schema(schema: pa.Schema, primary_key: Sequence[str]) -> pa.Schema:
 
     Example:
         >>> import pyarrow as pa
-        >>> s = pa.schema([pa.field("id", pa.int64(), False), pa.field("y", pa.int64(), False)])
-        >>> [f.nullable for f in merged_schema(s, ["id"])]
-        [False, True]
+        >>> st = pa.struct([pa.field("a", pa.int64(), False)])
+        >>> s = pa.schema([pa.field("id", pa.int64(), False), pa.field("y", pa.int64(), False), ("s", st)])
+        >>> m = merged_schema(s, ["id"])
+        >>> [f.nullable for f in m], m.field("s").type.field("a").nullable
+        ([False, True, True], True)
     """
-    fields = [f if f.name in primary_key else f.with_nullable(True) for f in schema]
+    fields = [f if f.name in primary_key else _nullable(f) for f in schema]
     return pa.schema(fields, metadata=schema.metadata)
+
+
+def _nullable(f: pa.Field) -> pa.Field:
+    """``f`` nullable, and so are its struct children (``alter_columns`` can change theirs)."""
+    if pa.types.is_struct(f.type):
+        f = f.with_type(pa.struct([_nullable(c) for c in f.type]))
+    return f.with_nullable(True)
 
 
 def generation_schema(schema: pa.Schema, primary_key: Sequence[str]) -> pa.Schema:
