@@ -129,6 +129,13 @@ def _int(e: Any, what: str) -> int:
     return v
 
 
+def _optional(args: tuple[Any, ...], i: int, parse: Callable[[Any, str], Any], what: str, default: Any) -> Any:
+    """Argument ``i`` parsed by ``parse``, or ``default`` when it is not given or NULL."""
+    if len(args) <= i or _value(args[i], what) is None:
+        return default
+    return parse(args[i], what)
+
+
 _KNN_USAGE = "memwal_knn(table, column, [vector], k [, filter [, nprobes [, distance]]])"
 _LOOKUP_USAGE = "memwal_lookup(table, [key, ...])"
 _CHANGES_USAGE = "memwal_changes(table, change_token)"
@@ -151,12 +158,8 @@ def _knn(registry: _Registry, *args: Any) -> pa.Table:
     query = _value(args[2], "memwal_knn: the query vector")
     k = _int(args[3], "memwal_knn: k")
     filt = _filter(args[4], "memwal_knn") if len(args) > 4 else None
-    nprobes = None
-    if len(args) > 5 and _value(args[5], "memwal_knn: nprobes") is not None:
-        nprobes = _int(args[5], "memwal_knn: nprobes")
-    distance = "l2"
-    if len(args) > 6 and _value(args[6], "memwal_knn: the distance") is not None:
-        distance = _str(args[6], "memwal_knn: the distance")
+    nprobes = _optional(args, 5, _int, "memwal_knn: nprobes", None)
+    distance = _optional(args, 6, _str, "memwal_knn: the distance", "l2")
     found = nearest(
         table, str(column), query, k=k, filter=filt or None, nprobes=nprobes, distance=distance, in_query=True
     )

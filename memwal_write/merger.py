@@ -40,7 +40,6 @@ Example:
 from __future__ import annotations
 
 import logging
-import random
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -63,6 +62,7 @@ from memwal_query.snapshot.evolution import conformed_rows, field_paths, stale_c
 from memwal_query.snapshot.manifests import latest_region_manifest, list_regions
 from memwal_query.snapshot.model import primary_key_of
 from memwal_query.snapshot.recovery import wal_generation_rows
+from memwal_write.backoff import backoff
 
 __all__ = ["merge_generations", "merge_generations_spark", "MERGE_STATS_SCHEMA", "GenerationMergeStats"]
 
@@ -201,7 +201,7 @@ def _merge_one(storage: Storage, region_id: str, gen: FlushedGeneration, pk: tup
             if _is_conflict(err):
                 if attempt + 1 < _MAX_ATTEMPTS:
                     log.info("commit conflict merging %s/gen%s, retrying: %s", region_id, gen.generation, err)
-                    time.sleep(min(2.0, _FIRST_WAIT * 2**attempt) * random.uniform(0.5, 1.5))
+                    time.sleep(backoff(attempt, first=_FIRST_WAIT, cap=2.0))
                     continue
                 msg = (
                     f"{what} gave up after {_MAX_ATTEMPTS} commit conflicts with concurrent writers of the base "

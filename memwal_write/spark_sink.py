@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import random
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ import pyarrow.compute as pc
 from memwal_query.errors import InvalidArgumentError, MemWalError
 from memwal_query.format.storage import Storage
 from memwal_write.arrow_writer import RoutedWriter
+from memwal_write.backoff import backoff
 from memwal_write.dedupe import Dedup
 from memwal_write.spark_tasks import fenced, fencing_explained
 
@@ -171,7 +171,7 @@ def apply_rows(rows: pa.Table, opts: SinkOptions, *, fail_after_half: bool = Fal
         except MemWalError as err:
             if not fenced(err) or attempt + 1 == FENCED_ATTEMPTS:
                 raise
-            wait = min(_MAX_WAIT, _FIRST_WAIT * 2**attempt) * random.uniform(0.5, 1.5)
+            wait = backoff(attempt, first=_FIRST_WAIT, cap=_MAX_WAIT)
             log.info("write to %s fenced (attempt %d), writing again in %.1f s: %s", opts.uri, attempt + 1, wait, err)
             time.sleep(wait)
     raise AssertionError("unreachable")
