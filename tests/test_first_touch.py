@@ -242,6 +242,31 @@ def test_lance_noise_filter_keeps_other_lance_errors(tmp_path: Path) -> None:
     assert proc.returncode == 0 and NOISE not in proc.stderr
 
 
+def test_a_fenced_writer_prints_no_lance_lines(tmp_path: Path) -> None:
+    """pylance logged one ERROR line per region when a writer was fenced, then raised the same
+    failure from ``close()``: a Spark sink writing a fenced batch again printed them on every retry."""
+    script = f"""
+import memwal_query as mq, lance, pyarrow as pa
+from memwal_write import RoutedWriter
+pk = {{"lance-schema:unenforced-primary-key": "true"}}
+schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=pk), pa.field("v", pa.int64())])
+lance.write_dataset(schema.empty_table(), {str(tmp_path / "t")!r}).initialize_mem_wal(bucket_column="id", num_buckets=3)
+rows = pa.table({{"id": pa.array(range(30), pa.int64()), "v": pa.array(range(30), pa.int64())}})
+fenced = RoutedWriter.open({str(tmp_path / "t")!r})
+fenced.put(rows)
+with RoutedWriter.open({str(tmp_path / "t")!r}) as newer:
+    newer.put(rows)
+try:
+    fenced.close()
+except mq.MemWalError as err:
+    print("fenced" if "Writer fenced" in str(err) else err)
+"""
+    env = {k: v for k, v in os.environ.items() if k != "LANCE_LOG"}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0 and proc.stdout == "fenced\n", proc.stdout + proc.stderr
+    assert proc.stderr == ""
+
+
 def test_file_uris_are_percent_decoded_as_pylance_reads_them(tmp_path: Path) -> None:
     """pylance writes ``file:///.../my%20table`` into the folder ``my table``; memwal looked
     for a folder literally named ``my%20table``."""
