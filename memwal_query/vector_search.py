@@ -38,6 +38,7 @@ from memwal_query.format.nested import as_schema
 from memwal_query.format.row_address import address_option, addresses, take_rows
 from memwal_query.format.sets import member
 from memwal_query.format.topk import smallest
+from memwal_query.planner.filter_refusal import refusal
 from memwal_query.planner.lance_filter import for_lance
 from memwal_query.vector_distance import exact_distances, vector_matrix
 from memwal_query.vector_pool import PoolPart
@@ -127,10 +128,10 @@ def lance_search(
         return ds.scanner(**kwargs).to_table()
     except (ValueError, OSError, RuntimeError) as err:
         text = lance_message(err)
-        if "Invalid user input" in text:  # e.g. a filter naming no column of this source
-            with_filter = f" with filter {str(filt)!r}" if filt is not None else ""
-            msg = f"Lance refused the vector search of {what}{with_filter}: {text}"
-            raise InvalidArgumentError(msg) from err
+        if filt is not None and (why := refusal(text)) is not None:  # e.g. a column this source lacks
+            raise InvalidArgumentError(f"invalid vector search filter {str(filt)!r} for {what}: {why}") from err
+        if "Invalid user input" in text:
+            raise InvalidArgumentError(f"Lance refused the vector search of {what}: {text}") from err
         msg = f"vector search in {what} failed: {text}"
         raise vanished_error(ds, f"vector search in {what}", err) or MemWalError(msg) from err
 

@@ -342,6 +342,7 @@ def test_clear_errors(tables: Any, tmp_path: Path) -> None:
     with pytest.raises(InvalidArgumentError, match="no_col") as err:
         table.search_text("text", "apple", filter="no_col = 1")
     assert f"invalid text search filter 'no_col = 1' for {t.uri} (in " in str(err.value)
+    assert str(err.value).endswith(": No field named no_col. Valid fields are id, cat, text.")
     assert "\n" not in str(err.value)
     empty = table.search_text("text", "the and of", columns=["id"])  # stop words only: nothing to match
     assert empty.num_rows == 0 and empty.column_names == ["id", "_score"]

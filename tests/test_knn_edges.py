@@ -135,6 +135,14 @@ def test_query_and_argument_errors(tmp_path: Path) -> None:
         table.nearest("xy", [1.0] * 4, filter=123)  # type: ignore[arg-type]
     got = table.nearest("xy", [1.0] * 4, k=2, columns=["id", "id"])
     assert got.column_names == ["id", "_distance"]
+    # Lance's refusals quoted the SQL it wraps a filter in and listed its internal columns
+    for filt, reason in (
+        ("id >", "Expected: an expression, found: EOF"),
+        ("no = 1", "No field named no. Valid fields are id, xy."),
+    ):
+        with pytest.raises(mq.InvalidArgumentError) as err:
+            table.nearest("xy", [1.0] * 4, filter=filt)
+        assert str(err.value) == f"invalid vector search filter {filt!r} for base of {t.uri}: {reason}"
     # Lance reads the first of several statements only: the SQL function (whose filter cannot be
     # planned by DataFusion inside the query) refuses them as the Python call does
     knn = "SELECT id FROM memwal_knn('t', 'xy', [1.0, 1.0, 1.0, 1.0], 2, '{}')"

@@ -54,6 +54,7 @@ from memwal_query.fts.corpus import (
     fragments_of,
     tokenize_rows,
 )
+from memwal_query.planner.filter_refusal import refusal
 from memwal_query.planner.lance_filter import for_lance
 from memwal_query.scan.fragment import column_list
 from memwal_query.view.table_view import TableView
@@ -183,8 +184,8 @@ def _read_all(
 
 def _search_error(err: Exception, q: _Query, what: str) -> MemWalError:
     text = lance_message(err)
-    if q.filter is not None and "Invalid user input" in text:
-        return InvalidArgumentError(f"invalid text search filter {str(q.filter)!r} for {q.uri} (in {what}): {text}")
+    if q.filter is not None and (why := refusal(text)) is not None:
+        return InvalidArgumentError(f"invalid text search filter {str(q.filter)!r} for {q.uri} (in {what}): {why}")
     return MemWalError(f"text search in {what} of {q.uri} failed: {text}")
 
 

@@ -1,0 +1,58 @@
+"""Lance's refusal of a filter, as the user who wrote the filter reads it.
+
+Lance parses a filter by wrapping it in ``SELECT 1 FROM t WHERE ...`` and resolves it
+against the dataset's schema, its internal columns included, so its refusals quote SQL
+the user never wrote ("Error parsing statement: SELECT 1 FROM t WHERE amount > (sql parser
+error: ...)"), list ``_rowid``, ``_rowaddr`` and the like among the valid fields, and repeat
+"Invalid user input". :func:`refusal` keeps the reason and the user's own columns, and
+says how to write a date or timestamp literal, which Lance does not take as a string.
+
+Example:
+    >>> refusal("Invalid user input: Error parsing statement: SELECT 1 FROM t WHERE a > "
+    ...         "(sql parser error: Expected: an expression, found: EOF)")
+    'Expected: an expression, found: EOF'
+    >>> refusal("Invalid user input: Schema error: No field named b. Valid fields are a, _rowid, _distance.")
+    'No field named b. Valid fields are a.'
+    >>> text = 'Received literal Utf8("May") and could not convert to literal of type ' + "'Date32'"
+    >>> refusal("Invalid user input: " + text)[len(text) :]
+    " (write DATE '2024-01-31')"
+    >>> refusal("Not found: t/data/x.lance") is None
+    True
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["refusal"]
+
+_INPUT = "Invalid user input: "
+_PARSE = re.compile(r"Error parsing statement: SELECT 1 FROM t WHERE .*\(sql parser error: (?P<why>.*)\)\s*$", re.S)
+_RESOLVE = re.compile(r"Error resolving filter expression .*?: (?=Received literal|Schema error|\w+ error)", re.S)
+_VALID = re.compile(r"Valid fields are (?P<names>.*?)\.(?:\s|$)", re.S)
+_TEMPORAL = re.compile(
+    r"Received literal Utf8\(\"(?P<v>[^\"]*)\"\) and could not convert to literal of type '(?P<t>\w+)"
+)
+_INTERNAL = {"_rowid", "_rowaddr", "_rowoffset", "_distance", "_score"} | {
+    f"_row_{when}_at_version" for when in ("created", "last_updated")
+}
+_DATE = re.compile(r"\d{4}-\d\d-\d\d")
+_LITERALS = {"Timestamp": "TIMESTAMP", "Date32": "DATE", "Date64": "DATE", "Time64": "TIME", "Time32": "TIME"}
+
+
+def refusal(text: str) -> str | None:
+    """The reason Lance gave for refusing a filter (``text``: its one-line message), or
+    None when ``text`` is not a refused filter."""
+    if not text.startswith(_INPUT):
+        return None
+    why = text.replace(_INPUT, "")
+    if m := _PARSE.search(why):
+        return m.group("why")
+    why = _RESOLVE.sub("", why).replace("Schema error: ", "")
+    if m := _VALID.search(why):
+        names = [n for n in m.group("names").split(", ") if n not in _INTERNAL]
+        why = why[: m.start("names")] + ", ".join(names) + why[m.end("names") :]
+    if (m := _TEMPORAL.search(why)) and m.group("t") in _LITERALS:
+        value = m.group("v") if _DATE.match(m.group("v")) else "2024-01-31"
+        why += f" (write {_LITERALS[m.group('t')]} '{value}')"
+    return why
