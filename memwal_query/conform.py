@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from memwal_query.errors import InvalidArgumentError, MemWalError
 
-__all__ = ["conform", "FIELD_ID", "by_field_id", "field_id"]
+__all__ = ["conform", "FIELD_ID", "by_field_id", "field_id", "is_list_like", "with_item"]
 
 #: Arrow field metadata in which Lance records a column's field id (WAL entries carry it).
 FIELD_ID = b"lance:field_id"
@@ -67,7 +67,10 @@ def by_field_id(data: pa.Table, ids: pa.Schema) -> pa.Table:
 
 
 def _renamed(have: pa.DataType, want: pa.DataType) -> pa.DataType:
-    """``have`` with struct children matched to ``want``'s by field id (see :func:`_nested`)."""
+    """``have`` with struct children (in lists too) matched to ``want``'s by field id (see :func:`_nested`)."""
+    if is_list_like(have) and is_list_like(want):
+        item = have.value_field
+        return with_item(have, item.with_type(_renamed(item.type, want.value_type)))
     if not (pa.types.is_struct(have) and pa.types.is_struct(want)):
         return have
     kids = []
@@ -75,6 +78,23 @@ def _renamed(have: pa.DataType, want: pa.DataType) -> pa.DataType:
         k = _child(have, w)
         kids.append(w.with_type(_renamed(have.field(k).type, w.type)) if k is not None else w)
     return pa.struct(kids)
+
+
+def is_list_like(t: pa.DataType) -> bool:
+    """A list, large list or fixed-size list type (one child field, ``item``)."""
+    return bool(pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t))
+
+
+def with_item(t: pa.DataType, item: pa.Field) -> pa.DataType:
+    """List-like type ``t`` (same kind, same size) holding ``item`` instead.
+
+    Example:
+        >>> with_item(pa.large_list(pa.int8()), pa.field("item", pa.string()))
+        LargeListType(large_list<item: string>)
+    """
+    if pa.types.is_fixed_size_list(t):
+        return pa.list_(item, t.list_size)
+    return pa.large_list(item) if pa.types.is_large_list(t) else pa.list_(item)
 
 
 def _child(have: pa.StructType, want: pa.Field) -> int | None:
@@ -87,7 +107,10 @@ def _child(have: pa.StructType, want: pa.Field) -> int | None:
 
 
 def _nested(arr: pa.Array, have: pa.Field, want: pa.Field) -> pa.Array:
-    """A struct array's children matched to ``want``'s by field id: renamed, added (NULL), dropped."""
+    """A struct array's children (in lists too) matched to ``want``'s by field id: renamed,
+    added (NULL), dropped."""
+    if is_list_like(have.type) and is_list_like(want.type):
+        return _nested_items(arr, have, want)
     if not (pa.types.is_struct(have.type) and pa.types.is_struct(want.type)):
         return arr
     assert isinstance(arr, pa.StructArray)
@@ -102,6 +125,22 @@ def _nested(arr: pa.Array, have: pa.Field, want: pa.Field) -> pa.Array:
     return pa.StructArray.from_arrays(children, fields=list(names), mask=arr.is_null())
 
 
+def _nested_items(arr: pa.Array, have: pa.Field, want: pa.Field) -> pa.Array:
+    """A list array whose items are matched to ``want``'s (same offsets, same NULL lists)."""
+    typ = _renamed(have.type, want.type)
+    if typ == have.type:
+        return arr
+    mask = arr.is_null() if arr.null_count else None
+    if isinstance(arr, pa.FixedSizeListArray):
+        size = have.type.list_size
+        values = arr.values.slice(arr.offset * size, len(arr) * size)
+        items = _nested(values, have.type.value_field, want.type.value_field)
+        return pa.FixedSizeListArray.from_arrays(items, type=typ, mask=mask)
+    assert isinstance(arr, (pa.ListArray, pa.LargeListArray))
+    items = _nested(arr.values, have.type.value_field, want.type.value_field)
+    return type(arr).from_arrays(arr.offsets, items, type=typ, mask=mask)
+
+
 def _dropped_children(have: pa.DataType, want: pa.DataType, path: str) -> list[str]:
     """Struct children of ``have`` that ``want`` has no field for (paths, at any depth)."""
     if pa.types.is_struct(have) and pa.types.is_struct(want):
@@ -114,8 +153,7 @@ def _dropped_children(have: pa.DataType, want: pa.DataType, path: str) -> list[s
             else:
                 out += _dropped_children(child.type, names[child.name], f"{path}.{child.name}")
         return out
-    lists = (pa.types.is_list, pa.types.is_large_list, pa.types.is_fixed_size_list)
-    if any(f(have) for f in lists) and any(f(want) for f in lists):
+    if is_list_like(have) and is_list_like(want):
         return _dropped_children(have.value_type, want.value_type, f"{path}[]")
     return []
 

@@ -51,6 +51,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from lance.mem_wal import CompactedSsTable
 
+from memwal_query.conform import is_list_like
 from memwal_query.errors import GenerationLostError, InvalidArgumentError, MemWalError, positive_int
 from memwal_query.format.lance_open import lance_message, open_lance, require_table
 from memwal_query.format.memwal_index import read_memwal_index
@@ -152,18 +153,36 @@ def _rows_from_wal(
 
 
 def _check_not_null(rows: pa.Table, schema: pa.Schema, uri: str, region_id: str, generation: int) -> None:
-    """Refuse NULLs in a column the base declares NOT NULL (Lance's own error names no column's
-    origin): a generation written while the column was nullable, before a restore()."""
+    """Refuse NULLs in a column (or struct child, list item) the base declares NOT NULL (Lance's
+    and pyarrow's own errors name no column's origin): a generation written while it was
+    nullable, before a restore()."""
     for f in schema:
-        nulls = rows.column(f.name).null_count if not f.nullable and f.name in rows.column_names else 0
-        if nulls:
+        if f.name not in rows.column_names:
+            continue
+        found = _nulls_where_not_null(rows.column(f.name).combine_chunks(), f, f.name)
+        if found:
+            path, nulls = found
             msg = (
-                f"cannot merge generation {generation} of region {region_id} into {uri}: column {f.name!r} is NOT NULL "
-                f"in the base, but {nulls} of the generation's rows hold NULL in it (written while it was nullable, "
+                f"cannot merge generation {generation} of region {region_id} into {uri}: {path!r} is NOT NULL "
+                f"in the base, but {nulls} of the generation's values hold NULL in it (written while it was nullable, "
                 f"before the base was restored?); make it nullable again "
-                f"(alter_columns({{'path': {f.name!r}, 'nullable': True}})) and merge again"
+                f"(alter_columns({{'path': {path!r}, 'nullable': True}})) and merge again"
             )
             raise MemWalError(msg)
+
+
+def _nulls_where_not_null(arr: pa.Array, f: pa.Field, path: str) -> tuple[str, int] | None:
+    """The first field at or under ``f`` declared NOT NULL whose values in ``arr`` hold NULLs
+    (its Lance path, e.g. ``s.item.p``, and their count), checked as pyarrow's cast checks them."""
+    if arr.null_count and not f.nullable:
+        return path, arr.null_count
+    if pa.types.is_struct(f.type):
+        present = arr.filter(arr.is_valid()) if arr.null_count else arr  # a NULL struct's children may be NULL
+        kids = (_nulls_where_not_null(present.field(k), c, f"{path}.{c.name}") for k, c in enumerate(f.type))
+        return next((found for found in kids if found), None)
+    if is_list_like(f.type):  # the items of lists that are not NULL
+        return _nulls_where_not_null(arr.flatten(), f.type.value_field, f"{path}.{f.type.value_field.name}")
+    return None
 
 
 def _merge_one(storage: Storage, region_id: str, gen: FlushedGeneration, pk: tuple[str, ...]) -> GenerationMergeStats:

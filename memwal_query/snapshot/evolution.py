@@ -31,7 +31,7 @@ from typing import Any
 import lance
 import pyarrow as pa
 
-from memwal_query.conform import FIELD_ID, conform
+from memwal_query.conform import FIELD_ID, conform, is_list_like, with_item
 from memwal_query.errors import MemWalCorruptionError
 from memwal_query.format.wal import TOMBSTONE
 
@@ -69,6 +69,8 @@ def tagged_schema(ds: lance.LanceDataset) -> pa.Schema:
         if pa.types.is_struct(t):
             kids = {str(c.name()): c for c in lance_field.children()}
             t = pa.struct([tag(c, kids[c.name]) if c.name in kids else c for c in t])
+        elif is_list_like(t) and len(item := lance_field.children()) == 1:
+            t = with_item(t, tag(t.value_field, item[0]))
         return pa.field(f.name, t, f.nullable, {**(f.metadata or {}), FIELD_ID: str(lance_field.id()).encode()})
 
     top = {str(f.name()): f for f in ds.lance_schema.fields()}
@@ -97,16 +99,18 @@ def merged_schema(schema: pa.Schema, primary_key: Sequence[str]) -> pa.Schema:
 
 
 def _nullable(f: pa.Field) -> pa.Field:
-    """``f`` nullable, and so are its struct children (``alter_columns`` can change theirs)."""
+    """``f`` nullable, and so are its struct children and list items, at any depth
+    (``alter_columns`` can change theirs)."""
     if pa.types.is_struct(f.type):
         f = f.with_type(pa.struct([_nullable(c) for c in f.type]))
+    elif is_list_like(f.type):
+        f = f.with_type(with_item(f.type, _nullable(f.type.value_field)))
     return f.with_nullable(True)
 
 
 def generation_schema(schema: pa.Schema, primary_key: Sequence[str]) -> pa.Schema:
-    """A generation's columns: the base's plus ``_tombstone`` (tombstones leave non-key columns NULL)."""
-    fields = [f if f.name in primary_key else f.with_nullable(True) for f in schema]
-    return pa.schema([*fields, pa.field(TOMBSTONE, pa.bool_(), nullable=False)])
+    """A generation's columns: the merged table's (:func:`merged_schema`) plus ``_tombstone``."""
+    return pa.schema([*merged_schema(schema, primary_key), pa.field(TOMBSTONE, pa.bool_(), nullable=False)])
 
 
 def stale_columns(gen: lance.LanceDataset, paths: Mapping[int, tuple[str, ...]]) -> bool:
