@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 
 from memwal_query.engine_errors import engine_error
 from memwal_query.errors import InvalidArgumentError, MemWalError
+from memwal_query.planner.filter_refusal import check_filter
 from memwal_query.scan.dataset import MergedDataset
 from memwal_query.scan.fragment import column_list
 from memwal_query.scan.stream import stream_batches
@@ -57,9 +58,7 @@ def to_reader(view: TableView, columns: Sequence[str] | None = None, filter: Fil
     out = dataset.projected(columns)
     if isinstance(filter, str):
         return pa.RecordBatchReader.from_batches(out, _sql_batches(dataset, out, filter))
-    if filter is not None and not isinstance(filter, pc.Expression):
-        msg = f"filter must be a SQL string or a pyarrow.compute.Expression, got {type(filter).__name__} ({view.uri})"
-        raise InvalidArgumentError(msg)
+    check_filter(filter, view.snapshot.schema, view.uri)
     batches = stream_batches(dataset, columns, filter)
     return pa.RecordBatchReader.from_batches(out, batches if filter is None else _applying(batches, filter, view.uri))
 

@@ -43,6 +43,7 @@ from memwal_query import vector_background as background
 from memwal_query.errors import InvalidArgumentError, positive_k
 from memwal_query.format.beside import start_beside
 from memwal_query.planner.catchup import CatchupPlan
+from memwal_query.planner.filter_refusal import check_filter
 from memwal_query.scan.fragment import column_list
 from memwal_query.vector_background import wait_warm
 from memwal_query.vector_base_rows import held_base, hold_base_later
@@ -341,11 +342,9 @@ def nearest(
             raise InvalidArgumentError(msg)
     if k > _LARGE_K:  # Lance sizes its top-k buffers by k (k=10**9 aborted the process)
         k = min(k, view.derived(("rows-bound",), lambda: _rows_bound(view)))
-    if filter is not None and not isinstance(filter, (str, pc.Expression)):
-        msg = f"filter must be a SQL string or a pyarrow expression, got {type(filter).__name__}"
-        raise InvalidArgumentError(msg)
-    q = _query_vector(view, column, query, METRICS[str(distance).lower()])
     schema = view.snapshot.schema
+    check_filter(filter, schema, view.uri, "vector search ")
+    q = _query_vector(view, column, query, METRICS[str(distance).lower()])
     named = column_list(columns, view.uri)
     out_cols = list(dict.fromkeys(named)) if named is not None else list(schema.names)
     missing = [c for c in out_cols if c not in schema.names]

@@ -13,6 +13,7 @@ from typing import Any
 import lance
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from lance.file import LanceFileReader
 from lance.query import MatchQuery, PhraseQuery
@@ -343,6 +344,9 @@ def test_clear_errors(tables: Any, tmp_path: Path) -> None:
         table.search_text("text", "apple", filter="no_col = 1")
     assert f"invalid text search filter 'no_col = 1' for {t.uri} (in " in str(err.value)
     assert str(err.value).endswith(": No field named no_col. Valid fields are id, cat, text.")
+    with pytest.raises(InvalidArgumentError) as err:
+        table.search_text("text", "apple", filter=pc.field("cat") == 1)
+    assert str(err.value).startswith(f"invalid text search filter (cat == 1) for {t.uri}: Function 'equal' has no")
     assert "\n" not in str(err.value)
     empty = table.search_text("text", "the and of", columns=["id"])  # stop words only: nothing to match
     assert empty.num_rows == 0 and empty.column_names == ["id", "_score"]

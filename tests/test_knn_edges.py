@@ -9,6 +9,7 @@ from pathlib import Path
 import lance
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 import memwal_query as mq
@@ -143,6 +144,11 @@ def test_query_and_argument_errors(tmp_path: Path) -> None:
         with pytest.raises(mq.InvalidArgumentError) as err:
             table.nearest("xy", [1.0] * 4, filter=filt)
         assert str(err.value) == f"invalid vector search filter {filt!r} for base of {t.uri}: {reason}"
+    # the same as a pyarrow expression: refused before any source is searched (Lance's own text
+    # named the base, listed a placeholder for the vector column and was no InvalidArgumentError)
+    with pytest.raises(mq.InvalidArgumentError) as err:
+        table.nearest("xy", [1.0] * 4, filter=pc.field("no") == 1)
+    assert str(err.value) == f"invalid vector search filter (no == 1) for {t.uri}: no column 'no' (columns: id, xy)"
     # Lance reads the first of several statements only: the SQL function (whose filter cannot be
     # planned by DataFusion inside the query) refuses them as the Python call does
     knn = "SELECT id FROM memwal_knn('t', 'xy', [1.0, 1.0, 1.0, 1.0], 2, '{}')"
@@ -230,8 +236,6 @@ def test_pool_scores_infinite_vectors_exactly() -> None:
 def test_a_pyarrow_filter_on_the_vector_column(tmp_path: Path) -> None:
     """Lance leaves vector columns out of the schema it converts pyarrow filters with: such a
     filter failed with Lance's "No match for FieldRef.Name(xy)"; it is handed over as SQL text."""
-    import pyarrow.compute as pc
-
     pts = np.arange(40, dtype=np.float32).reshape(20, 2)
     t = _points_table(str(tmp_path / "t"), pts)
     table = mq.open_table(t.uri)

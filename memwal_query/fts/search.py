@@ -54,7 +54,7 @@ from memwal_query.fts.corpus import (
     fragments_of,
     tokenize_rows,
 )
-from memwal_query.planner.filter_refusal import refusal
+from memwal_query.planner.filter_refusal import check_filter, refusal
 from memwal_query.planner.lance_filter import for_lance
 from memwal_query.scan.fragment import column_list
 from memwal_query.view.table_view import TableView
@@ -328,6 +328,7 @@ def search_text(
     t0 = time.perf_counter()
     k = positive_k(k)
     out = _check(view, column, query, columns)
+    check_filter(filter, view.snapshot.schema, view.uri, "text search ")
     corpus = corpus_of(view, column)
     stats = TextSearchStats()
     if phrase and not corpus.analyzer.with_position:

@@ -1,4 +1,10 @@
-"""Lance's refusal of a filter, as the user who wrote the filter reads it.
+"""Filters refused, by pyarrow or by Lance, as the user who wrote the filter reads it.
+
+:func:`check_filter` refuses, before any source is read, a filter that is neither SQL text
+nor a pyarrow expression, and an expression pyarrow cannot bind to the table's columns (a
+column the table lacks, no kernel for its types): Lance would report it from whichever
+source it searched first, with its own column list (vector columns renamed to a
+placeholder).
 
 Lance parses a filter by wrapping it in ``SELECT 1 FROM t WHERE ...`` and resolves it
 against the dataset's schema, its internal columns included, so its refusals quote SQL
@@ -24,8 +30,14 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["refusal"]
+import pyarrow as pa
+import pyarrow.compute as pc
 
+from memwal_query.errors import InvalidArgumentError
+
+__all__ = ["check_filter", "refusal"]
+
+_NO_FIELD = re.compile(r"No match for FieldRef\.Name\((?P<name>[^)]*)\) in ")
 _INPUT = "Invalid user input: "
 _PARSE = re.compile(r"Error parsing statement: SELECT 1 FROM t WHERE .*\(sql parser error: (?P<why>.*)\)\s*$", re.S)
 _RESOLVE = re.compile(r"Error resolving filter expression .*?: (?=Received literal|Schema error|\w+ error)", re.S)
@@ -56,3 +68,38 @@ def refusal(text: str) -> str | None:
         value = m.group("v") if _DATE.match(m.group("v")) else "2024-01-31"
         why += f" (write {_LITERALS[m.group('t')]} '{value}')"
     return why
+
+
+def check_filter(filt: object, schema: pa.Schema, uri: str, kind: str = "") -> None:
+    """Refuse a filter of another type, or an expression pyarrow cannot bind to ``schema``.
+
+    Args:
+        filt: The user's filter (None, SQL text or a pyarrow expression).
+        schema: The merged table's columns.
+        uri: The table, named in errors.
+        kind: What the filter is for, e.g. ``"vector search "``.
+
+    Raises:
+        InvalidArgumentError: Naming the filter, the table and the column or types at fault.
+
+    Example:
+        >>> schema = pa.schema([("id", pa.int64()), ("s", pa.string())])
+        >>> check_filter(pc.field("nope") == 1, schema, "t")
+        Traceback (most recent call last):
+        ...
+        memwal_query.errors.InvalidArgumentError: invalid filter (nope == 1) for t: no column 'nope' (columns: id, s)
+    """
+    if filt is None or isinstance(filt, str):
+        return
+    if not isinstance(filt, pc.Expression):
+        msg = f"filter must be a SQL string or a pyarrow expression, got {type(filt).__name__} ({uri})"
+        raise InvalidArgumentError(msg)
+    try:
+        schema.empty_table().filter(filt)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as err:
+        text = str(err)
+        if m := _NO_FIELD.search(text):
+            why = f"no column {m.group('name')!r} (columns: {', '.join(schema.names)})"
+        else:
+            why = " ".join(text.split())
+        raise InvalidArgumentError(f"invalid {kind}filter {filt} for {uri}: {why}") from err
