@@ -45,7 +45,7 @@ _VALID = re.compile(r"Valid fields are (?P<names>.*?)\.(?:\s|$)", re.S)
 _TEMPORAL = re.compile(
     r"Received literal Utf8\(\"(?P<v>[^\"]*)\"\) and could not convert to literal of type '(?P<t>\w+)"
 )
-_INTERNAL = {"_rowid", "_rowaddr", "_rowoffset", "_distance", "_score"} | {
+_INTERNAL = {"_rowid", "_rowaddr", "_rowoffset", "_distance", "_score", "_tombstone"} | {
     f"_row_{when}_at_version" for when in ("created", "last_updated")
 }
 _DATE = re.compile(r"\d{4}-\d\d-\d\d")
