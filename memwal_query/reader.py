@@ -58,7 +58,7 @@ def to_reader(view: TableView, columns: Sequence[str] | None = None, filter: Fil
     out = dataset.projected(columns)
     if isinstance(filter, str):
         return pa.RecordBatchReader.from_batches(out, _sql_batches(dataset, out, filter))
-    check_filter(filter, view.snapshot.schema, view.uri)
+    check_filter(filter, view.uri, view.snapshot.schema)
     batches = stream_batches(dataset, columns, filter)
     return pa.RecordBatchReader.from_batches(out, batches if filter is None else _applying(batches, filter, view.uri))
 

@@ -43,7 +43,7 @@ from memwal_query import vector_background as background
 from memwal_query.errors import InvalidArgumentError, positive_k
 from memwal_query.format.beside import start_beside
 from memwal_query.planner.catchup import CatchupPlan
-from memwal_query.planner.filter_refusal import check_filter
+from memwal_query.planner.filter_refusal import blamed_on_filter, check_filter
 from memwal_query.scan.fragment import column_list
 from memwal_query.vector_background import wait_warm
 from memwal_query.vector_base_rows import held_base, hold_base_later
@@ -343,7 +343,7 @@ def nearest(
     if k > _LARGE_K:  # Lance sizes its top-k buffers by k (k=10**9 aborted the process)
         k = min(k, view.derived(("rows-bound",), lambda: _rows_bound(view)))
     schema = view.snapshot.schema
-    check_filter(filter, schema, view.uri, "vector search ")
+    check_filter(filter, view.uri)
     q = _query_vector(view, column, query, METRICS[str(distance).lower()])
     named = column_list(columns, view.uri)
     out_cols = list(dict.fromkeys(named)) if named is not None else list(schema.names)
@@ -362,30 +362,31 @@ def nearest(
         tuple(out_cols),
         tuple(view.snapshot.primary_key),
     )
-    stats = NearestStats(coverage=index_coverage(view, column))
-    pruned = view.search_pruned(filter, in_query)
-    stats.pruned_regions = sorted(pruned)
-    plan, catchup = _catchup(view, spec, stats)
-    cands = Candidates(spec, schema)
-    index_name = stats.coverage.index_name if stats.coverage is not None else None
-    pooled = filter is None and pool_ready(view, spec, index_name)
-    base_jobs = _base_jobs(view, spec, stats.coverage, plan if catchup else None, cands, pruned)
-    jobs = base_jobs + generation_jobs(view, spec, pruned, cands, pooled=pooled)
-    futures = start_beside(_EXECUTOR, _WORKERS, [fn for _, fn in jobs])  # Lance searches beside the pool's
-    in_memory = None
-    if filter is None:  # the pool; while it is not in memory yet, the MemTables alone
-        in_memory = search_pool(view, spec, index_name) if pooled else search_memtables(view, spec)
-    for (label, _), fut in zip(base_jobs, futures, strict=False):
-        cands.add(fut.result(), label)
-    if filter is None:
-        stats.memory = knn_memory(view, column)
-    if in_memory is not None:
-        cands.add(in_memory[1], in_memory[0])
-    for (label, _), fut in zip(jobs[len(base_jobs) :], futures[len(base_jobs) :], strict=True):
-        cands.add(fut.result(), label)
-    stats.sources = cands.labels
-    out = cands.top()
-    if filter is None:
-        _read_later(view, spec, index_name, pooled)
+    with blamed_on_filter(filter, schema, view.uri, "vector search "):
+        stats = NearestStats(coverage=index_coverage(view, column))
+        pruned = view.search_pruned(filter, in_query)
+        stats.pruned_regions = sorted(pruned)
+        plan, catchup = _catchup(view, spec, stats)
+        cands = Candidates(spec, schema)
+        index_name = stats.coverage.index_name if stats.coverage is not None else None
+        pooled = filter is None and pool_ready(view, spec, index_name)
+        base_jobs = _base_jobs(view, spec, stats.coverage, plan if catchup else None, cands, pruned)
+        jobs = base_jobs + generation_jobs(view, spec, pruned, cands, pooled=pooled)
+        futures = start_beside(_EXECUTOR, _WORKERS, [fn for _, fn in jobs])  # Lance searches beside the pool's
+        in_memory = None
+        if filter is None:  # the pool; while it is not in memory yet, the MemTables alone
+            in_memory = search_pool(view, spec, index_name) if pooled else search_memtables(view, spec)
+        for (label, _), fut in zip(base_jobs, futures, strict=False):
+            cands.add(fut.result(), label)
+        if filter is None:
+            stats.memory = knn_memory(view, column)
+        if in_memory is not None:
+            cands.add(in_memory[1], in_memory[0])
+        for (label, _), fut in zip(jobs[len(base_jobs) :], futures[len(base_jobs) :], strict=True):
+            cands.add(fut.result(), label)
+        stats.sources = cands.labels
+        out = cands.top()
+        if filter is None:
+            _read_later(view, spec, index_name, pooled)
     stats.seconds = time.perf_counter() - t0
     return NearestResult(out, stats)

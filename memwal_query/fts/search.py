@@ -54,7 +54,7 @@ from memwal_query.fts.corpus import (
     fragments_of,
     tokenize_rows,
 )
-from memwal_query.planner.filter_refusal import check_filter, refusal
+from memwal_query.planner.filter_refusal import blamed_on_filter, check_filter, refusal
 from memwal_query.planner.lance_filter import for_lance
 from memwal_query.scan.fragment import column_list
 from memwal_query.view.table_view import TableView
@@ -328,7 +328,7 @@ def search_text(
     t0 = time.perf_counter()
     k = positive_k(k)
     out = _check(view, column, query, columns)
-    check_filter(filter, view.snapshot.schema, view.uri, "text search ")
+    check_filter(filter, view.uri)
     corpus = corpus_of(view, column)
     stats = TextSearchStats()
     if phrase and not corpus.analyzer.with_position:
@@ -337,36 +337,37 @@ def search_text(
     tokens = corpus.analyzer.query(query)
     q = _Query(corpus, query, tokens, phrase, corpus.stats(tokens.tokens), filter, k, view.uri)
     stats.approximate_rows = sum(s.unreadable_rows for s in corpus.indexed)  # known once the statistics are
-    pruned = view.search_pruned(filter, in_query)
-    stats.pruned_regions = sorted(pruned)
-    hits: list[_Hits] = []
-    fetches: list[_Fetch] = []
-    if tokens.tokens:
-        for src in corpus.indexed:
-            if src.region_id in pruned:
-                continue
-            small = sum(f.num_docs for f in src.files) <= _SMALL_SOURCE
-            fetches.append(_Fetch(src, None if small else k + max(k // 2, _FIRST_EXTRA)))
-            stats.sources.append(src.name)
-        # Lance searches the indexed sources (it releases the GIL) while the in-memory rows are
-        # scored (start_beside: the search is running before the scoring takes the GIL)
-        scanners = [f.scanner(q) for f in fetches]
-        read = partial(_read_all, fetches, scanners, q, stats)
-        first = start_beside(_BACKGROUND, 1, [read])[0] if fetches else None
-        hits += _pool_hits(corpus, q, pruned)
-        if first is not None:
-            for f, rows in zip(fetches, first.result(), strict=True):
-                f.accept(rows, q, stats)
-        stats.sources += [f.name for f in corpus.flat if f.region_id not in pruned]
-        while True:
-            theta = _kth([f.scores for f in fetches] + [h.scores for h in hits], k)
-            more = [f for f in fetches if f.bound > 0 and f.bound >= theta * (1 + 1e-9)]
-            if not more:
-                break
-            for f in more:
-                f.limit = 4 * (f.limit or 0)
-                f.run(q, stats)
-    hits += [_Hits(f.scores, dataset=f.src.dataset, addrs=f.addrs) for f in fetches if f.addrs is not None]
-    result = _output(hits, q, out, view.snapshot.schema)
+    with blamed_on_filter(filter, view.snapshot.schema, view.uri, "text search "):
+        pruned = view.search_pruned(filter, in_query)
+        stats.pruned_regions = sorted(pruned)
+        hits: list[_Hits] = []
+        fetches: list[_Fetch] = []
+        if tokens.tokens:
+            for src in corpus.indexed:
+                if src.region_id in pruned:
+                    continue
+                small = sum(f.num_docs for f in src.files) <= _SMALL_SOURCE
+                fetches.append(_Fetch(src, None if small else k + max(k // 2, _FIRST_EXTRA)))
+                stats.sources.append(src.name)
+            # Lance searches the indexed sources (it releases the GIL) while the in-memory rows are
+            # scored (start_beside: the search is running before the scoring takes the GIL)
+            scanners = [f.scanner(q) for f in fetches]
+            read = partial(_read_all, fetches, scanners, q, stats)
+            first = start_beside(_BACKGROUND, 1, [read])[0] if fetches else None
+            hits += _pool_hits(corpus, q, pruned)
+            if first is not None:
+                for f, rows in zip(fetches, first.result(), strict=True):
+                    f.accept(rows, q, stats)
+            stats.sources += [f.name for f in corpus.flat if f.region_id not in pruned]
+            while True:
+                theta = _kth([f.scores for f in fetches] + [h.scores for h in hits], k)
+                more = [f for f in fetches if f.bound > 0 and f.bound >= theta * (1 + 1e-9)]
+                if not more:
+                    break
+                for f in more:
+                    f.limit = 4 * (f.limit or 0)
+                    f.run(q, stats)
+        hits += [_Hits(f.scores, dataset=f.src.dataset, addrs=f.addrs) for f in fetches if f.addrs is not None]
+        result = _output(hits, q, out, view.snapshot.schema)
     stats.seconds = time.perf_counter() - t0
     return TextSearchResult(result, stats)

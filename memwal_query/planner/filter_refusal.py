@@ -1,10 +1,10 @@
 """Filters refused, by pyarrow or by Lance, as the user who wrote the filter reads it.
 
-:func:`check_filter` refuses, before any source is read, a filter that is neither SQL text
-nor a pyarrow expression, and an expression pyarrow cannot bind to the table's columns (a
-column the table lacks, no kernel for its types): Lance would report it from whichever
-source it searched first, with its own column list (vector columns renamed to a
-placeholder).
+:func:`check_filter` refuses a filter that is neither SQL text nor a pyarrow expression;
+:func:`blamed_on_filter` turns a search or scan that failed on a pyarrow expression that
+does not bind to the table's columns (a column the table lacks, no kernel for its types)
+into one error naming the filter: Lance reports it from whichever source it searched
+first, with its own column list (vector columns renamed to a placeholder).
 
 Lance parses a filter by wrapping it in ``SELECT 1 FROM t WHERE ...`` and resolves it
 against the dataset's schema, its internal columns included, so its refusals quote SQL
@@ -29,13 +29,16 @@ Example:
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as pds
 
 from memwal_query.errors import InvalidArgumentError
 
-__all__ = ["check_filter", "refusal"]
+__all__ = ["blamed_on_filter", "check_filter", "refusal"]
 
 _NO_FIELD = re.compile(r"No match for FieldRef\.Name\((?P<name>[^)]*)\) in ")
 _INPUT = "Invalid user input: "
@@ -70,8 +73,22 @@ def refusal(text: str) -> str | None:
     return why
 
 
-def check_filter(filt: object, schema: pa.Schema, uri: str, kind: str = "") -> None:
-    """Refuse a filter of another type, or an expression pyarrow cannot bind to ``schema``.
+def check_filter(filt: object, uri: str, schema: pa.Schema | None = None) -> None:
+    """Refuse a filter that is neither None, SQL text nor a pyarrow expression, and with
+    ``schema``, an expression that does not bind to it (see :func:`blamed_on_filter`)."""
+    if filt is not None and not isinstance(filt, (str, pc.Expression)):
+        msg = f"filter must be a SQL string or a pyarrow expression, got {type(filt).__name__} ({uri})"
+        raise InvalidArgumentError(msg)
+    if schema is not None and isinstance(filt, pc.Expression):
+        _bind(filt, schema, f"invalid filter {filt} for {uri}")
+
+
+@contextmanager
+def blamed_on_filter(filt: object, schema: pa.Schema, uri: str, kind: str = "") -> Iterator[None]:
+    """Where the work inside fails and ``filt`` is a pyarrow expression that does not bind to
+    ``schema`` (a column the table lacks, no kernel for its types), raise that instead: an
+    :class:`InvalidArgumentError` naming the filter, the table and the column or types at
+    fault. Checked only on failure: binding costs ~0.1 ms a call.
 
     Args:
         filt: The user's filter (None, SQL text or a pyarrow expression).
@@ -79,27 +96,29 @@ def check_filter(filt: object, schema: pa.Schema, uri: str, kind: str = "") -> N
         uri: The table, named in errors.
         kind: What the filter is for, e.g. ``"vector search "``.
 
-    Raises:
-        InvalidArgumentError: Naming the filter, the table and the column or types at fault.
-
     Example:
         >>> schema = pa.schema([("id", pa.int64()), ("s", pa.string())])
-        >>> check_filter(pc.field("nope") == 1, schema, "t")
+        >>> with blamed_on_filter(pc.field("nope") == 1, schema, "t"):
+        ...     raise OSError("No match for FieldRef.Name(nope) in id: int64, _rowid: uint64, ...")
         Traceback (most recent call last):
         ...
         memwal_query.errors.InvalidArgumentError: invalid filter (nope == 1) for t: no column 'nope' (columns: id, s)
     """
-    if filt is None or isinstance(filt, str):
-        return
-    if not isinstance(filt, pc.Expression):
-        msg = f"filter must be a SQL string or a pyarrow expression, got {type(filt).__name__} ({uri})"
-        raise InvalidArgumentError(msg)
     try:
-        schema.empty_table().filter(filt)
+        yield
+    except Exception:
+        if isinstance(filt, pc.Expression):
+            _bind(filt, schema, f"invalid {kind}filter {filt} for {uri}")
+        raise
+
+
+def _bind(filt: pc.Expression, schema: pa.Schema, what: str) -> None:
+    try:
+        pds.dataset(schema.empty_table()).scanner(filter=filt, columns=[])
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as err:
         text = str(err)
         if m := _NO_FIELD.search(text):
             why = f"no column {m.group('name')!r} (columns: {', '.join(schema.names)})"
         else:
             why = " ".join(text.split())
-        raise InvalidArgumentError(f"invalid {kind}filter {filt} for {uri}: {why}") from err
+        raise InvalidArgumentError(f"{what}: {why}") from err
