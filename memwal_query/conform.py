@@ -127,9 +127,9 @@ def _nested(arr: pa.Array, have: pa.Field, want: pa.Field) -> pa.Array:
 
 def _nested_items(arr: pa.Array, have: pa.Field, want: pa.Field) -> pa.Array:
     """A list array whose items are matched to ``want``'s (same offsets, same NULL lists)."""
-    typ = _renamed(have.type, want.type)
-    if typ == have.type:
+    if not _holds_struct(have.type.value_type):  # nothing to match by field id (vectors)
         return arr
+    typ = _renamed(have.type, want.type)  # (``==`` would ignore field ids: a child dropped and re-added)
     mask = arr.is_null() if arr.null_count else None
     if isinstance(arr, pa.FixedSizeListArray):
         size = have.type.list_size
@@ -139,6 +139,11 @@ def _nested_items(arr: pa.Array, have: pa.Field, want: pa.Field) -> pa.Array:
     assert isinstance(arr, (pa.ListArray, pa.LargeListArray))
     items = _nested(arr.values, have.type.value_field, want.type.value_field)
     return type(arr).from_arrays(arr.offsets, items, type=typ, mask=mask)
+
+
+def _holds_struct(t: pa.DataType) -> bool:
+    """Whether ``t`` is a struct or holds one in its list items, at any depth."""
+    return pa.types.is_struct(t) or (is_list_like(t) and _holds_struct(t.value_type))
 
 
 def _dropped_children(have: pa.DataType, want: pa.DataType, path: str) -> list[str]:

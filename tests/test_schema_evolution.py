@@ -284,13 +284,13 @@ def _by_id(t: pa.Table) -> list[dict[str, Any]]:
     return sorted(t.to_pylist(), key=lambda r: r["id"])
 
 
-@pytest.mark.parametrize("change", ["rename", "drop_then_take_its_name"])
+@pytest.mark.parametrize("change", ["rename", "drop_then_take_its_name", "drop_then_add_again"])
 def test_struct_children_inside_lists_are_matched_by_field_id(tmp_path: Path, change: str) -> None:
     """``lst: list<struct<p, q>>``, rows in a flushed generation and in a WAL tail, then a child of
-    the list's items renamed (``lst.item.p`` -> ``p2``), or ``q`` dropped and ``p`` renamed ``q``:
-    the rows written before read ``p2`` as NULL, or showed the dropped ``q`` under ``p``'s new
-    name (pyarrow's cast matches children by name inside lists), and the merger wrote that into
-    the base."""
+    the list's items renamed (``lst.item.p`` -> ``p2``), or ``q`` dropped and ``p`` renamed ``q``,
+    or ``q`` dropped and added again: the rows written before read ``p2`` as NULL, or showed the
+    dropped ``q`` under its successor (pyarrow's cast matches children by name inside lists), and
+    the merger wrote that into the base."""
     uri = str(tmp_path / "t")
     item = pa.struct([pa.field("p", pa.int64()), pa.field("q", pa.int64())])
     schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("lst", pa.list_(item))])
@@ -309,10 +309,14 @@ def test_struct_children_inside_lists_are_matched_by_field_id(tmp_path: Path, ch
     if change == "rename":
         lance.dataset(uri).alter_columns({"path": "lst.item.p", "name": "p2"})
         new: Any = lambda i: [{"p2": i, "q": -i}, None, {"p2": None, "q": 7}]  # noqa: E731
-    else:
+    elif change == "drop_then_take_its_name":
         lance.dataset(uri).drop_columns(["lst.item.q"])
         lance.dataset(uri).alter_columns({"path": "lst.item.p", "name": "q"})
         new = lambda i: [{"q": i}, None, {"q": None}]  # noqa: E731
+    else:  # a new field id under the same name and type: pyarrow's type == ignores field ids
+        lance.dataset(uri).drop_columns(["lst.item.q"])
+        lance.dataset(uri).add_columns(pa.schema([pa.field("lst", pa.list_(pa.struct([pa.field("q", pa.int64())])))]))
+        new = lambda i: [{"p": i, "q": None}, None, {"p": None, "q": None}]  # noqa: E731
     want = [{"id": i, "lst": new(i)} for i in (1, 2, 3)]
     want += [{"id": 4, "lst": new(4)[:1]}, {"id": 5, "lst": None}]
     table = mq.open_table(uri)
