@@ -94,12 +94,20 @@ def _positions(tail: WalTail | None) -> list[int] | None:
     return [tail.first_position, tail.last_position] if tail.last_position >= tail.first_position else []
 
 
-def _generation(g: GenerationSource, merge: MergeState) -> dict[str, Any]:
-    """One unmerged generation of a region's description."""
+def _generation(g: GenerationSource, merge: MergeState, written: Mapping[int, int]) -> dict[str, Any]:
+    """One unmerged generation of a region's description.
+
+    ``rows``: the rows written to it, as its region manifest records them (as for a merged
+    generation, and as a generation rebuilt from the WAL counts them); rows of one flush with
+    the same key are written all and hidden but the last by the generation's deletion file,
+    so they count among the dropped ones.
+    """
+    rows = max(written.get(g.generation, 0), g.num_rows)
+    dropped = int(d.size) if (d := merge.generation_drop.get(g.uri)) is not None else 0
     return {
         "generation": g.generation,
-        "rows": g.num_rows,
-        "dropped": int(d.size) if (d := merge.generation_drop.get(g.uri)) is not None else 0,
+        "rows": rows,
+        "dropped": dropped + rows - g.num_rows,
         "rebuilt_from_wal": list(g.wal_positions or ()) if g.rebuilt_from_wal else None,
         "lost_uri": g.lost_uri or None,
         "conformed_from": g.conformed_from or None,
@@ -142,6 +150,7 @@ def _region_description(
     rv = values.get(r.region_id)
     tail = r.wal_tail
     kept = merge.memtables.get(r.region_id)
+    written = {g.generation: g.physical_rows for g in m.flushed_generations} if m is not None else {}
     return {
         "region_id": r.region_id,
         "spec_id": r.spec_id,
@@ -154,7 +163,7 @@ def _region_description(
         "current_generation": m.current_generation if m is not None else None,
         "merged_generation": r.merged_generation,
         "flushed_generations": sorted(g.generation for g in m.flushed_generations) if m is not None else [],
-        "unmerged_generations": [_generation(g, merge) for g in r.generations],
+        "unmerged_generations": [_generation(g, merge, written) for g in r.generations],
         "skipped_generations": [{"generation": s.generation, "reason": s.reason, "lost": s.missing} for s in r.skipped],
         "wal": {
             "replay_after_position": m.replay_after_wal_position if m is not None else None,

@@ -133,3 +133,37 @@ def test_history_of_a_table_deleted_after_it_was_opened(tmp_path: Any) -> None:
     shutil.rmtree(t.uri)
     with pytest.raises(mq.MemWalError, match=f"memwal_history: {t.uri} lists no version up to"):
         table.sql("SELECT * FROM memwal_history('t')").to_arrow_table()
+
+
+def test_a_generations_rows_are_the_rows_written_in_every_state(tmp_path: Any) -> None:
+    """A key put three times in one flush: pylance writes all three rows and hides two with the
+    generation's deletion file. ``rows`` of the unmerged generation counted the visible ones (and
+    the explain line too), of the same generation merged or rebuilt from the WAL every row written."""
+    import lance
+    import pyarrow as pa
+
+    from memwal_write import merge_generations
+
+    from lsm_model import PK, ModelTable
+
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("v", pa.int64())])
+    t = ModelTable(str(tmp_path / "t"), schema, pa.table({"id": [1, 2], "v": [0, 0]}, schema=schema), unsharded=True)
+    t.put(pa.table({"id": [7, 7, 7, 1, 8], "v": [1, 2, 3, 1, 1]}, schema=schema))
+    t.flush()
+    table = mq.open_table(t.uri)
+    (gen,) = [g for g in table.snapshot.regions[0].generations]
+    assert lance.dataset(gen.uri).count_rows() == 3  # what Lance shows of the five rows written
+    query = "SELECT generation, status, rows, superseded_rows, live_rows FROM memwal_generations('t') ORDER BY 1"
+    unmerged = rows(table, query)[-1]
+    assert unmerged == {
+        "generation": gen.generation,
+        "status": "unmerged",
+        "rows": 5,
+        "superseded_rows": 2,
+        "live_rows": 3,
+    }
+    assert f"generation {gen.generation}: 5 rows, 2 superseded/deleted dropped" in table.explain()
+    assert table.sql("SELECT v FROM t WHERE id = 7").to_pylist() == [{"v": 3}]
+    merge_generations(t.uri)
+    merged = rows(mq.open_table(t.uri), query)[-1]
+    assert (merged["status"], merged["rows"]) == ("merged", 5)
