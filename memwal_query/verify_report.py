@@ -50,7 +50,7 @@ class VerifyReport:
         what = (
             f"base version {self.base_version}; checked {counted(c['regions'], 'region')}, "
             f"{counted(c['region_manifests'], 'region manifest')}, "
-            f"{counted(c['wal_entries'], 'WAL entry', 'WAL entries')}, "
+            f"{counted(c['wal_entries'], 'WAL tail entry', 'WAL tail entries')}, "
             f"{counted(c['generations'], 'generation')}, {counted(c['specs'], 'spec')}"
         )
         if "base_keys" in c:
