@@ -114,29 +114,36 @@ def _is_conflict(err: BaseException) -> bool:
     return "conflict" in text or "retryable" in text or "concurrent" in text
 
 
-def _generation_rows(storage: Storage, region_id: str, gen: FlushedGeneration, pk: tuple[str, ...]) -> pa.Table:
+def _generation_rows(
+    storage: Storage, region_id: str, gen: FlushedGeneration, pk: tuple[str, ...], base: lance.LanceDataset
+) -> pa.Table:
+    """The generation's rows with the columns of ``base`` (the version the merge commits against)."""
     path = storage.child_uri(generation_rel(storage, region_id, gen.path, what=f"flushed generation {gen.generation}"))
     try:
         # deletion vectors hide rows superseded inside the generation: one row per key
         data = lance.dataset(path, storage_options=dict(storage.storage_options) or None)
-        base, _ = _open_latest(storage)
         if stale_columns(data, field_paths(base)):  # written before the base's columns changed
             what = f"region {region_id} flushed generation {gen.generation} ({path})"
             return conformed_rows(data, tagged_schema(base), base.schema, pk, what)
         return data.to_table()
     except (ValueError, OSError) as err:
-        return _rows_from_wal(storage, region_id, gen, pk, path, err)
+        return _rows_from_wal(storage, region_id, gen, pk, path, err, base)
 
 
 def _rows_from_wal(
-    storage: Storage, region_id: str, gen: FlushedGeneration, pk: tuple[str, ...], path: str, err: Exception
+    storage: Storage,
+    region_id: str,
+    gen: FlushedGeneration,
+    pk: tuple[str, ...],
+    path: str,
+    err: Exception,
+    ds: lance.LanceDataset,
 ) -> pa.Table:
     """A lost generation (missing, damaged, partly deleted; not merged) from its WAL entries.
 
     The spec keeps them until the generation is merged; merging them repairs the table.
     """
     first = lance_message(err)
-    ds, _ = _open_latest(storage)
     try:
         rows = wal_generation_rows(storage, region_id, gen, ds.schema, pk, tagged_schema(ds))
     except MemWalError as lost:
@@ -187,16 +194,17 @@ def _nulls_where_not_null(arr: pa.Array, f: pa.Field, path: str) -> tuple[str, i
 
 def _merge_one(storage: Storage, region_id: str, gen: FlushedGeneration, pk: tuple[str, ...]) -> GenerationMergeStats:
     t0 = time.perf_counter()
-    data = _generation_rows(storage, region_id, gen, pk)
-    tomb = data.column("_tombstone")
-    upserts = data.filter(pc.invert(tomb)).drop_columns(["_tombstone"])
-    deletes = data.filter(tomb).select(list(pk))
     on: str | list[str] = pk[0] if len(pk) == 1 else list(pk)
     opts = dict(storage.storage_options) or None
     for attempt in range(_MAX_ATTEMPTS):
         ds, index = _open_latest(storage)
         if index.merged_generation(region_id) >= gen.generation:
             return GenerationMergeStats(region_id, gen.generation, "skipped", base_version=ds.version)
+        # read again each attempt: the base's columns may have changed since the last one
+        data = _generation_rows(storage, region_id, gen, pk, ds)
+        tomb = data.column("_tombstone")
+        upserts = data.filter(pc.invert(tomb)).drop_columns(["_tombstone"])
+        deletes = data.filter(tomb).select(list(pk))
         try:
             if deletes.num_rows:
                 # computed at ds.version and committed against it: touches only rows that existed there

@@ -373,3 +373,32 @@ def test_nested_not_null_made_nullable_then_restored_reads_and_merges(tmp_path: 
     merge_generations(uri)
     assert _by_id(lance.dataset(uri).to_table()) == want[:2]
     tail.close()
+
+
+def test_a_column_renamed_while_a_generation_merges(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The merger read a generation's rows with the base's columns once, then committed against
+    the base as it found it at each attempt: a rename in between failed the merge with pyarrow's
+    KeyError ('Field "x2" does not exist'). The rows are read for the version each attempt commits against."""
+    import memwal_write.merger as merger
+
+    uri = str(tmp_path / "t")
+    schema = pa.schema([pa.field("id", pa.int64(), False, metadata=PK), pa.field("x", pa.int64())])
+    lance.write_dataset(pa.table({"id": [1, 2], "x": [10, 20]}, schema=schema), uri).initialize_mem_wal(
+        unsharded=True, max_memtable_rows=1000
+    )
+    writer = _unsharded_writer(uri)
+    writer.put(pa.table({"id": [2, 3], "x": [21, 31]}, schema=schema))
+    writer.close()
+    read = merger._generation_rows
+
+    def rename_after_reading(*args: Any) -> pa.Table:
+        rows = read(*args)
+        if "x" in lance.dataset(uri).schema.names:
+            lance.dataset(uri).alter_columns({"path": "x", "name": "x2"})  # another process, meanwhile
+        return rows
+
+    monkeypatch.setattr(merger, "_generation_rows", rename_after_reading)
+    merge_generations(uri)
+    want = [{"id": 1, "x2": 10}, {"id": 2, "x2": 21}, {"id": 3, "x2": 31}]
+    assert _by_id(lance.dataset(uri).to_table()) == want
+    assert _by_id(mq.open_table(uri).to_arrow()) == want
