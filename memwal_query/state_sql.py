@@ -26,13 +26,13 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from memwal_query.errors import MemWalError, StorageError
 from memwal_query.format.lance_open import REFRESH_AND_RETRY, lance_message
 from memwal_query.format.wal import TOMBSTONE, WalTail
+from memwal_query.planner.base_history import operations as base_operations
 from memwal_query.snapshot.model import RegionSnapshot, Snapshot
 
 __all__ = [
@@ -228,33 +228,6 @@ def _metadata_int(meta: Mapping[str, str], key: str) -> int | None:
     return int(value) if value is not None and value.isdigit() else None
 
 
-def _operations(base: lance.LanceDataset, top: int, count: int, budget: list[int] | None = None) -> dict[int, str]:
-    """The operation of versions ``top``, ``top - 1``, ... (``count`` of them) by number.
-
-    pylance reads them all or fails (a cleaned-up transaction file; its ``TypeError`` on a
-    compaction that rewrote an index): a failing range is read again in halves, so one
-    unreadable version leaves only its own operation unknown; at most
-    :data:`_HISTORY_READS` reads in all (then the rest is unknown).
-    """
-    budget = [_HISTORY_READS] if budget is None else budget
-    if budget[0] <= 0:
-        return {}
-    budget[0] -= 1
-    try:
-        at = base if top == base.version else base.checkout_version(top)
-        return {top - i: type(tx.operation).__name__ for i, tx in enumerate(at.get_transactions(count)) if tx}
-    except (OSError, ValueError, RuntimeError, TypeError):
-        if count <= 1:
-            return {}
-        half = count // 2
-        return _operations(base, top, half, budget) | _operations(base, top - half, count - half, budget)
-
-
-#: Most reads of transactions one ``memwal_history`` call makes (a table whose every
-#: version fails would otherwise cost two per version).
-_HISTORY_READS = 64
-
-
 def history_table(snapshot: Snapshot) -> pa.Table:
     """The base table's Lance versions up to the snapshot's (:data:`HISTORY_SCHEMA`).
 
@@ -275,7 +248,7 @@ def history_table(snapshot: Snapshot) -> pa.Table:
             f"deleted or moved, or its versions cleaned up, after this snapshot was opened; {REFRESH_AND_RETRY}"
         )
         raise MemWalError(msg)
-    operations = _operations(base, snapshot.base_version, len(versions))
+    operations = {v: op.name for v, op in base_operations(base, snapshot.base_version, len(versions)).items()}
     rows = [
         {
             "version": v["version"],

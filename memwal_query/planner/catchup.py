@@ -26,8 +26,11 @@ Whether a usable plan is *chosen* is :attr:`memwal_query.Table.index_catchup`'s 
 (:meth:`memwal_query.view.TableView.uses_catchup`)
 (by default a cost rule: many small generations cost more as indexed searches than a
 few thousand rows searched flat). The plan is checked before it is used: every catch-up generation must still be
-readable (a merger may garbage-collect merged generations), and their live rows
-must number exactly the rows of the uncovered base fragments. Otherwise the query
+readable (a merger may garbage-collect merged generations), their live rows
+must number exactly the rows of the uncovered base fragments, and no commit since the
+index was built may have changed rows other than by merging generations (an
+``update()`` or ``delete()`` straight on the base; read from the versions' transaction
+files, :mod:`memwal_query.planner.base_history`). Otherwise the query
 falls back to searching the uncovered fragments flat, and :attr:`CatchupPlan.reason`
 says why.
 """
@@ -48,6 +51,7 @@ from memwal_query.format.memwal_index import read_memwal_index
 from memwal_query.format.paths import generation_rel
 from memwal_query.format.storage import Storage
 from memwal_query.merge import rank_levels
+from memwal_query.planner.base_history import edited_directly
 from memwal_query.snapshot.cache import SnapshotCache
 from memwal_query.snapshot.generations import BaseColumns, generation_intact, open_generation
 from memwal_query.snapshot.model import GenerationSource, Snapshot
@@ -256,6 +260,11 @@ def plan_catchup(snap: Snapshot, storage: Storage, cache: SnapshotCache, index: 
             f"catch-up generations hold {live_total} live rows but the uncovered fragments {uncovered_rows} "
             f"(progress from {origin})",
         )
+    # equal counts do not prove the uncovered rows are the generations' (an update() or a
+    # delete() on the base next to an append keeps them): only merges may have changed rows
+    edited = edited_directly(snap.base, storage, index.dataset_version, snap.base_version)
+    if edited is not None:
+        return plan((), False, f"{edited} since the index was built at version {index.dataset_version}")
     return plan(tuple(sources), True, f"progress from {origin}")
 
 

@@ -1,0 +1,116 @@
+"""What the base table's commits did, read from their transaction files.
+
+Lance writes one transaction file per version naming its operation (``Append``,
+``Delete``, ``Update`` for a ``merge_insert`` or an ``update()``, ``Rewrite`` for
+compaction, ``CreateIndex`` ...). :func:`operations` reads them for a range of versions;
+:func:`edited_directly` tells whether rows were written to the base in a range other than
+by LSM merges (a merge advances a region's merged generation in the MemWAL index of the
+version it commits): what the Indexed Read Plan (:mod:`memwal_query.planner.catchup`)
+must rule out, as it serves rows the base index does not cover from the generations
+merged into them.
+
+Example:
+    >>> import lance, tempfile, pyarrow as pa
+    >>> ds = lance.write_dataset(pa.table({"id": [1, 2]}), tempfile.mkdtemp())
+    >>> _ = ds.delete("id = 1")
+    >>> [op.name for op in operations(lance.dataset(ds.uri), 2, 2).values()]
+    ['Delete', 'Overwrite']
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import lance
+
+from memwal_query.errors import MemWalError
+from memwal_query.format.memwal_index import read_memwal_index
+from memwal_query.format.model import MemWalIndex
+from memwal_query.format.storage import Storage
+
+__all__ = ["Operation", "edited_directly", "operations"]
+
+#: Most reads of transactions one call of :func:`operations` makes (a table whose every
+#: version fails would otherwise cost two per version).
+MAX_READS = 64
+
+#: Operations that change no row of the table.
+_ROWS_KEPT = {"CreateIndex", "Project", "UpdateConfig", "Rewrite", "ReserveFragments", "UpdateMemWalState"}
+
+
+@dataclass(frozen=True)
+class Operation:
+    """The operation of one version: its name, and whether it wrote new fragments."""
+
+    name: str
+    new_fragments: bool
+
+
+def operations(base: lance.LanceDataset, top: int, count: int, budget: list[int] | None = None) -> dict[int, Operation]:
+    """The operations of versions ``top``, ``top - 1``, ... (``count`` of them), by number.
+
+    pylance reads them all or fails (a cleaned-up transaction file; its ``TypeError`` on a
+    compaction that rewrote an index): a failing range is read again in halves, so one
+    unreadable version leaves only its own operation unknown (missing from the result); at
+    most :data:`MAX_READS` reads in all (then the rest is unknown).
+    """
+    budget = [MAX_READS] if budget is None else budget
+    if budget[0] <= 0 or count <= 0:
+        return {}
+    budget[0] -= 1
+    try:
+        at = base if top == base.version else base.checkout_version(top)
+        return {top - i: _operation(tx.operation) for i, tx in enumerate(at.get_transactions(count)) if tx}
+    except (OSError, ValueError, RuntimeError, TypeError):
+        if count <= 1:
+            return {}
+        half = count // 2
+        return operations(base, top, half, budget) | operations(base, top - half, count - half, budget)
+
+
+def _operation(op: Any) -> Operation:
+    return Operation(type(op).__name__, bool(getattr(op, "new_fragments", None) or getattr(op, "fragments", None)))
+
+
+def edited_directly(base: lance.LanceDataset, storage: Storage, since: int, until: int) -> str | None:
+    """Why rows of the base may have been written in versions ``since`` (exclusive) to
+    ``until`` other than by LSM merges, or None when every commit there was a merge, kept
+    the rows, or only deleted rows.
+
+    A merge commits its upserts in a version that advances a merged generation (an
+    ``Update``). Deletions alone (``Delete``, an ``Update`` without new fragments: a merge's
+    tombstones, or a user's) are let through: a row deleted from the fragments an index
+    does not cover leaves fewer rows there than the generations merged into them hold,
+    which the plan's row count check sees, unless a newer merged generation put its key
+    back (then the base holds what that generation holds). A version whose operation
+    cannot be read counts as a write.
+    """
+    ops = operations(base, until, until - since)
+    indexes: dict[int, MemWalIndex | None] = {}
+
+    def merged(version: int) -> dict[str, int] | None:
+        if version not in indexes:
+            try:
+                indexes[version] = read_memwal_index(storage, version)
+            except MemWalError:
+                indexes[version] = None
+        index = indexes[version]
+        return None if index is None else {m.region_id: m.generation for m in index.merged_generations}
+
+    def merges_at(version: int) -> bool:
+        now, before = merged(version), merged(version - 1)
+        return now is not None and (before is None or now != before)
+
+    for v in range(since + 1, until + 1):
+        op = ops.get(v)
+        if op is None:
+            return f"the operation of base version {v} cannot be read"
+        if op.name in _ROWS_KEPT:
+            continue
+        if op.name in ("Delete", "Update") and not op.new_fragments:
+            continue
+        if op.name == "Update" and merges_at(v):
+            continue
+        return f"base version {v} wrote rows other than by merging generations ({op.name})"
+    return None
