@@ -264,3 +264,39 @@ def test_sql_knn_takes_the_distance(tmp_path: Path) -> None:
     with pytest.raises(mq.InvalidArgumentError, match="'manhattan'"):
         table.sql(f"SELECT id FROM memwal_knn('t', 'xy', {q}, 7, '', 4, 'manhattan')").collect()
     wait_warm()
+
+
+def test_searches_of_a_snapshot_whose_base_files_were_compacted_away(tmp_path: Path) -> None:
+    """The base compacted and its old versions cleaned up after a snapshot opened: scans said so
+    ("no longer readable ... refresh() the table"), vector and text searches gave Lance's bare
+    "Not found: .../data/...lance"."""
+    import datetime
+
+    rng = np.random.default_rng(3)
+    n = 600
+    schema = pa.schema(
+        [pa.field("id", pa.int64(), nullable=False, metadata=PK), ("v", pa.list_(pa.float32(), 4)), ("s", pa.string())]
+    )
+    words = np.array(["apple", "pear", "plum", "fig"])
+    rows = pa.table(
+        {
+            "id": np.arange(n),
+            "v": pa.FixedSizeListArray.from_arrays(pa.array(rng.random(n * 4, dtype=np.float32)), 4),
+            "s": [" ".join(rng.choice(words, 3)) for _ in range(n)],
+        },
+        schema=schema,
+    )
+    uri = str(tmp_path / "t")
+    lance.write_dataset(rows, uri, max_rows_per_file=100).initialize_mem_wal(unsharded=True)
+    lance.dataset(uri).create_index("v", "IVF_FLAT", num_partitions=2)
+    lance.dataset(uri).create_scalar_index("s", "INVERTED")
+    old = mq.open_table(uri)
+    ds = lance.dataset(uri)
+    ds.delete("id % 3 = 0")
+    lance.dataset(uri).optimize.compact_files(target_rows_per_fragment=10_000, materialize_deletions_threshold=0.0)
+    lance.dataset(uri).cleanup_old_versions(older_than=datetime.timedelta(0), delete_unverified=True)
+    for search in (lambda: old.nearest("v", [0.5] * 4, k=3), lambda: old.search_text("s", "apple", k=3)):
+        with pytest.raises(mq.MemWalError, match=r"no longer readable .* refresh\(\) the table and retry") as err:
+            search()
+        assert "\n" not in str(err.value)
+    assert old.refresh().nearest("v", [0.5] * 4, k=3).num_rows == 3

@@ -158,13 +158,17 @@ def base_read_error(
 
 def vanished_error(ds: lance.LanceDataset, what: str, err: BaseException) -> MemWalError | None:
     """The error for a failed read of ``what`` in ``ds`` (the base or a generation) when
-    Lance says a file is missing and ``ds`` itself no longer opens; None otherwise."""
+    Lance says a file is missing and ``ds`` itself no longer opens, or has a newer version
+    (the file was compacted and cleaned up since); None otherwise."""
     if not says_missing(err):
         return None
     try:
-        _ = ds.latest_version
+        latest = ds.latest_version
     except (OSError, ValueError, RuntimeError):
         return _vanished(what, ds.uri, lance_message(err))
+    if latest != ds.version:
+        where = f"{what} of {ds.uri} (version {ds.version}) is no longer readable (the latest version is {latest})"
+        return no_longer_readable(where, "merged, compacted or garbage-collected", lance_message(err))
     return None
 
 

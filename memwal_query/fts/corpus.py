@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 from lance.file import LanceFileReader
 
 from memwal_query.errors import InvalidArgumentError, MemWalCorruptionError, MemWalError
-from memwal_query.format.lance_open import base_read_error
+from memwal_query.format.lance_open import base_read_error, vanished_error
 from memwal_query.format.row_address import take_rows
 from memwal_query.format.sets import unique
 from memwal_query.fts.analyzer import Analyzer, Doc
@@ -276,7 +276,13 @@ def _indexed_source(
     *,
     indexed_only: bool,
 ) -> IndexedSource:
-    files = tuple(read_index_files(f"{ds.uri}/_indices/{s.uuid}", ctx.options) for s in desc.segments)
+    try:
+        files = tuple(read_index_files(f"{ds.uri}/_indices/{s.uuid}", ctx.options) for s in desc.segments)
+    except MemWalCorruptionError as err:  # compacted and cleaned up since the snapshot opened?
+        gone = vanished_error(ds, f"the INVERTED index of {name}", err.__cause__ or err)
+        if gone is None:
+            raise
+        raise gone from err
     covered = sorted(
         {int(f) for s in desc.segments for f in s.fragment_ids} & {f.fragment_id for f in ds.get_fragments()}
     )

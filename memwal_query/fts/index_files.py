@@ -29,6 +29,7 @@ import pyarrow as pa
 from lance.file import LanceFileReader
 
 from memwal_query.errors import MemWalCorruptionError
+from memwal_query.format.lance_open import lance_message
 from memwal_query.format.sets import member
 from memwal_query.fts.fst import FstMap
 from memwal_query.fts.posting_codec import UnsupportedPostings, decode_all, decode_doc_ids, layout_supported
@@ -191,7 +192,7 @@ def read_index_files(uri: str, storage_options: Mapping[str, str] | None = None)
         prefixes = [f"part_{p}_" for p in parts] if parts is not None else [""]
         read = [_partition(uri, p, storage_options) for p in prefixes]
     except (OSError, ValueError, KeyError, RuntimeError) as err:
-        msg = f"cannot read the inverted index at {uri}: {err}"
+        msg = f"cannot read the inverted index at {uri}: {lance_message(err)}"
         raise MemWalCorruptionError(msg) from err
     docs = pa.concat_tables([d for _, d, _ in read]) if read else None
     if docs is not None and docs.num_rows:

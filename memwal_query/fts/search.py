@@ -39,7 +39,7 @@ from lance.query import MatchQuery, PhraseQuery
 
 from memwal_query.errors import InvalidArgumentError, MemWalError, positive_k
 from memwal_query.format.beside import start_beside
-from memwal_query.format.lance_open import lance_message
+from memwal_query.format.lance_open import lance_message, vanished_error
 from memwal_query.format.nested import as_schema
 from memwal_query.format.row_address import address_option, addresses, take_rows
 from memwal_query.format.sets import member
@@ -140,14 +140,14 @@ class _Fetch:
         try:
             return src.dataset.scanner(**kwargs)
         except (ValueError, OSError, RuntimeError) as err:
-            raise _search_error(err, q, src.name) from err
+            raise _search_error(err, q, src.name, src.dataset) from err
 
     def read(self, scanner: lance.LanceScanner, q: _Query, stats: TextSearchStats) -> pa.Table:
         """Run ``scanner`` (Lance releases the GIL while it searches)."""
         try:
             rows = scanner.to_table()
         except (ValueError, OSError, RuntimeError) as err:
-            raise _search_error(err, q, self.src.name) from err
+            raise _search_error(err, q, self.src.name, self.src.dataset) from err
         stats.rounds += 1
         return rows
 
@@ -182,11 +182,12 @@ def _read_all(
     return [f.read(s, q, stats) for f, s in zip(fetches, scanners, strict=True)]
 
 
-def _search_error(err: Exception, q: _Query, what: str) -> MemWalError:
+def _search_error(err: Exception, q: _Query, what: str, ds: lance.LanceDataset) -> MemWalError:
     text = lance_message(err)
     if q.filter is not None and (why := refusal(text)) is not None:
         return InvalidArgumentError(f"invalid text search filter {str(q.filter)!r} for {q.uri} (in {what}): {why}")
-    return MemWalError(f"text search in {what} of {q.uri} failed: {text}")
+    gone = vanished_error(ds, f"text search in {what}", err)
+    return gone or MemWalError(f"text search in {what} of {q.uri} failed: {text}")
 
 
 @dataclass(frozen=True)
@@ -242,7 +243,7 @@ def _passing(src: FlatSource, q: _Query) -> np.ndarray:
         scan = src.dataset.scanner(columns=[], filter=filt, fragments=frags, **address_option(src.dataset))
         addrs = addresses(scan.to_table())
     except (ValueError, OSError, RuntimeError) as err:
-        raise _search_error(err, q, src.name) from err
+        raise _search_error(err, q, src.name, src.dataset) from err
     return src.postings.mask_of(addrs)
 
 
