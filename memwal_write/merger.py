@@ -164,7 +164,7 @@ def _check_not_null(rows: pa.Table, schema: pa.Schema, uri: str, region_id: str,
     and pyarrow's own errors name no column's origin): a generation written while it was
     nullable, before a restore()."""
     for f in schema:
-        if f.name not in rows.column_names:
+        if f.name not in rows.column_names or not _declares_not_null(f):
             continue
         found = _nulls_where_not_null(rows.column(f.name).combine_chunks(), f, f.name)
         if found:
@@ -176,6 +176,15 @@ def _check_not_null(rows: pa.Table, schema: pa.Schema, uri: str, region_id: str,
                 f"(alter_columns({{'path': {path!r}, 'nullable': True}})) and merge again"
             )
             raise MemWalError(msg)
+
+
+def _declares_not_null(f: pa.Field) -> bool:
+    """Whether ``f``, or a struct child or list item under it, is declared NOT NULL."""
+    if not f.nullable:
+        return True
+    if pa.types.is_struct(f.type):
+        return any(_declares_not_null(c) for c in f.type)
+    return is_list_like(f.type) and _declares_not_null(f.type.value_field)
 
 
 def _nulls_where_not_null(arr: pa.Array, f: pa.Field, path: str) -> tuple[str, int] | None:
