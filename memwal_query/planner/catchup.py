@@ -28,8 +28,8 @@ Whether a usable plan is *chosen* is :attr:`memwal_query.Table.index_catchup`'s 
 few thousand rows searched flat). The plan is checked before it is used: every catch-up generation must still be
 readable (a merger may garbage-collect merged generations), their live rows
 must number exactly the rows of the uncovered base fragments, and no commit since the
-index was built may have changed rows other than by merging generations (an
-``update()`` or ``delete()`` straight on the base; read from the versions' transaction
+index was built may have written rows other than by merging generations (an
+``update()`` or an append straight on the base; read from the versions' transaction
 files, :mod:`memwal_query.planner.base_history`). Otherwise the query
 falls back to searching the uncovered fragments flat, and :attr:`CatchupPlan.reason`
 says why.
