@@ -353,3 +353,28 @@ def test_a_file_given_as_the_table(tmp_path: Path) -> None:
         mq.open_table(path)
     with pytest.raises(mq.TableNotFoundError, match=f"no Lance table at {path} for writing"):
         mw.write_arrow(path, pa.table({"id": [2]}))
+
+
+def test_the_lance_log_filter_hides_exactly_the_messages_and_prefixes_given() -> None:
+    """The filter's regex (no look-ahead: Rust's regex has none) against the rule it encodes,
+    on random texts over an alphabet of the characters that matter (shared prefixes, regex
+    metacharacters)."""
+    import random
+
+    from memwal_query.lance_log import everything_but
+
+    rng = random.Random(7)
+    alphabet = "ab(-'"
+
+    def text(most: int) -> str:
+        return "".join(rng.choice(alphabet) for _ in range(rng.randint(0, most)))
+
+    for _ in range(1500):
+        messages = [text(4) or "a" for _ in range(rng.randint(0, 3))]
+        prefixes = [text(4) or "b" for _ in range(rng.randint(0, 2))]
+        if not messages and not prefixes:
+            continue
+        pattern = re.compile(everything_but(*messages, prefixes=prefixes))
+        for t in [*messages, *prefixes, *(text(6) for _ in range(20))]:
+            hidden = t in messages or any(t.startswith(p) for p in prefixes)
+            assert bool(pattern.search(t)) != hidden, (messages, prefixes, t)
