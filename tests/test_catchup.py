@@ -137,18 +137,26 @@ def test_reader_filter_reads_catchup_generations(indexed: ModelTable) -> None:
         assert table.dataset(cache=False).last_catchup is not None
 
 
-def test_rows_written_straight_to_the_base_rule_the_plan_out(tmp_path: Path) -> None:
-    """An update() on the base of rows merged since the index was built keeps their keys and
-    their count: the plan's row count check passed and indexed queries served the generations'
-    older values (so did a delete() of one merged row next to an update() of an indexed one)."""
+def _merged_since_the_index(tmp_path: Path) -> ModelTable:
+    """BTREEs on ``cat`` and ``id``, then keys 2000..2299 merged: fragments they do not cover."""
     uri = str(tmp_path / "t")
     t = ModelTable(uri, SCHEMA, _rows(np.arange(2000), 0.0), bucket=("id", 3), max_memtable_rows=600)
     lance.dataset(uri).create_scalar_index("cat", "BTREE")
+    lance.dataset(uri).create_scalar_index("id", "BTREE")  # a merge_insert on id then rewrites columns in place
     t.put(_rows(np.arange(2000, 2300), 1.0))
     t.flush()
     for r in t.regions():
         t.merge(r, 1)
     assert mq.open_table(uri).catchup_plan("cat_idx").usable
+    return t
+
+
+def test_rows_written_straight_to_the_base_rule_the_plan_out(tmp_path: Path) -> None:
+    """An update() on the base of rows merged since the index was built keeps their keys and
+    their count: the plan's row count check passed and indexed queries served the generations'
+    older values (so did a delete() of one merged row next to an update() of an indexed one)."""
+    t = _merged_since_the_index(tmp_path)
+    uri = t.uri
     lance.dataset(uri).update({"cat": "'zz'"}, where="id >= 2000 AND id < 2010")
     table = mq.open_table(uri).with_index_catchup("always")
     plan = table.catchup_plan("cat_idx")
@@ -157,4 +165,20 @@ def test_rows_written_straight_to_the_base_rule_the_plan_out(tmp_path: Path) -> 
     lance.dataset(uri).delete("id = 2100")  # deletions alone: the row count check sees them
     plan = mq.open_table(uri).catchup_plan("cat_idx")
     assert not plan.usable and "but the uncovered fragments" in plan.reason
+    t.flush()
+
+
+def test_columns_rewritten_straight_on_the_base_rule_the_plan_out(tmp_path: Path) -> None:
+    """A ``merge_insert`` of some columns rewrites them in place (an ``Update`` with no new
+    fragment, like a merge's deletes): it passed as deletions only."""
+    t = _merged_since_the_index(tmp_path)
+    amount = pa.schema([SCHEMA.field("id"), SCHEMA.field("amount")])
+    part = pa.table({"id": np.arange(2000, 2050), "amount": [-1.0] * 50}, schema=amount)
+    lance.dataset(t.uri).merge_insert("id").when_matched_update_all().execute(part)
+    table = mq.open_table(t.uri).with_index_catchup("always")
+    plan = table.catchup_plan("cat_idx")
+    assert not plan.usable and "wrote rows other than by merging generations (Update)" in plan.reason
+    cats = ", ".join(f"'c{i}'" for i in range(11))  # every category: the BTREE serves the filter
+    got = table.sql(f"SELECT count(*) AS n FROM t WHERE cat IN ({cats}) AND amount < 0").to_pylist()
+    assert got == [{"n": 50}]
     t.flush()
