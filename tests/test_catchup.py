@@ -182,3 +182,33 @@ def test_columns_rewritten_straight_on_the_base_rule_the_plan_out(tmp_path: Path
     got = table.sql(f"SELECT count(*) AS n FROM t WHERE cat IN ({cats}) AND amount < 0").to_pylist()
     assert got == [{"n": 50}]
     t.flush()
+
+
+def test_a_refreshed_snapshot_reads_only_the_newer_versions_history(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The history check reads each base version's transaction once per table: a refresh after
+    a merge reads the versions since the last snapshot, not all since the index was built."""
+    import memwal_query.planner.base_history as base_history
+
+    t = _merged_since_the_index(tmp_path)
+    read = base_history.operations
+    counts: list[int] = []
+
+    def counted(base: lance.LanceDataset, top: int, count: int, budget: list[int] | None = None) -> dict:
+        counts.append(count)
+        return read(base, top, count, budget)
+
+    monkeypatch.setattr(base_history, "operations", counted)
+    table = mq.open_table(t.uri)
+    assert table.catchup_plan("cat_idx").usable
+    first = lance.dataset(t.uri).version - 2  # every version since the BTREE on cat (version 2)
+    assert counts == [first]
+    t.put(_rows(np.arange(2300, 2400), 2.0))
+    t.flush()
+    for r in t.regions():
+        t.merge(r, 2)
+    now = lance.dataset(t.uri).version
+    plan = table.refresh().catchup_plan("cat_idx")
+    assert plan.usable, plan.reason
+    assert counts == [first, now - 2 - first]

@@ -26,8 +26,8 @@ import lance
 
 from memwal_query.errors import MemWalError
 from memwal_query.format.memwal_index import read_memwal_index
-from memwal_query.format.model import MemWalIndex
 from memwal_query.format.storage import Storage
+from memwal_query.snapshot.cache import SnapshotCache
 
 __all__ = ["Operation", "edited_directly", "operations"]
 
@@ -79,7 +79,9 @@ def _operation(op: Any) -> Operation:
     return Operation(name, name in ("Delete", "Update") and not wrote and not rewrote)
 
 
-def edited_directly(base: lance.LanceDataset, storage: Storage, since: int, until: int) -> str | None:
+def edited_directly(
+    base: lance.LanceDataset, storage: Storage, since: int, until: int, cache: SnapshotCache | None = None
+) -> str | None:
     """Why rows of the base may have been written in versions ``since`` (exclusive) to
     ``until`` other than by LSM merges, or None when every commit there was a merge, kept
     the rows, or only deleted rows.
@@ -90,19 +92,25 @@ def edited_directly(base: lance.LanceDataset, storage: Storage, since: int, unti
     does not cover leaves fewer rows there than the generations merged into them hold,
     which the plan's row count check sees, unless a newer merged generation put its key
     back (then the base holds what that generation holds). A version whose operation
-    cannot be read counts as a write.
+    cannot be read counts as a write. ``cache``: what earlier calls read (versions never
+    change; a refreshed snapshot reads only the newer ones).
     """
-    ops = operations(base, until, until - since)
-    indexes: dict[int, MemWalIndex | None] = {}
+    cache = SnapshotCache() if cache is None else cache
+    ops = cache.base_operations
+    missing = [v for v in range(since + 1, until + 1) if v not in ops]
+    if missing:
+        read = operations(base, missing[-1], missing[-1] - missing[0] + 1)
+        ops.update({v: read.get(v) for v in missing})
+    known = cache.merged_at
 
-    def merged(version: int) -> dict[str, int] | None:
-        if version not in indexes:
+    def merged(version: int) -> tuple[tuple[str, int], ...] | None:
+        if version not in known:
             try:
-                indexes[version] = read_memwal_index(storage, version)
+                index = read_memwal_index(storage, version)
+                known[version] = tuple(sorted((m.region_id, m.generation) for m in index.merged_generations))
             except MemWalError:
-                indexes[version] = None
-        index = indexes[version]
-        return None if index is None else {m.region_id: m.generation for m in index.merged_generations}
+                known[version] = None
+        return known[version]
 
     def merges_at(version: int) -> bool:
         now, before = merged(version), merged(version - 1)
@@ -110,7 +118,7 @@ def edited_directly(base: lance.LanceDataset, storage: Storage, since: int, unti
 
     for v in range(since + 1, until + 1):
         op = ops.get(v)
-        if op is None:
+        if not isinstance(op, Operation):
             return f"the operation of base version {v} cannot be read"
         if op.name in _ROWS_KEPT:
             continue

@@ -262,7 +262,7 @@ def plan_catchup(snap: Snapshot, storage: Storage, cache: SnapshotCache, index: 
         )
     # equal counts do not prove the uncovered rows are the generations' (an update() or a
     # delete() on the base next to an append keeps them): only merges may have changed rows
-    edited = edited_directly(snap.base, storage, index.dataset_version, snap.base_version)
+    edited = edited_directly(snap.base, storage, index.dataset_version, snap.base_version, cache)
     if edited is not None:
         return plan((), False, f"{edited} since the index was built at version {index.dataset_version}")
     return plan(tuple(sources), True, f"progress from {origin}")

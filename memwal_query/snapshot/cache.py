@@ -104,6 +104,11 @@ class SnapshotCache:
     survivors: dict[tuple[object, ...], tuple[bytes, pa.Array, dict[str, pa.ChunkedArray], np.ndarray]] = field(
         default_factory=dict
     )
+    #: What each base version's commit did (``memwal_query.planner.base_history``: an
+    #: ``Operation``, None when unreadable) and the merged generations its MemWAL index
+    #: records, by version: a version never changes, so a refresh reads only newer ones.
+    base_operations: dict[int, object] = field(default_factory=dict)
+    merged_at: dict[int, tuple[tuple[str, int], ...] | None] = field(default_factory=dict)
     #: The base version the cache was last loaded at and a digest of its Lance manifest: a
     #: table deleted and written again at the same place reuses region ids, WAL positions
     #: and version numbers, so only the manifest tells it from the table cached.
