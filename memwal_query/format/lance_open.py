@@ -167,7 +167,8 @@ def vanished_error(ds: lance.LanceDataset, what: str, err: BaseException) -> Mem
     except (OSError, ValueError, RuntimeError):
         return _vanished(what, ds.uri, lance_message(err))
     if latest != ds.version:
-        where = f"{what} of {ds.uri} (version {ds.version}) is no longer readable (the latest version is {latest})"
+        named = what if ds.uri in what else f"{what} of {ds.uri}"
+        where = f"{named} (version {ds.version}) is no longer readable (the latest version is {latest})"
         return no_longer_readable(where, "merged, compacted or garbage-collected", lance_message(err))
     return None
 
