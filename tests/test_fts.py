@@ -476,3 +476,38 @@ def test_bm25_sums_every_query_token_whatever_the_posting_lengths(n: int) -> Non
         got = dict(zip(rows.tolist(), scores.tolist(), strict=True))
         assert got.keys() == want.keys(), query
         assert all(abs(got[r] - want[r]) < 1e-9 for r in want), query
+
+
+def test_a_search_of_a_snapshot_whose_generations_were_collected(tmp_path: Path) -> None:
+    """A snapshot searched (hybrid: the rows it holds have the key and vector only), then every
+    generation merged and garbage-collected: a text search read the winners' other columns from
+    a collected generation and raised Lance's bare OSError ("Not found: .../data/...lance"); it
+    says to refresh, as scans do."""
+    from memwal_write import collect_garbage, merge_generations, write_arrow
+
+    rng = np.random.default_rng(3)
+    dim = 8
+    fields = [pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("vec", pa.list_(pa.float32(), dim))]
+    vschema = pa.schema([*fields, pa.field("text", pa.string())])
+
+    def vrows(ids: Any) -> pa.Table:
+        ids = np.asarray(ids, dtype=np.int64)
+        vecs = pa.FixedSizeListArray.from_arrays(pa.array(rng.standard_normal(len(ids) * dim, dtype=np.float32)), dim)
+        words = [" ".join(rng.choice(WORDS[:12], int(rng.integers(2, 8)))) for _ in ids]
+        return pa.table({"id": ids, "vec": vecs, "text": words}, schema=vschema)
+
+    uri = str(tmp_path / "t")
+    lance.write_dataset(vrows(range(2000)), uri, enable_stable_row_ids=True, max_rows_per_file=1000)
+    lance.dataset(uri).create_index("vec", "IVF_FLAT", num_partitions=4)
+    lance.dataset(uri).create_scalar_index("text", "INVERTED")
+    lance.dataset(uri).initialize_mem_wal(bucket_column="id", num_buckets=4, max_memtable_rows=300)
+    write_arrow(uri, vrows(range(1500, 2600)))
+    old = mq.open_table(uri)
+    q = rng.standard_normal(dim).astype(np.float32)
+    old.search_hybrid("vec", q, "text", "apple", k=10, nprobes=4)
+    merge_generations(uri)
+    collect_garbage(uri, older_than=0)
+    with pytest.raises(mq.MemWalError, match=r"refresh\(\) the table and retry") as err:
+        old.search_text("text", "kiwi", k=10)
+    assert "\n" not in str(err.value)
+    assert old.refresh().search_text("text", "kiwi", k=10).num_rows == 10

@@ -206,7 +206,12 @@ class _Hits:
     def load(self, picked: np.ndarray, columns: list[str]) -> pa.Table:
         if self.rows is None or not set(columns) <= set(self.rows.column_names):
             assert self.dataset is not None and self.addrs is not None
-            return take_rows(self.dataset, self.addrs[picked], columns, self.fragments)
+            try:
+                return take_rows(self.dataset, self.addrs[picked], columns, self.fragments)
+            except (ValueError, OSError, RuntimeError) as err:  # e.g. merged and collected since
+                what = "the rows a text search found"
+                gone = vanished_error(self.dataset, what, err)
+                raise gone or MemWalError(f"{what} in {self.dataset.uri} cannot be read: {lance_message(err)}") from err
         at = picked if self.positions is None else self.positions[picked]
         return self.rows.select(columns).take(pa.array(at))
 
