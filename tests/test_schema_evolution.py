@@ -35,6 +35,10 @@ SCHEMA = pa.schema(
 )
 
 
+def _unsharded_writer(uri: str) -> Any:
+    return lance.dataset(uri).mem_wal_writer(str(uuid.uuid5(NS, "unsharded")), max_memtable_rows=1000)
+
+
 def _rows(ids: Any, tag: int, schema: pa.Schema, rng: np.random.Generator) -> pa.Table:
     ids = np.asarray(ids, dtype=np.int64)
     cols: dict[str, Any] = {
@@ -216,8 +220,7 @@ def test_nulls_written_while_a_column_was_nullable_read_after_a_restore_to_not_n
     ds.initialize_mem_wal(unsharded=True, max_memtable_rows=1000)
     not_null = lance.dataset(uri).version
     lance.dataset(uri).alter_columns({"path": "y", "nullable": True})
-    ds = lance.dataset(uri)
-    writer = ds.mem_wal_writer(str(uuid.uuid5(NS, "unsharded")), max_memtable_rows=1000)
+    writer = _unsharded_writer(uri)
     writer.put(pa.table({"id": pa.array([1, 2, 3, 200], pa.int64()), "y": pa.array([None] * 4, pa.int64())}))
     writer.close()
     if how == "restore":
@@ -265,7 +268,7 @@ def test_a_struct_child_made_nullable_then_restored_reads_its_nulls(tmp_path: Pa
     not_null = lance.dataset(uri).version
     lance.dataset(uri).alter_columns({"path": "s.a", "nullable": True})
     ds = lance.dataset(uri)
-    writer = ds.mem_wal_writer(str(uuid.uuid5(NS, "unsharded")), max_memtable_rows=1000)
+    writer = _unsharded_writer(uri)
     newer = [{"a": None, "b": 5}, {"a": None, "b": 6}]
     writer.put(pa.table({"id": pa.array([1, 20], pa.int64()), "s": pa.array(newer, ds.schema.field("s").type)}))
     writer.close()
@@ -274,10 +277,6 @@ def test_a_struct_child_made_nullable_then_restored_reads_its_nulls(tmp_path: Pa
     assert table.sql("SELECT id FROM t WHERE s['a'] IS NULL ORDER BY id").to_pylist() == [{"id": 1}, {"id": 20}]
     assert table.sql("SELECT count(*) AS n FROM t").to_pylist() == [{"n": 11}]
     assert table.lookup([1, 2]).column("s").to_pylist() == [{"a": None, "b": 5}, {"a": 2, "b": 2}]
-
-
-def _unsharded_writer(uri: str) -> Any:
-    return lance.dataset(uri).mem_wal_writer(str(uuid.uuid5(NS, "unsharded")), max_memtable_rows=1000)
 
 
 def _by_id(t: pa.Table) -> list[dict[str, Any]]:
