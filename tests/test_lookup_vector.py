@@ -499,14 +499,15 @@ def test_catchup_plan_after_index_built_on_a_memwal_table(tmp_path: Path) -> Non
     assert [(s.generation.uri, s.drop.tolist()) for s in inferred.sources] == [
         (s.generation.uri, s.drop.tolist()) for s in plan.sources
     ]
-    # an index missing from a non-empty progress list counts as caught up (the spec): its
-    # unindexed fragments are then not accounted for by any generation -> searched flat
+    # an index missing from a non-empty progress list (another index recorded progress):
+    # inferred from where it was built, as with an empty list
     other = mq.open_table(uri)
     other.index_catchup = "always"
     progress = (IndexCatchup("some_other_idx", ()),)
     other._snapshot = dataclasses.replace(snap, index=dataclasses.replace(snap.index, index_catchup=progress))  # type: ignore[misc]
     missing = other.catchup_plan("vec_idx")
-    assert not missing.usable and "caught up" in missing.reason and not missing.sources
+    assert missing.usable and "where the index was built" in missing.reason, missing.reason
+    assert [s.drop.tolist() for s in missing.sources] == [s.drop.tolist() for s in plan.sources]
     assert _recall(other, t.model, queries=3) >= 0.9
     assert _recall(table, t.model) >= 0.95
     # rows appended to the base outside the MemWAL: not accounted for by generations -> flat, still found
@@ -574,3 +575,42 @@ def test_composite_key_lookup_on_a_table_with_a_vector_column(tmp_path: Path) ->
     changed = table.refresh().changes(table)
     assert changed.select(["s", "n", "_change"]).to_pylist() == [{"s": "s9", "n": 0, "_change": "upsert"}]
     t.flush()
+
+
+def test_catchup_plan_of_an_index_built_before_the_memwal_after_another_index_recorded_progress(
+    tmp_path: Path,
+) -> None:
+    # the usual order: index the base, then initialise the MemWAL; an index created later
+    # records catch-up progress for itself only, and the first index stays missing from it
+    rng = np.random.default_rng(5)
+    uri = str(tmp_path / "v")
+
+    def index_vectors(ds: lance.LanceDataset) -> None:
+        ds.create_index("vec", index_type="IVF_PQ", num_partitions=8, num_sub_vectors=4)
+
+    t = ModelTable(
+        uri, _vec_schema(), _vec_rows(np.arange(3000), rng), bucket=("id", 2), max_memtable_rows=400, prepare=index_vectors
+    )
+    t.put(_vec_rows(rng.choice(3600, 500, replace=False), rng))
+    t.delete([(int(k),) for k in rng.choice(3000, 40, replace=False)])
+    t.flush()
+    for r in t.regions():
+        t.merge(r, 1)
+    lance.dataset(uri).create_scalar_index("id", "BTREE")
+    t.put(_vec_rows(rng.choice(3600, 300, replace=False), rng))
+    t.flush()
+    for r in t.regions():
+        t.merge(r, 2)
+    t.put(_vec_rows(rng.choice(3600, 200, replace=False), rng))  # unmerged
+    t.flush()
+    table = mq.open_table(uri)
+    assert [c.index_name for c in table.snapshot.index.index_catchup] == ["id_idx"]
+    plan = table.catchup_plan("vec_idx")
+    assert plan.usable, plan.reason
+    assert sorted(s.generation.generation for s in plan.sources) == [1, 1, 2, 2]
+    table.index_catchup = "always"
+    assert _recall(table, t.model) >= 0.95
+    assert any("catch-up" in s for s in table.last_nearest_stats.sources)  # type: ignore[attr-defined]
+    got = table.sql("SELECT id, cat FROM t WHERE id BETWEEN 100 AND 900").to_arrow_table().to_pylist()
+    want = [{"id": k[0], "cat": r["cat"]} for k, r in t.model.items() if 100 <= k[0] <= 900]
+    assert sorted(got, key=lambda r: r["id"]) == sorted(want, key=lambda r: r["id"])

@@ -17,10 +17,12 @@ indexes. So the plan is:
 
 Catch-up progress comes from the MemWAL index's ``index_catchup`` entry for *I*
 (pylance's ``create_index`` writes one); a region missing from the entry has caught
-up with nothing, and an index missing from a non-empty list counts as caught up (the
-spec). Where the list is empty, progress is inferred from the base manifest of the
-version the index was last built at (its fragment bitmap says which fragments it
-covers): the generations merged since then are the catch-up generations.
+up with nothing. For an index with no entry, progress is inferred from the base
+manifest of the version the index was last built at (its fragment bitmap says which
+fragments it covers): the generations merged since then are the catch-up generations.
+(The spec counts an index missing from a non-empty list as caught up; an index built
+before the MemWAL existed stays missing once pylance records another index's progress,
+and its unindexed fragments would match no generation.)
 
 Whether a usable plan is *chosen* is :attr:`memwal_query.Table.index_catchup`'s call
 (:meth:`memwal_query.view.TableView.uses_catchup`)
@@ -166,9 +168,12 @@ def _caught_up(snap: Snapshot, storage: Storage, index: BaseIndex) -> tuple[dict
     for c in snap.index.index_catchup:
         if c.index_name == index.name:
             return {m.region_id: int(m.generation) for m in c.caught_up}, "MemWAL index catch-up progress"
-    if snap.index.index_catchup:
-        # the spec: an index missing from a catch-up progress list counts as caught up
-        return {r.region_id: r.merged_generation for r in snap.regions}, "not in the catch-up progress: caught up"
+    # Missing from the list (the list is empty, or pylance's create_index recorded
+    # another index only): inferred from where the index was built. The spec counts an
+    # index missing from a non-empty list as caught up, but an index built before the
+    # MemWAL existed is missing from it for good once any other index records progress,
+    # and its unindexed fragments would then match no generation (the plan is checked
+    # against them either way).
     if index.dataset_version <= 0:
         return "the index records no dataset version"
     if index.dataset_version == snap.base_version:
