@@ -55,7 +55,8 @@ def operations(base: lance.LanceDataset, top: int, count: int, budget: list[int]
 
     pylance reads them all or fails (a cleaned-up transaction file; its ``TypeError`` on a
     compaction that rewrote an index): a failing range is read again in halves, so one
-    unreadable version leaves only its own operation unknown (missing from the result); at
+    unreadable version leaves only its own operation unknown (missing from the result; a
+    version pylance fails on for the compaction's rewritten index is a ``Rewrite``); at
     most :data:`MAX_READS` reads in all (then the rest is unknown).
     """
     budget = [MAX_READS] if budget is None else budget
@@ -65,11 +66,17 @@ def operations(base: lance.LanceDataset, top: int, count: int, budget: list[int]
     try:
         at = base if top == base.version else base.checkout_version(top)
         return {top - i: _operation(tx.operation) for i, tx in enumerate(at.get_transactions(count)) if tx}
-    except (OSError, ValueError, RuntimeError, TypeError):
+    except (OSError, ValueError, RuntimeError, TypeError) as err:
         if count <= 1:
-            return {}
+            # pylance 14 cannot build its RewrittenIndex (only a Rewrite holds one): a
+            # compaction that remapped an index, which keeps every row
+            return {top: Operation("Rewrite", False)} if _rewrote_an_index(err) else {}
         half = count // 2
         return operations(base, top, half, budget) | operations(base, top - half, count - half, budget)
+
+
+def _rewrote_an_index(err: Exception) -> bool:
+    return isinstance(err, TypeError) and "RewrittenIndex" in str(err)
 
 
 def _operation(op: Any) -> Operation:
