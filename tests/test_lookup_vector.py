@@ -588,9 +588,8 @@ def test_catchup_plan_of_an_index_built_before_the_memwal_after_another_index_re
     def index_vectors(ds: lance.LanceDataset) -> None:
         ds.create_index("vec", index_type="IVF_PQ", num_partitions=8, num_sub_vectors=4)
 
-    t = ModelTable(
-        uri, _vec_schema(), _vec_rows(np.arange(3000), rng), bucket=("id", 2), max_memtable_rows=400, prepare=index_vectors
-    )
+    base = _vec_rows(np.arange(3000), rng)
+    t = ModelTable(uri, _vec_schema(), base, bucket=("id", 2), max_memtable_rows=400, prepare=index_vectors)
     t.put(_vec_rows(rng.choice(3600, 500, replace=False), rng))
     t.delete([(int(k),) for k in rng.choice(3000, 40, replace=False)])
     t.flush()
