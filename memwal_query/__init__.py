@@ -30,6 +30,7 @@ from memwal_query.errors import (  # noqa: E402
     MemWalError,
     NoPrimaryKeyError,
     NotAMemWalTableError,
+    SchemaChangedError,
     StorageError,
     TableNotFoundError,
     UnsupportedVersionError,
@@ -53,6 +54,7 @@ __all__ = [
     "GenerationLostError",
     "ChangesUnavailableError",
     "UnsupportedVersionError",
+    "SchemaChangedError",
     "InvalidArgumentError",
     "StorageError",
 ]

@@ -33,6 +33,7 @@ __all__ = [
     "GenerationLostError",
     "ChangesUnavailableError",
     "UnsupportedVersionError",
+    "SchemaChangedError",
     "InvalidArgumentError",
     "StorageError",
 ]
@@ -96,6 +97,13 @@ class ChangesUnavailableError(MemWalError):
 
 class UnsupportedVersionError(MemWalError):
     """An installed dependency has a version this code cannot work with."""
+
+
+class SchemaChangedError(MemWalError):
+    """The table's columns changed since a Spark query fixed its schema (a DataFrame
+    loaded, a stream started): a column renamed, dropped or of another type, also inside a
+    struct or a list. Load the DataFrame again, or restart the stream, to read the table's
+    columns as they are now."""
 
 
 class InvalidArgumentError(MemWalError, ValueError):

@@ -55,10 +55,11 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 from memwal_query.changes import change_schema
-from memwal_query.errors import InvalidArgumentError
+from memwal_query.errors import InvalidArgumentError, SchemaChangedError
 from memwal_query.spark_read import read_units, spark_scan
 from memwal_query.spark_types import spark_schema
 from memwal_query.table import Table, open_table
+from memwal_write.spark_drift import drift
 from memwal_write.spark_sink import SinkOptions, apply_rows, from_ipc, storage_options_of, to_ipc
 from memwal_write.spark_stream import MemwalStreamReader, MemwalStreamWriter, StagedRows
 
@@ -127,6 +128,7 @@ class MemwalReader(DataSourceReader):
 
     def __init__(self, options: Any, schema: StructType) -> None:
         self.options = options  # Spark's CaseInsensitiveDict (dict() would lowercase the keys)
+        self.schema = schema
         self.columns = [f.name for f in schema.fields]
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")  # what Spark takes back (as its own reader)
         self.pushed: list[pc.Expression] = []
@@ -147,6 +149,14 @@ class MemwalReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         table = open_from_options(self.options)
+        changed = drift(self.schema, table.dataset().schema, whole=False)
+        if changed is not None:  # a cast by name would read the renamed or retyped columns as NULL
+            msg = (
+                f"read of {table.uri}: the table's columns changed since the DataFrame was loaded ({changed}); "
+                "load it again "
+                "(spark.read.format('memwal').load(...)) to read the table's columns as they are now"
+            )
+            raise SchemaChangedError(msg)
         units = read_units(table.dataset().source_fragments(filter=self._filter()), set())
         return [InputPartition(pickle.dumps(u, protocol=pickle.HIGHEST_PROTOCOL)) for u in units] or [
             InputPartition(pickle.dumps([]))

@@ -48,9 +48,10 @@ from pyspark.sql.datasource import (
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from memwal_query.errors import ChangesUnavailableError, InvalidArgumentError, MemWalError
+from memwal_query.errors import ChangesUnavailableError, InvalidArgumentError, MemWalError, SchemaChangedError
 from memwal_query.format.storage import Storage
 from memwal_query.table import Table, open_table
+from memwal_write.spark_drift import drift
 from memwal_write.spark_sink import (
     SinkOptions,
     apply_rows,
@@ -135,6 +136,7 @@ class MemwalStreamReader(DataSourceStreamReader):
     def __init__(self, options: Any, schema: StructType) -> None:
         self.options = options  # Spark's CaseInsensitiveDict (dict() would lowercase the keys)
         self.uri = str(options.get("path"))
+        self.schema = schema
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")  # as Spark's own data source reader
         self._latest: Table | None = None
 
@@ -169,6 +171,14 @@ class MemwalStreamReader(DataSourceStreamReader):
             # as it is now (as for a replayed batch: newer rows of the keys, some again next batch)
             self._latest = table = self._open()
             got = table.changes(start["token"])
+        changed = drift(self.schema, got.schema, whole=True)
+        if changed is not None:  # a cast by name would deliver NULLs and the checkpoint move on
+            msg = (
+                f"change feed of {self.uri}: the table's columns changed since the stream started ({changed}); "
+                "restart the query "
+                "(from its checkpoint) to read the table's columns as they are now"
+            )
+            raise SchemaChangedError(msg)
         got = pa.Table.from_batches(got.to_batches(), schema=got.schema).cast(self.arrow_schema)
         step = ROWS_PER_PARTITION
         parts = [to_ipc(got.slice(i, step).to_batches()) for i in range(0, got.num_rows, step)]

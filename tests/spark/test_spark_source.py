@@ -497,3 +497,85 @@ def test_read_spark_after_cleanup_tells_a_spark_user_to_load_again(tmp_path: Pat
     with pytest.raises(mq.MemWalError) as err:
         list(spark_scan(frags, ["id", "amount"], None, schema))
     assert "load the DataFrame again" in str(err.value) and "refresh()" not in str(err.value), err.value
+
+
+_NESTED = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False, metadata=PK),
+        pa.field("s", pa.struct([("a", pa.int64()), ("b", pa.string())])),
+        pa.field("lst", pa.list_(pa.struct([("p", pa.int64())]))),
+    ]
+)
+
+
+def _nested_table(tmp_path: Path) -> str:
+    uri = str(tmp_path / "n")
+    rows = [{"id": i, "s": {"a": i, "b": "x"}, "lst": [{"p": 10 * i}]} for i in range(6)]
+    lance.write_dataset(pa.Table.from_pylist(rows, _NESTED), uri).initialize_mem_wal(bucket_column="id", num_buckets=2)
+    return uri
+
+
+def _rename_children_and_write(uri: str) -> None:
+    ds = lance.dataset(uri)
+    ds.alter_columns({"path": "s.a", "name": "a2"}, {"path": "lst.item.p", "name": "p2"})
+    rows = [
+        {"id": 1, "s": {"a2": 100, "b": "y"}, "lst": [{"p2": 12}]},
+        {"id": 7, "s": {"a2": 700, "b": "z"}, "lst": []},
+    ]
+    write_arrow(uri, pa.Table.from_pylist(rows, lance.dataset(uri).schema))
+
+
+def test_a_stream_across_a_nested_rename_fails_the_batch_and_a_restart_delivers_it(tmp_path: Path) -> None:
+    """A struct child and a list item's child renamed under a running change-feed stream:
+    the batch was cast by name to the schema the stream started with and delivered their
+    values as NULL (Spark then committed it: the values were lost for the stream)."""
+    from memwal_write.spark_source import MemwalDataSource
+    from memwal_write.spark_stream import MemwalStreamReader
+
+    uri = _nested_table(tmp_path)
+    options = {"path": uri, "readChangeFeed": "true", "startingToken": mq.open_table(uri).change_token}
+    running = MemwalStreamReader(options, MemwalDataSource(options).schema())
+    start = running.initialOffset()
+    _rename_children_and_write(uri)
+    end = running.latestOffset(start)
+    with pytest.raises(mq.SchemaChangedError, match=r"column 's' is struct<a2:bigint,b:string> now.*restart the query"):
+        running.partitions(start, end)
+    restarted = MemwalStreamReader(options, MemwalDataSource(options).schema())  # the same offsets, replanned
+    rows = [r for p in restarted.partitions(start, end) for b in restarted.read(p) for r in b.to_pylist()]
+    assert sorted((r["id"], r["s"]["a2"], [x["p2"] for x in r["lst"]]) for r in rows) == [(1, 100, [12]), (7, 700, [])]
+    lance.dataset(uri).add_columns(pa.field("extra", pa.int64()))  # a column added under the stream: refused too
+    later = restarted.latestOffset(end)
+    with pytest.raises(mq.SchemaChangedError, match="column 'extra' was added"):
+        restarted.partitions(end, later)
+
+
+def test_a_dataframe_loaded_before_a_nested_rename_says_to_load_it_again(tmp_path: Path) -> None:
+    """Spark plans a read again for a new query of a DataFrame (a filter), with the schema it
+    was loaded with: the renamed children read as NULL, in every row."""
+    from memwal_write.spark_source import MemwalDataSource, MemwalReader
+
+    uri = _nested_table(tmp_path)
+    options = {"path": uri}
+    loaded = MemwalDataSource(options).schema()
+    _rename_children_and_write(uri)
+    with pytest.raises(mq.SchemaChangedError, match=r"since the DataFrame was loaded \(column 's' is struct<a2"):
+        MemwalReader(options, loaded).partitions()
+    again = MemwalReader(options, MemwalDataSource(options).schema())
+    rows = [r for p in again.partitions() for b in again.read(p) for r in b.to_pylist()]
+    assert sorted((r["id"], r["s"]["a2"]) for r in rows) == [(i, 100 if i == 1 else i) for i in range(6)] + [(7, 700)]
+    # a column added since: a DataFrame loaded before reads the columns it was loaded with
+    lance.dataset(uri).add_columns(pa.field("extra", pa.int64()))
+    before = MemwalReader(options, MemwalDataSource(options).schema())
+    lance.dataset(uri).add_columns(pa.field("more", pa.string()))
+    assert sum(b.num_rows for p in before.partitions() for b in before.read(p)) == 7
+
+
+def test_a_spark_query_of_a_dataframe_loaded_before_a_rename_fails_clearly(registered: Any, tmp_path: Path) -> None:
+    uri = _nested_table(tmp_path)
+    df = registered.read.format("memwal").load(uri)
+    assert df.count() == 6
+    _rename_children_and_write(uri)
+    with pytest.raises(Exception, match=r"SchemaChangedError.*columns changed since the DataFrame was loaded"):
+        df.where("id >= 0").collect()
+    again = registered.read.format("memwal").load(uri).where("id = 1").collect()
+    assert again[0]["s"]["a2"] == 100
