@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 from lance.dataset import serialize_row_addrs
 
 from memwal_query.errors import InvalidArgumentError, MemWalError
+from memwal_query.format.index_restriction import indexed_only
 from memwal_query.format.lance_open import lance_message, vanished_error
 from memwal_query.format.nested import as_schema
 from memwal_query.format.row_address import address_option, addresses, take_rows
@@ -94,7 +95,7 @@ def lance_search(
     args: dict[str, Any],
     block: np.ndarray | None,
     *,
-    indexed_only: bool = False,
+    indexed: frozenset[int] | None = None,
     vectors: bool = True,
     row_addrs: bool = False,
     columns: list[str] | None = None,
@@ -119,8 +120,8 @@ def lance_search(
     if filt is not None:
         kwargs["filter"] = filt
         kwargs["prefilter"] = True
-    if indexed_only:
-        kwargs["fast_search"] = True  # rows outside the index are served by catch-up generations
+    # rows outside the index are served by catch-up generations
+    kwargs.update(indexed_only(ds, indexed, filt is not None))
     if block is not None and block.size:
         kwargs["row_addr_blocklist"] = serialize_row_addrs(block.tolist())
         kwargs["prefilter"] = True
@@ -265,7 +266,7 @@ class Candidates:
         newer: Any,
         base_rows: int,
         *,
-        indexed_only: bool,
+        indexed: frozenset[int] | None,
         exact: bool,
         refined: bool = False,
         shadowed: Callable[[], np.ndarray] | None = None,
@@ -278,7 +279,7 @@ class Candidates:
             what: Names it in errors.
             newer: The newer levels' keys (``merge.NewerKeys``).
             base_rows: Rows of the base.
-            indexed_only: Search the indexed fragments only (catch-up generations serve the rest).
+            indexed: Search these fragments only, by the index (catch-up generations serve the rest).
             exact: Lance's distances are exact already (flat or refined search).
             refined: An index search with ``refine_factor``.
             shadowed: Every superseded base row address, sorted (given when most base rows are
@@ -304,14 +305,14 @@ class Candidates:
                     share,
                     keys=False,
                     refined=refined,
-                    indexed_only=indexed_only,
+                    indexed=indexed,
                     held=held,
                 )
             if refined and overfetch_rows(spec.k, share) > 2 * spec.k:
-                return self._live_then_read(ds, what, dead, share, keys=True, refined=True, indexed_only=indexed_only)
+                return self._live_then_read(ds, what, dead, share, keys=True, refined=True, indexed=indexed)
 
         def search(n: int) -> pa.Table:
-            return lance_search(ds, what, spec, spec.args(n), None, indexed_only=indexed_only, vectors=not exact)
+            return lance_search(ds, what, spec, spec.args(n), None, indexed=indexed, vectors=not exact)
 
         return overfetch(search, dead, spec.k, share)
 
@@ -324,7 +325,7 @@ class Candidates:
         *,
         keys: bool,
         refined: bool,
-        indexed_only: bool,
+        indexed: frozenset[int] | None,
         held: PoolPart | None = None,
     ) -> pa.Table:
         """Live hits found first (row addresses, and ``keys`` to tell the dead ones), then their rows read.
@@ -336,7 +337,7 @@ class Candidates:
         distances, re-ranked exactly (:meth:`distances`) as Lance's refine does over live rows.
         """
         spec = self.spec
-        search = self._addresses_search(ds, what, list(spec.key_cols) if keys else [], indexed_only=indexed_only)
+        search = self._addresses_search(ds, what, list(spec.key_cols) if keys else [], indexed=indexed)
         want = spec.k * int(spec.refine_factor or 1) if refined else spec.k
         live = overfetch(search, dead, want, share)
         if refined:
@@ -384,13 +385,13 @@ class Candidates:
         :meth:`distances` then re-ranks them exactly (what Lance's refine does).
         """
         spec = self.spec
-        search = self._addresses_search(ds, what, [], indexed_only=False)
+        search = self._addresses_search(ds, what, [], indexed=None)
         hits = overfetch(search, _dead_by_address(drop), spec.k * (spec.refine_factor or 1), _share(drop, rows))
         at = part.positions(addresses(hits), what)
         return part.table.select(spec.fetch_cols).take(pa.array(at))
 
     def _addresses_search(
-        self, ds: lance.LanceDataset, what: str, cols: list[str], *, indexed_only: bool
+        self, ds: lance.LanceDataset, what: str, cols: list[str], *, indexed: frozenset[int] | None
     ) -> Callable[[int], pa.Table]:
         """A search of ``ds`` by its index returning ``cols``, row addresses and the index's own
         distances, without Lance's refine (the caller re-ranks exactly what it keeps)."""
@@ -399,7 +400,7 @@ class Candidates:
         def search(n: int) -> pa.Table:
             args = spec.args(n)
             args.pop("refine_factor", None)
-            return lance_search(ds, what, spec, args, None, indexed_only=indexed_only, row_addrs=True, columns=cols)
+            return lance_search(ds, what, spec, args, None, indexed=indexed, row_addrs=True, columns=cols)
 
         return search
 

@@ -81,7 +81,8 @@ class IndexedSource:
     dataset: lance.LanceDataset = field(repr=False)
     files: tuple[InvertedIndexFiles, ...] = field(repr=False)
     drop: np.ndarray = field(repr=False)  # row addresses that are not live (sorted)
-    indexed_only: bool  # restrict Lance's search to indexed fragments (the base)
+    # the fragments Lance's search is restricted to (the base's indexed ones), or None: all
+    indexed_fragments: tuple[int, ...] | None
     num_docs: int
     total_tokens: int
     nonlive: NonLiveFreq = field(repr=False)
@@ -304,7 +305,7 @@ def _indexed_source(
         dataset=ds,
         files=files,
         drop=drop,
-        indexed_only=indexed_only,
+        indexed_fragments=tuple(covered) if indexed_only else None,
         num_docs=sum(f.num_docs for f in files) - int(nonlive.size),
         total_tokens=sum(f.total_tokens for f in files) - int(lengths.sum()),
         nonlive=NonLiveFreq(files, nonlive, lengths, count_all),

@@ -39,6 +39,7 @@ from lance.query import MatchQuery, PhraseQuery
 
 from memwal_query.errors import InvalidArgumentError, MemWalError, positive_k
 from memwal_query.format.beside import start_beside
+from memwal_query.format.index_restriction import indexed_only
 from memwal_query.format.lance_open import lance_message, vanished_error
 from memwal_query.format.nested import as_schema
 from memwal_query.format.row_address import address_option, addresses, take_rows
@@ -135,8 +136,7 @@ class _Fetch:
         }
         if q.filter is not None:
             kwargs["filter"] = for_lance(q.filter, src.dataset.schema)
-        if src.indexed_only:
-            kwargs["fast_search"] = True
+        kwargs.update(indexed_only(src.dataset, src.indexed_fragments, q.filter is not None))
         try:
             return src.dataset.scanner(**kwargs)
         except (ValueError, OSError, RuntimeError) as err:

@@ -8,7 +8,7 @@ the live rows of the generations merged since *I* last caught up (the *catch-up
 generations*), and each flushed generation carries its own copy of the maintained
 indexes. So the plan is:
 
-* the base, restricted to the fragments *I* covers (Lance's ``fast_search``);
+* the base, restricted to the fragments *I* covers (:mod:`memwal_query.format.index_restriction`);
 * each catch-up generation (its own index), minus the rows that are not the live
   version of their key: older versions inside the catch-up generations,
   tombstones, and keys that have a newer version in an unmerged generation or
