@@ -344,3 +344,27 @@ def test_nan_against_null_across_two_float_columns(tmp_path: Path) -> None:
         for _ in ("cold", "warm"):
             assert table.sql(query).to_pydict() == want, where
     t.flush()
+
+
+def test_table_level_schema_metadata_on_the_base(tmp_path: Path) -> None:
+    """``replace_schema_metadata()`` on the base: the merged table's schema carried it, a
+    scan's batches did not, and DataFusion refused every aggregate ("Physical input schema
+    should be the same as the one converted from logical input schema")."""
+    import lance
+
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("v", pa.int64())])
+    t = ModelTable(str(tmp_path / "t"), schema, pa.table({"id": [1, 2, 3], "v": [10, 20, 30]}, schema=schema))
+    lance.dataset(t.uri).replace_schema_metadata({"owner": "team-a"})
+    t.put(pa.table({"id": [3, 4], "v": [31, 40]}, schema=schema))
+    t.flush()
+    t.put(pa.table({"id": [5], "v": [50]}, schema=schema))  # WAL tail
+    table = mq.open_table(t.uri)
+    want = sorted((r["id"], r["v"]) for r in t.model.values())
+    assert table.sql("SELECT count(*) AS n, sum(v) AS s FROM t").to_pylist() == [
+        {"n": len(want), "s": sum(v for _, v in want)}
+    ]
+    got = table.sql("SELECT v % 2 AS odd, count(*) AS n FROM t GROUP BY v % 2 ORDER BY odd").to_pylist()
+    assert got == [{"odd": o, "n": sum(1 for _, v in want if v % 2 == o)} for o in (0, 1)]
+    assert sorted((r["id"], r["v"]) for r in table.to_arrow().to_pylist()) == want
+    assert sorted((r["id"], r["v"]) for r in table.to_reader().read_all().to_pylist()) == want
+    assert table.count_rows() == len(want)

@@ -122,7 +122,9 @@ class MergedDataset(pds.Dataset):  # type: ignore[misc]
                     f"hidden_columns=True adds ({', '.join(HIDDEN_COLUMNS)}): register it without them"
                 )
                 raise InvalidArgumentError(msg)
-        self._schema = pa.schema(fields, metadata=snapshot.schema.metadata)
+        # no table-level metadata: DataFusion checks a plan's physical schema against the logical one
+        # and aggregates over a scan lose it (replace_schema_metadata() on the base failed them)
+        self._schema = pa.schema(fields)
         rows = sum(f.metadata.physical_rows or 0 for f in snapshot.base.get_fragments())
         full = rows * decoded_row_bytes(snapshot.schema)
         self.context = ScanContext(snapshot.uri, snapshot.schema, self._schema, with_hidden, indexed, full)
