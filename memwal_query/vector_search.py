@@ -123,6 +123,8 @@ def lance_search(
     # rows outside the index are served by catch-up generations
     kwargs.update(indexed_only(ds, indexed, filt is not None))
     if block is not None and block.size:
+        if ds.has_stable_row_ids:  # Lance would take the addresses for row ids (pylance's generations have none)
+            raise MemWalError(f"vector search in {what}: cannot leave out rows of a dataset with stable row ids")
         kwargs["row_addr_blocklist"] = serialize_row_addrs(block.tolist())
         kwargs["prefilter"] = True
     try:

@@ -328,9 +328,16 @@ class LanceFragment(SourceFragment):
         if by_key:
             read = [*read, *[k for k in self._key_columns() if k not in read]]
         need_addr = (not by_key and self.drop.size > 0) or "_rowaddr" in cols or post is not None
-        if not by_key and self.drop.size and filt is None and not owner.with_hidden:
-            # Unfiltered scan: let Lance skip the dropped rows while decoding
-            # (measured faster than masking whole batches afterwards).
+        if (
+            not by_key
+            and self.drop.size
+            and filt is None
+            and not owner.with_hidden
+            and not self.dataset.has_stable_row_ids
+        ):
+            # Unfiltered scan: let Lance skip the dropped rows while decoding (measured faster
+            # than masking whole batches afterwards). With stable row ids Lance takes the list
+            # as row ids, not addresses: those rows are masked by address after the scan.
             if self._blocklist is None:
                 self._blocklist = serialize_row_addrs(self.drop.tolist())
             scanner = self.dataset.scanner(
