@@ -17,12 +17,9 @@ generation takes two commits:
 
 A reader between the two commits still sees the generation (not marked merged),
 whose tombstones hide the deleted keys, so every intermediate state reads the
-same rows. One exception: another writer's commit straight on the base between the
-merge's start and its mark (a user's append or ``merge_insert``; Lance sees no conflict
-with the deletes) can add a row for a key the generation deletes. When commits other than
-the merge's own landed in between, the rows of its deleted keys at the mark's version are
-deleted by address right after the mark (a third commit; a newer generation's row of such
-a key is another row and stays), so the key reads as deleted again; until then it shows.
+same rows. Writes straight on the base while a generation merges can add rows of keys
+it deletes (Lance sees no conflict): :mod:`memwal_write.merge_deletes` says how the
+merge keeps those keys deleted.
 
 Example:
     >>> import lance, tempfile, pyarrow as pa, memwal_query as mq
@@ -69,6 +66,7 @@ from memwal_query.snapshot.manifests import latest_region_manifest, list_regions
 from memwal_query.snapshot.model import primary_key_of
 from memwal_query.snapshot.recovery import wal_generation_rows
 from memwal_write.backoff import backoff
+from memwal_write.merge_deletes import commit_deletes, delete_reappeared
 
 __all__ = ["merge_generations", "merge_generations_spark", "MERGE_STATS_SCHEMA", "GenerationMergeStats"]
 
@@ -264,16 +262,15 @@ def _commit_generation(
 ) -> tuple[int, int]:
     """Commit one generation's deletes, then its upserts with the mark: (rows upserted, deleted)."""
     on: str | list[str] = pk[0] if len(pk) == 1 else list(pk)
-    start, commits = ds.version, 0
+    options = storage.storage_options
     deletes = data.filter(data.column("_tombstone")).select(list(pk))
+    clean = True
     if deletes.num_rows:
-        # computed at ds.version and committed against it: touches only rows that existed there
-        txn, _ = ds.merge_insert(on).when_matched_delete().execute_uncommitted(deletes)
         paths = field_paths(ds)
-        ds = lance.LanceDataset.commit(ds.uri, txn, read_version=ds.version, storage_options=_options(storage))
-        commits += 1
+        ds, clean = commit_deletes(ds, deletes, on, options)
         if field_paths(ds) != paths:  # a column change committed beside the deletes (no conflict)
             data = _generation_rows(storage, region_id, gen, pk, ds)
+    before = ds.version
     upserts = data.filter(pc.invert(data.column("_tombstone"))).drop_columns(["_tombstone"])
     schema = ds.schema
     _check_not_null(upserts, schema, storage.uri, region_id, gen.generation)
@@ -284,55 +281,11 @@ def _commit_generation(
         .mark_sstables_as_compacted([CompactedSsTable(region_id, gen.generation)])
         .execute(as_schema(upserts.select(schema.names), schema))
     )
-    commits += 1
     reappeared = 0
-    if deletes.num_rows and ds.version != start + commits:
-        reappeared = _delete_reappeared(storage, ds, deletes, pk, f"generation {gen.generation} of region {region_id}")
+    if deletes.num_rows and (not clean or ds.version != before + 1):  # another commit landed meanwhile
+        what = f"generation {gen.generation} of region {region_id}"
+        reappeared = delete_reappeared(ds, deletes, list(pk), what, options)
     return upserts.num_rows, deletes.num_rows + reappeared
-
-
-def _options(storage: Storage) -> dict[str, str] | None:
-    return dict(storage.storage_options) or None
-
-
-def _delete_reappeared(
-    storage: Storage, ds: lance.LanceDataset, deletes: pa.Table, pk: tuple[str, ...], what: str
-) -> int:
-    """Delete base rows of the generation's deleted keys that another commit wrote while it merged.
-
-    Another writer's commit between the merge's start and its mark (a user's append or
-    ``merge_insert`` straight on the base) can add a row for a key the generation deletes:
-    the delete commit, computed before it, does not see it, and Lance finds no conflict. Readers
-    showed the key deleted (the unmerged generation is newer than the base) until the mark; the
-    rows found at the mark's version ``ds`` are deleted by address, so a newer generation's
-    row of the key, merged since, is never touched (it is another row). Returns how many.
-    """
-    first = pk[0]
-    found: pa.Table = ds.to_table(
-        columns=list(pk), filter=pc.field(first).isin(deletes.column(first)), with_row_address=True
-    )
-    if len(pk) > 1 and found.num_rows:
-        found = found.join(deletes.select(list(pk)), list(pk), join_type="inner")
-    count = int(found.num_rows)
-    if not count:
-        return 0
-    addresses = ", ".join(str(a) for a in found.column("_rowaddr").to_pylist())
-    log.info("%s: %d deleted keys were written to %s while it merged; deleting them", what, count, ds.uri)
-    for attempt in range(_MAX_ATTEMPTS):
-        try:
-            # an address names one stored row for good (a compaction gives its rows new ones)
-            ds.delete(f"_rowaddr IN ({addresses})")
-            return count
-        except OSError as err:
-            if not _is_conflict(err) or attempt + 1 == _MAX_ATTEMPTS:
-                msg = (
-                    f"merging {what} into {ds.uri}: keys it deletes were written to the base while it merged "
-                    f"and could not be deleted ({lance_message(err)})"
-                )
-                raise MemWalError(msg) from err
-            time.sleep(backoff(attempt, first=_FIRST_WAIT, cap=2.0))
-            ds = lance.dataset(ds.uri, storage_options=_options(storage))
-    raise AssertionError("unreachable")
 
 
 def _stats_table(stats: Sequence[GenerationMergeStats]) -> pa.Table:

@@ -1,0 +1,115 @@
+"""A generation's deletes against writes straight on the base while it merges.
+
+A merge deletes the generation's tombstoned keys from the base, then commits its upserts with
+the mark that records it merged. Another writer's commit straight on the base in between (a
+user's append or ``merge_insert``) can add a row for a key the generation deletes: the deletes,
+computed before it, do not see it, and Lance finds no conflict between the two. Readers show
+the key deleted (the unmerged generation is newer than the base) until the mark, and the row
+would come back for good after it. So:
+
+* :func:`commit_deletes` computes and commits the deletes again while a commit lands beside
+  them (deleting a key twice is harmless), so the upserts start from a base where the deletes
+  hold;
+* if a commit still lands between the deletes and the mark (during the upserts' own commit),
+  :func:`delete_reappeared` deletes, right after the mark, the rows of the deleted keys found at
+  the mark's version: by address, and by content where a compaction moved them since. A newer
+  generation's row of such a key, merged in between, is another row and stays. Readers see the
+  key in that short window; a crash inside it leaves the row (the generation counts as merged).
+
+Example:
+    >>> import lance, tempfile, pyarrow as pa
+    >>> ds = lance.write_dataset(pa.table({"id": [1, 2, 3]}), tempfile.mkdtemp())
+    >>> ds, clean = commit_deletes(ds, pa.table({"id": [2]}), "id", None)
+    >>> clean, sorted(ds.to_table().column("id").to_pylist())
+    (True, [1, 3])
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import lance
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from memwal_query.errors import MemWalError
+from memwal_query.format.lance_open import lance_message
+from memwal_write.backoff import backoff
+
+__all__ = ["commit_deletes", "delete_reappeared"]
+
+log = logging.getLogger("memwal_write")
+
+#: Rounds of either step before it gives up (deletes: commits beside them every time; the
+#: clean-up: conflicts), and its first wait between conflicts (doubling, at most 2 s).
+_ATTEMPTS = 12
+_FIRST_WAIT = 0.02
+
+
+def commit_deletes(
+    ds: lance.LanceDataset, deletes: pa.Table, on: str | list[str], options: Mapping[str, str] | None
+) -> tuple[lance.LanceDataset, bool]:
+    """Delete the rows of ``deletes``' keys: (the base after it, whether the last commit landed
+    with no other commit beside it). Each round is computed at the base's version and committed
+    against it, so it only removes rows that existed there (never a concurrent merger's newer row).
+    """
+    for _ in range(_ATTEMPTS):
+        read = ds.version
+        txn, _ = ds.merge_insert(on).when_matched_delete().execute_uncommitted(deletes)
+        ds = lance.LanceDataset.commit(ds.uri, txn, read_version=read, storage_options=dict(options or {}) or None)
+        if ds.version == read + 1:
+            return ds, True
+    return ds, False
+
+
+def delete_reappeared(
+    ds: lance.LanceDataset, deletes: pa.Table, pk: list[str], what: str, options: Mapping[str, str] | None
+) -> int:
+    """Delete the base rows of ``deletes``' keys found at version ``ds`` (the mark's), which another
+    commit wrote while ``what`` merged; returns how many were deleted."""
+    found = _rows_of(ds, deletes, pk)
+    count = int(found.num_rows)
+    if not count:
+        return 0
+    log.info("%s: %d deleted keys were written to %s while it merged; deleting them", what, count, ds.uri)
+    identity = {_content(r) for r in found.drop_columns(["_rowaddr"]).to_pylist()}
+    target = found
+    for attempt in range(_ATTEMPTS):
+        try:
+            # an address names one stored row (a compaction gives its rows new ones: found by content below)
+            ds.delete(f"_rowaddr IN ({', '.join(str(a) for a in target.column('_rowaddr').to_pylist())})")
+        except OSError as err:
+            if "conflict" not in str(err).lower() or attempt + 1 == _ATTEMPTS:
+                msg = (
+                    f"merging {what} into {ds.uri}: {count} keys it deletes were written to the base while "
+                    f"it merged and could not be deleted ({lance_message(err)})"
+                )
+                raise MemWalError(msg) from err
+            time.sleep(backoff(attempt, first=_FIRST_WAIT, cap=2.0))
+        ds = lance.dataset(ds.uri, storage_options=dict(options or {}) or None)
+        now = _rows_of(ds, deletes, pk)
+        moved = [i for i, r in enumerate(now.drop_columns(["_rowaddr"]).to_pylist()) if _content(r) in identity]
+        if not moved:
+            return count
+        target = now.take(pa.array(moved, pa.int64()))
+    msg = f"merging {what} into {ds.uri}: {count} keys it deletes were written to the base while it merged and stay"
+    raise MemWalError(msg)
+
+
+def _rows_of(ds: lance.LanceDataset, deletes: pa.Table, pk: list[str]) -> pa.Table:
+    """The rows of ``ds`` whose key is one of ``deletes``', with their addresses."""
+    first = pk[0]
+    found: pa.Table = ds.to_table(filter=pc.field(first).isin(deletes.column(first)), with_row_address=True)
+    if len(pk) > 1 and found.num_rows:  # the other key columns, row by row (a join cannot carry nested columns)
+        wanted = set(zip(*(deletes.column(k).to_pylist() for k in pk), strict=True))
+        got = zip(*(found.column(k).to_pylist() for k in pk), strict=True)
+        found = found.filter(pa.array([key in wanted for key in got], pa.bool_()))
+    return found
+
+
+def _content(row: dict[str, Any]) -> str:
+    """A row's values as one comparable value (rows hold lists and structs)."""
+    return repr(sorted(row.items()))
