@@ -19,7 +19,7 @@ would come back for good after it. So:
 Example:
     >>> import lance, tempfile, pyarrow as pa
     >>> ds = lance.write_dataset(pa.table({"id": [1, 2, 3]}), tempfile.mkdtemp())
-    >>> ds, clean = commit_deletes(ds, pa.table({"id": [2]}), "id", None)
+    >>> ds, clean = commit_deletes(ds, pa.table({"id": [2]}), "id", None, unmerged=lambda version: True)
     >>> clean, sorted(ds.to_table().column("id").to_pylist())
     (True, [1, 3])
 """
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import lance
@@ -50,14 +50,23 @@ _FIRST_WAIT = 0.02
 
 
 def commit_deletes(
-    ds: lance.LanceDataset, deletes: pa.Table, on: str | list[str], options: Mapping[str, str] | None
+    ds: lance.LanceDataset,
+    deletes: pa.Table,
+    on: str | list[str],
+    options: Mapping[str, str] | None,
+    unmerged: Callable[[int], bool],
 ) -> tuple[lance.LanceDataset, bool]:
     """Delete the rows of ``deletes``' keys: (the base after it, whether the last commit landed
     with no other commit beside it). Each round is computed at the base's version and committed
-    against it, so it only removes rows that existed there (never a concurrent merger's newer row).
+    against it, so it only removes rows that existed there; a round after the first runs only
+    while ``unmerged(version)`` (the generation is not merged at that version: once another
+    merger has merged it, a newer generation's row of a key may be there, and the mark fails as
+    stale anyway).
     """
-    for _ in range(_ATTEMPTS):
+    for attempt in range(_ATTEMPTS):
         read = ds.version
+        if attempt and not unmerged(read):
+            return ds, True
         txn, _ = ds.merge_insert(on).when_matched_delete().execute_uncommitted(deletes)
         ds = lance.LanceDataset.commit(ds.uri, txn, read_version=read, storage_options=dict(options or {}) or None)
         if ds.version == read + 1:

@@ -46,6 +46,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import lance
@@ -252,6 +253,10 @@ def _merge_one(storage: Storage, region_id: str, gen: FlushedGeneration, pk: tup
     raise AssertionError("unreachable")
 
 
+def _unmerged(storage: Storage, region_id: str, generation: int, version: int) -> bool:
+    return read_memwal_index(storage, version).merged_generation(region_id) < generation
+
+
 def _commit_generation(
     storage: Storage,
     ds: lance.LanceDataset,
@@ -267,7 +272,7 @@ def _commit_generation(
     clean = True
     if deletes.num_rows:
         paths = field_paths(ds)
-        ds, clean = commit_deletes(ds, deletes, on, options)
+        ds, clean = commit_deletes(ds, deletes, on, options, partial(_unmerged, storage, region_id, gen.generation))
         if field_paths(ds) != paths:  # a column change committed beside the deletes (no conflict)
             data = _generation_rows(storage, region_id, gen, pk, ds)
     before = ds.version

@@ -218,3 +218,28 @@ def test_a_generation_merged_and_collected_by_another_merger_is_skipped(
     assert [(s["generation"], s["status"]) for s in stats] == [(1, "skipped"), (2, "skipped"), (3, "merged")]
     want = sorted([(i, f"b{i}") for i in range(10) if i not in (3, 4)] + [(3, "g3"), (70, "g1")])
     assert _base(uri) == want and _read(uri) == want
+
+
+def test_deletes_computed_again_never_remove_a_newer_generations_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While this merger commits generation 1's deletes (key 50, not in the base), another
+    merger merges generations 1 and 2 (which puts 50 back). A commit landed beside the deletes,
+    but computing them again at the newer version would delete generation 2's row: the
+    generation is merged there, so this merger stops (its mark is refused: skipped)."""
+    uri = _table(tmp_path)
+    write_arrow(uri, _rows([(20, "g20")]), deletes=_keys([50]))  # generation 1
+    write_arrow(uri, _rows([(50, "g2")]))  # generation 2
+    other = _once(lambda: merge_generations(uri))
+    commit = lance.LanceDataset.commit
+
+    def hooked_commit(*args: Any, **kwargs: Any) -> Any:
+        other()
+        return commit(*args, **kwargs)
+
+    monkeypatch.setattr(lance.LanceDataset, "commit", staticmethod(hooked_commit))
+    stats = merge_generations(uri).to_pylist()
+    monkeypatch.undo()
+    assert [s["status"] for s in stats] == ["skipped", "skipped"]
+    want = sorted([(i, f"b{i}") for i in range(10)] + [(20, "g20"), (50, "g2")])
+    assert _base(uri) == want and _read(uri) == want
