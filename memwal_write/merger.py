@@ -289,7 +289,8 @@ def _commit_generation(
     reappeared = 0
     if deletes.num_rows and (not clean or ds.version != before + 1):  # another commit landed meanwhile
         what = f"generation {gen.generation} of region {region_id}"
-        reappeared = delete_reappeared(ds, deletes, list(pk), what, options)
+        last = partial(_unmerged, storage, region_id, gen.generation + 1)
+        reappeared = delete_reappeared(ds, deletes, list(pk), what, options, last)
     return upserts.num_rows, deletes.num_rows + reappeared
 
 
