@@ -43,5 +43,9 @@ def drift(planned: StructType, current: pa.Schema, *, whole: bool) -> str | None
             return f"column {f.name!r} is {got.dataType.simpleString()} now, planned as {f.dataType.simpleString()}"
     if whole and now.fieldNames() != planned.fieldNames():
         added = [n for n in now.fieldNames() if n not in planned.fieldNames()]
-        return f"column {added[0]!r} was added" if added else "the columns were reordered"
+        return (
+            f"column {added[0]!r} was added"
+            if added
+            else "the column order changed (a column dropped and added again?)"
+        )
     return None

@@ -126,9 +126,9 @@ def _all_of(exprs: Sequence[pc.Expression]) -> pc.Expression:
 class MemwalReader(DataSourceReader):
     """Batch reads: one partition per region (see the module docs)."""
 
-    def __init__(self, options: Any, schema: StructType) -> None:
+    def __init__(self, options: Any, schema: StructType, planned: StructType | None = None) -> None:
         self.options = options  # Spark's CaseInsensitiveDict (dict() would lowercase the keys)
-        self.schema = schema
+        self.planned = planned  # the table's columns when the read was planned (None: a user's schema)
         self.columns = [f.name for f in schema.fields]
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")  # what Spark takes back (as its own reader)
         self.pushed: list[pc.Expression] = []
@@ -149,7 +149,7 @@ class MemwalReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         table = open_from_options(self.options)
-        changed = drift(self.schema, table.dataset().schema, whole=False)
+        changed = None if self.planned is None else drift(self.planned, table.dataset().schema, whole=False)
         if changed is not None:  # a cast by name would read the renamed or retyped columns as NULL
             msg = (
                 f"read of {table.uri}: the table's columns changed since the DataFrame was loaded ({changed}); "
@@ -191,18 +191,24 @@ class MemwalDataSource(DataSource):
     def name(cls) -> str:
         return "memwal"
 
+    #: The schema :meth:`schema` gave (Spark pickles the source after asking it): the table's
+    #: columns when the read was planned, checked again when it runs. None with a schema the
+    #: user gave (``.schema(...)``): those columns are cast to the user's types, unchecked.
+    planned: StructType | None = None
+
     def schema(self) -> StructType:
         table = open_from_options(self.options)
         arrow = table.dataset().schema
         if str(self.options.get("readChangeFeed", "false")).lower() == "true":
             arrow = change_schema(arrow, table.primary_key)
-        return from_arrow_schema(spark_schema(arrow))
+        self.planned = from_arrow_schema(spark_schema(arrow))
+        return self.planned
 
     def reader(self, schema: StructType) -> DataSourceReader:
         if "_change" in schema.fieldNames():
             msg = "readChangeFeed is for readStream.format('memwal'); a batch read has no _change column"
             raise InvalidArgumentError(msg)
-        return MemwalReader(self.options, schema)
+        return MemwalReader(self.options, schema, self.planned)
 
     def writer(self, schema: StructType, overwrite: bool) -> MemwalWriter:
         if overwrite:
@@ -218,7 +224,7 @@ class MemwalDataSource(DataSource):
         if "_change" not in schema.fieldNames():
             msg = "readStream.format('memwal') reads the change feed: add .option('readChangeFeed', 'true')"
             raise InvalidArgumentError(msg)
-        return MemwalStreamReader(self.options, schema)
+        return MemwalStreamReader(self.options, schema, self.planned)
 
 
 def register_data_source(spark: Any) -> None:

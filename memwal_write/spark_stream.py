@@ -133,10 +133,10 @@ _FIRST_END = ""
 class MemwalStreamReader(DataSourceStreamReader):
     """The change feed as a stream (see the module docs)."""
 
-    def __init__(self, options: Any, schema: StructType) -> None:
+    def __init__(self, options: Any, schema: StructType, planned: StructType | None = None) -> None:
         self.options = options  # Spark's CaseInsensitiveDict (dict() would lowercase the keys)
         self.uri = str(options.get("path"))
-        self.schema = schema
+        self.planned = planned  # the table's columns when the stream was planned (None: a user's schema)
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")  # as Spark's own data source reader
         self._latest: Table | None = None
 
@@ -171,7 +171,7 @@ class MemwalStreamReader(DataSourceStreamReader):
             # as it is now (as for a replayed batch: newer rows of the keys, some again next batch)
             self._latest = table = self._open()
             got = table.changes(start["token"])
-        changed = drift(self.schema, got.schema, whole=True)
+        changed = None if self.planned is None else drift(self.planned, got.schema, whole=True)
         if changed is not None:  # a cast by name would deliver NULLs and the checkpoint move on
             msg = (
                 f"change feed of {self.uri}: the table's columns changed since the stream started ({changed}); "

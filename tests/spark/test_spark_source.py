@@ -525,22 +525,36 @@ def _rename_children_and_write(uri: str) -> None:
     write_arrow(uri, pa.Table.from_pylist(rows, lance.dataset(uri).schema))
 
 
+def _planned_stream(options: dict[str, str]) -> Any:
+    """The stream reader Spark makes of a loaded stream (the source asked for its schema first)."""
+    from memwal_write.spark_source import MemwalDataSource
+
+    source = MemwalDataSource(options)
+    return source.streamReader(source.schema())
+
+
+def _planned_read(options: dict[str, str], schema: Any = None) -> Any:
+    """The batch reader Spark makes of a loaded DataFrame (``schema``: one the user gave)."""
+    from memwal_write.spark_source import MemwalDataSource
+
+    source = MemwalDataSource(options)
+    return source.reader(source.schema() if schema is None else schema)
+
+
 def test_a_stream_across_a_nested_rename_fails_the_batch_and_a_restart_delivers_it(tmp_path: Path) -> None:
     """A struct child and a list item's child renamed under a running change-feed stream:
     the batch was cast by name to the schema the stream started with and delivered their
     values as NULL (Spark then committed it: the values were lost for the stream)."""
-    from memwal_write.spark_source import MemwalDataSource
-    from memwal_write.spark_stream import MemwalStreamReader
 
     uri = _nested_table(tmp_path)
     options = {"path": uri, "readChangeFeed": "true", "startingToken": mq.open_table(uri).change_token}
-    running = MemwalStreamReader(options, MemwalDataSource(options).schema())
+    running = _planned_stream(options)
     start = running.initialOffset()
     _rename_children_and_write(uri)
     end = running.latestOffset(start)
     with pytest.raises(mq.SchemaChangedError, match=r"column 's' is struct<a2:bigint,b:string> now.*restart the query"):
         running.partitions(start, end)
-    restarted = MemwalStreamReader(options, MemwalDataSource(options).schema())  # the same offsets, replanned
+    restarted = _planned_stream(options)  # the same offsets, replanned
     rows = [r for p in restarted.partitions(start, end) for b in restarted.read(p) for r in b.to_pylist()]
     assert sorted((r["id"], r["s"]["a2"], [x["p2"] for x in r["lst"]]) for r in rows) == [(1, 100, [12]), (7, 700, [])]
     lance.dataset(uri).add_columns(pa.field("extra", pa.int64()))  # a column added under the stream: refused too
@@ -552,20 +566,19 @@ def test_a_stream_across_a_nested_rename_fails_the_batch_and_a_restart_delivers_
 def test_a_dataframe_loaded_before_a_nested_rename_says_to_load_it_again(tmp_path: Path) -> None:
     """Spark plans a read again for a new query of a DataFrame (a filter), with the schema it
     was loaded with: the renamed children read as NULL, in every row."""
-    from memwal_write.spark_source import MemwalDataSource, MemwalReader
 
     uri = _nested_table(tmp_path)
     options = {"path": uri}
-    loaded = MemwalDataSource(options).schema()
+    loaded = _planned_read(options)
     _rename_children_and_write(uri)
     with pytest.raises(mq.SchemaChangedError, match=r"since the DataFrame was loaded \(column 's' is struct<a2"):
-        MemwalReader(options, loaded).partitions()
-    again = MemwalReader(options, MemwalDataSource(options).schema())
+        loaded.partitions()
+    again = _planned_read(options)
     rows = [r for p in again.partitions() for b in again.read(p) for r in b.to_pylist()]
     assert sorted((r["id"], r["s"]["a2"]) for r in rows) == [(i, 100 if i == 1 else i) for i in range(6)] + [(7, 700)]
     # a column added since: a DataFrame loaded before reads the columns it was loaded with
     lance.dataset(uri).add_columns(pa.field("extra", pa.int64()))
-    before = MemwalReader(options, MemwalDataSource(options).schema())
+    before = _planned_read(options)
     lance.dataset(uri).add_columns(pa.field("more", pa.string()))
     assert sum(b.num_rows for p in before.partitions() for b in before.read(p)) == 7
 
@@ -579,3 +592,20 @@ def test_a_spark_query_of_a_dataframe_loaded_before_a_rename_fails_clearly(regis
         df.where("id >= 0").collect()
     again = registered.read.format("memwal").load(uri).where("id = 1").collect()
     assert again[0]["s"]["a2"] == 100
+
+
+def test_a_users_schema_is_cast_not_checked(tmp_path: Path) -> None:
+    """A schema the user gives (``.schema("id long, x long")`` over an int column, ``timestamp``
+    over a zoneless one) is Spark's to cast: the check of planned columns refused it as changed."""
+    from pyspark.sql.types import LongType, StructField, StructType, TimestampType
+
+    uri = str(tmp_path / "u")
+    schema = pa.schema(
+        [pa.field("id", pa.int64(), False, metadata=PK), pa.field("x", pa.int32()), pa.field("ts", pa.timestamp("us"))]
+    )
+    rows = pa.table({"id": [1, 2], "x": [10, 20], "ts": [0, 1_000_000]}, schema=schema)
+    lance.write_dataset(rows, uri).initialize_mem_wal(unsharded=True)
+    mine = StructType([StructField("id", LongType()), StructField("x", LongType()), StructField("ts", TimestampType())])
+    reader = _planned_read({"path": uri}, mine)
+    got = [r for p in reader.partitions() for b in reader.read(p) for r in b.to_pylist()]
+    assert sorted((r["id"], r["x"]) for r in got) == [(1, 10), (2, 20)]
