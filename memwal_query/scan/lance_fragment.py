@@ -328,16 +328,10 @@ class LanceFragment(SourceFragment):
         if by_key:
             read = [*read, *[k for k in self._key_columns() if k not in read]]
         need_addr = (not by_key and self.drop.size > 0) or "_rowaddr" in cols or post is not None
-        if (
-            not by_key
-            and self.drop.size
-            and filt is None
-            and not owner.with_hidden
-            and not self.dataset.has_stable_row_ids
-        ):
-            # Unfiltered scan: let Lance skip the dropped rows while decoding (measured faster
-            # than masking whole batches afterwards). With stable row ids Lance takes the list
-            # as row ids, not addresses: those rows are masked by address after the scan.
+        blockable = not (by_key or filt is not None or owner.with_hidden or self.dataset.has_stable_row_ids)
+        if blockable and self.drop.size:
+            # Unfiltered scan: Lance skips the dropped rows while decoding (faster than masking
+            # batches after; with stable row ids it takes the list as row ids: masked after)
             if self._blocklist is None:
                 self._blocklist = serialize_row_addrs(self.drop.tolist())
             scanner = self.dataset.scanner(
