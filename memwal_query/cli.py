@@ -188,12 +188,18 @@ def _folder_name(uri: str) -> str:
 def _open(args: argparse.Namespace) -> Table:
     import memwal_query as mq
 
-    return mq.open_table(
-        args.uri,
-        storage_options=parse_storage_options(args.storage_option),
-        consistency=args.consistency,
-        on_missing_generation=args.on_missing_generation,
-    )
+    try:
+        return mq.open_table(
+            args.uri,
+            storage_options=parse_storage_options(args.storage_option),
+            consistency=args.consistency,
+            on_missing_generation=args.on_missing_generation,
+        )
+    except mq.TableNotFoundError as err:
+        query = getattr(args, "query", None)
+        if isinstance(query, str) and " " in args.uri and " " not in query:  # memwal sql "SELECT 1" data/t
+            raise mq.TableNotFoundError(f"{err} (the table comes first: memwal sql TABLE QUERY)") from err
+        raise
 
 
 _NOT_A_QUERY = re.compile(r"(?:DDL|DML|Statement) not supported: (\w+)")
@@ -308,7 +314,10 @@ def _inspect_text(d: dict[str, Any]) -> str:
         for c in d["index_catchup"]:
             lines.append(f"  index catch-up: {c['index']} at generation {c['generation']} of region {c['region_id']}")
     else:
-        lines.append("  index catch-up: none recorded")
+        lines.append("  index catch-up progress: none recorded")
+    # what each base index covers and how the rest is served (as explain() says)
+    lines += [f"  {v['text']}" for v in d.get("vector_indexes", [])]
+    lines += [f"  {s['text']} [{s['index_type']} on {s['column']}]" for s in d.get("scalar_index_catchup", [])]
     rows: dict[str, list[Any]] = {
         k: []
         for k in (

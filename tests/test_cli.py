@@ -240,6 +240,8 @@ def test_sql_errors_are_one_line(demo: str, tmp_path: Path, capsys: pytest.Captu
     assert code == 1 and err.startswith("memwal: error: no Lance table") and "Traceback" not in err
     code, _, err = run(capsys, "sql", demo, "SELECT 1", "--storage-option", "novalue")
     assert code == 1 and "KEY=VALUE" in err
+    code, _, err = run(capsys, "sql", "SELECT count(*) FROM t", demo)  # the two swapped
+    assert code == 1 and err.count("\n") == 1 and "(the table comes first: memwal sql TABLE QUERY)" in err
 
 
 def test_error_without_traceback_in_a_real_process(tmp_path: Path) -> None:
@@ -276,6 +278,13 @@ def test_inspect_text_and_json(demo: str, live: pa.Table, capsys: pytest.Capture
     assert f"base version {table.version}" in out and "bucket(id, num_buckets=4)" in out
     for rid in table.region_ids:
         assert rid in out
+    # each base index and how its unindexed rows are served, as explain() says it
+    for line in table.explain().splitlines():
+        if line.strip().startswith("index note_idx:"):
+            assert line.strip() in out
+            break
+    else:
+        raise AssertionError("explain() names no note_idx line")
     code, out, _ = run(capsys, "inspect", demo, "--json")
     d: dict[str, Any] = json.loads(out)
     assert d["base_version"] == table.version and d["live_rows"] == live.num_rows
