@@ -2,7 +2,8 @@
 
 Run ``python -m memwal_query.demo [DIR]`` (``./dev demo``). It creates an events table
 (base rows, several flushed generations per region, updates, deletes, one generation
-merged into the base, and a writer left open so its WAL tail is live) with a vector
+merged into the base, a writer left open so its WAL tail is live, and at the end a WAL
+tail left by a writer that stopped without flushing) with a vector
 column ``vec`` (clustered by category) and a text column ``note``, then queries the
 merged table: SQL, a point lookup, a vector search, ``explain()``; and prints the
 commands to try next.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -190,6 +192,35 @@ def write_demo_table(
 
 OPEN_WRITERS: list[ShardWriter] = []
 
+#: Rows the demo's last writer leaves in the WAL (ids from the middle of the base).
+TAIL_ROWS = 200
+
+
+def leave_wal_tail(uri: str, base_rows: int) -> None:
+    """Update up to :data:`TAIL_ROWS` live rows from another process whose writers stop without closing.
+
+    Their WAL entries stay the table's WAL tail, as a writer that is still running (or died)
+    leaves it: strong snapshots replay it, ``memwal_wal`` lists it, the next writer of the
+    region recovers it. (A writer's ``close()`` flushes its MemTable into a generation.)
+    """
+    code = f"import memwal_query.demo as d; d._tail_then_exit({uri!r}, {int(base_rows)})"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"writing the WAL tail of {uri} failed: {proc.stderr.strip()[-500:]}")
+
+
+def _tail_then_exit(uri: str, base_rows: int) -> None:
+    import memwal_query as mq
+
+    ds = lance.dataset(uri)
+    lo = base_rows // 2
+    wanted = np.arange(lo, min(base_rows, lo + TAIL_ROWS))
+    ids = np.sort(mq.open_table(uri).lookup(wanted, columns=["id"]).column("id").to_numpy())  # live: updates only
+    writers = _LazyWriters(ds, 10 * TAIL_ROWS)
+    _put(writers, ds, _rows(np.random.default_rng(99), ids, 9), TAIL_ROWS)
+    sys.stdout.flush()
+    os._exit(0)  # no close(): nothing flushes the MemTables
+
 
 def _merge_first_generations(uri: str) -> None:
     """Merge the oldest flushed generation of every region into the base (the merger job)."""
@@ -272,6 +303,9 @@ def main(argv: list[str] | None = None) -> int:
         for w in OPEN_WRITERS:
             w.close()
         OPEN_WRITERS.clear()
+    t0 = _step(f"leaving a WAL tail ({TAIL_ROWS} updates from a writer that stops without flushing) ...")
+    leave_wal_tail(uri, args.base_rows)
+    _done(t0)
     _next_steps(uri)
     return 0
 

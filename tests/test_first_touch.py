@@ -217,6 +217,9 @@ def test_demo_is_quiet_and_says_what_to_try_next(tmp_path: Path) -> None:
     # what the demo printed is what the table holds
     n = mq.open_table(uri).count_rows()
     assert re.search(rf"\|\s+{n}\s+\|", proc.stdout)
+    # the table keeps a WAL tail for the README's examples (its writer stopped without flushing)
+    tail = mq.open_table(uri).sql("SELECT sum(rows) AS n FROM memwal_wal('t')").to_pylist()[0]["n"]
+    assert tail and mq.open_table(uri, consistency="eventual").count_rows() == n
 
 
 def test_lance_noise_filter_keeps_other_lance_errors(tmp_path: Path) -> None:

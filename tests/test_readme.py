@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from memwal_query.demo import write_demo_table
+from memwal_query.demo import leave_wal_tail, write_demo_table
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 _BLOCK = re.compile(r"(?:<!-- sketch: (?P<why>[^>]*?) -->\n)?```(?P<lang>python|bash)\n(?P<code>.*?)```", re.S)
@@ -29,7 +29,8 @@ def _blocks() -> list[tuple[str, str, str | None]]:
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("readme")
-    write_demo_table(str(root / "data" / "events"), base_rows=5000, update_rows=500, memtable_rows=300, seed=2)
+    uri = write_demo_table(str(root / "data" / "events"), base_rows=5000, update_rows=500, memtable_rows=300, seed=2)
+    leave_wal_tail(uri, 5000)  # as ./dev demo does
     return root
 
 
