@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from decimal import Decimal
 from functools import partial
 from typing import Any, NamedTuple, cast
 
@@ -82,6 +83,9 @@ def _key_array(values: list[Any], typ: pa.DataType) -> pa.Array:
     floats = [v for v in values if isinstance(v, float | np.floating)]
     if floats and not pa.types.is_floating(typ):
         pa.array(floats).cast(typ)  # safe cast: ArrowInvalid on truncation
+    fractions = [v for v in values if isinstance(v, Decimal)]  # Decimal("3.5") became key 3 too
+    if fractions and (pa.types.is_integer(typ) or pa.types.is_decimal(typ)):
+        pa.array(fractions).cast(typ)
     return arr
 
 

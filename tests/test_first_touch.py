@@ -46,6 +46,7 @@ BAD_CALLS: dict[str, list[tuple[str, str, type[MemWalError]]]] = {
         ("memwal_lookup('t')", "takes 2 arguments, got 1", InvalidArgumentError),
         ("memwal_lookup('t', ['a', 'b'])", "do not fit the key column 'id'", InvalidArgumentError),
         ("memwal_lookup('t', [1.5])", "was truncated", InvalidArgumentError),
+        ("memwal_lookup('t', [CAST(1.5 AS DECIMAL(3, 1))])", "do not fit the key column 'id'", InvalidArgumentError),
         ("memwal_lookup('t', id)", "memwal_lookup: the keys must be a literal", InvalidArgumentError),
     ],
     "memwal_regions": [

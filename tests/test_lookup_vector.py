@@ -230,6 +230,13 @@ def test_lookup_wrong_key_type(events) -> None:  # type: ignore[no-untyped-def]
         table.lookup(1, columns=["nope"])
     with pytest.raises(mq.InvalidArgumentError, match="column\\(s\\) \\['id'\\] asked for more than once"):
         table.lookup(1, columns=["id", "amount", "id"])  # as to_arrow refuses it (it returned 'id' twice)
+    # a fraction fits no integer key: Decimal("7.5") was cut to key 7 (a float 7.5 was refused)
+    from decimal import Decimal
+
+    for key in (7.5, Decimal("7.5")):
+        with pytest.raises(mq.InvalidArgumentError, match="do not fit the key column 'id'"):
+            table.lookup(key)
+    assert table.lookup(Decimal("7")).to_pylist() == table.lookup(7).to_pylist()
 
 
 # -- vector search ---------------------------------------------------------------
