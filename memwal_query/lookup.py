@@ -98,7 +98,7 @@ def normalize_keys(keys: Any, schema: pa.Schema, pk: Sequence[str]) -> pa.Table:
     with a NULL part are left out (they name no row).
 
     Accepts a scalar or list (single-column keys), a pyarrow Array / ChunkedArray,
-    a StructArray or pyarrow Table / dict of columns (composite keys).
+    a StructArray, pyarrow Table, dict of columns or list of dicts (composite keys).
 
     Raises:
         InvalidArgumentError: Wrong columns, or values that do not fit the key type.
@@ -114,6 +114,12 @@ def normalize_keys(keys: Any, schema: pa.Schema, pk: Sequence[str]) -> pa.Table:
             raise InvalidArgumentError(msg) from err
     elif isinstance(keys, pa.StructArray):
         table = pa.Table.from_struct_array(keys)
+    elif isinstance(keys, (list, tuple)) and keys and all(isinstance(k, dict) for k in keys):
+        try:  # one dict per key, e.g. SQL's [named_struct('k', 2, 'name', 'b')]
+            table = pa.Table.from_pylist(list(keys))
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
+            msg = f"lookup keys as dicts take one value per key column, got {keys[:3]!r:.80}: {err}"
+            raise InvalidArgumentError(msg) from err
     elif isinstance(keys, (pa.Array, pa.ChunkedArray)):
         if len(pk) != 1:
             msg = f"the key has columns {list(pk)}: pass a struct array, table or dict of columns"
@@ -121,7 +127,10 @@ def normalize_keys(keys: Any, schema: pa.Schema, pk: Sequence[str]) -> pa.Table:
         table = pa.table({pk[0]: keys})
     else:
         if len(pk) != 1:
-            msg = f"the key has columns {list(pk)}: pass a struct array, table or dict of columns"
+            msg = (
+                f"the key has columns {list(pk)}: pass a struct array, table, dict of columns or list of "
+                "dicts (in SQL: [named_struct(...), ...])"
+            )
             raise InvalidArgumentError(msg)
         values = list(keys) if isinstance(keys, (list, tuple, set, np.ndarray)) else [keys]
         try:

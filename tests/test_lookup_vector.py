@@ -109,10 +109,17 @@ def test_lookup_composite_keys_and_errors(tmp_path: Path) -> None:
     # a key with a NULL part names no row
     nulls = {"tenant": ["b", None, "a"], "seq": pa.array([None, 3, 5], pa.int32())}
     assert table.lookup(nulls).to_pylist() == [t.model[("a", 5)]]
-    with pytest.raises(mq.InvalidArgumentError, match="struct array, table or dict"):
+    with pytest.raises(mq.InvalidArgumentError, match="struct array, table, dict of columns or list of dicts"):
         table.lookup([1, 2])
     with pytest.raises(mq.InvalidArgumentError, match="lack key column"):
         table.lookup({"tenant": ["a"]})
+    # one dict per key, also from SQL (a named_struct per key: memwal_lookup refused every form)
+    assert table.lookup([{"tenant": "b", "seq": 3}, {"tenant": "a", "seq": 3}]).to_pylist() == got[1::-1]
+    ctx = datafusion.SessionContext()
+    table.register(ctx, "t")
+    keys_sql = "named_struct('tenant', 'b', 'seq', 3), named_struct('tenant', 'a', 'seq', 5)"
+    sql = f"SELECT * FROM memwal_lookup('t', [{keys_sql}])"
+    assert ctx.sql(sql).to_arrow_table().to_pylist() == [t.model[("b", 3)], t.model[("a", 5)]]
     t.flush()
 
 
