@@ -20,7 +20,7 @@ would come back for good after it. So:
 Example:
     >>> import lance, tempfile, pyarrow as pa
     >>> ds = lance.write_dataset(pa.table({"id": [1, 2, 3]}), tempfile.mkdtemp())
-    >>> ds, clean = commit_deletes(ds, pa.table({"id": [2]}), "id", None, unmerged=lambda version: True)
+    >>> ds, clean = commit_deletes(ds, Storage.open(ds.uri), pa.table({"id": [2]}), "id", lambda version: True)
     >>> clean, sorted(ds.to_table().column("id").to_pylist())
     (True, [1, 3])
 """
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import lance
@@ -38,9 +38,11 @@ import pyarrow.compute as pc
 
 from memwal_query.errors import MemWalError
 from memwal_query.format.lance_open import lance_message
+from memwal_query.format.storage import Storage
+from memwal_query.planner.base_history import edited_directly
 from memwal_write.backoff import backoff
 
-__all__ = ["commit_deletes", "delete_reappeared"]
+__all__ = ["commit_deletes", "delete_reappeared", "wrote_beside"]
 
 log = logging.getLogger("memwal_write")
 
@@ -52,35 +54,48 @@ _FIRST_WAIT = 0.02
 
 def commit_deletes(
     ds: lance.LanceDataset,
+    storage: Storage,
     deletes: pa.Table,
     on: str | list[str],
-    options: Mapping[str, str] | None,
     unmerged: Callable[[int], bool],
 ) -> tuple[lance.LanceDataset, bool]:
-    """Delete the rows of ``deletes``' keys: (the base after it, whether the last commit landed
-    with no other commit beside it). Each round is computed at the base's version and committed
-    against it, so it only removes rows that existed there; a round after the first runs only
-    while ``unmerged(version)`` (the generation is not merged at that version: once another
-    merger has merged it, a newer generation's row of a key may be there, and the mark fails as
-    stale anyway).
+    """Delete the rows of ``deletes``' keys: (the base after it, whether no commit that may have
+    written rows landed beside the last round). Each round is computed at the base's version and
+    committed against it, so it only removes rows that existed there; a round after the first
+    runs only while ``unmerged(version)`` (the generation is not merged at that version: once
+    another merger has merged it, a newer generation's row of a key may be there, and the mark
+    fails as stale anyway).
     """
     for attempt in range(_ATTEMPTS):
         read = ds.version
         if attempt and not unmerged(read):
             return ds, True
         txn, _ = ds.merge_insert(on).when_matched_delete().execute_uncommitted(deletes)
-        ds = lance.LanceDataset.commit(ds.uri, txn, read_version=read, storage_options=dict(options or {}) or None)
-        if ds.version == read + 1:
+        ds = lance.LanceDataset.commit(ds.uri, txn, read_version=read, storage_options=_options(storage))
+        if not wrote_beside(ds, storage, read):
             return ds, True
     return ds, False
 
 
+def wrote_beside(ds: lance.LanceDataset, storage: Storage, read: int) -> bool:
+    """Whether commits between ``read`` and ``ds``'s version, besides ``ds``'s own, may have written
+    rows: anything but merges (other regions' mergers commit beside each other all the time),
+    deletions and commits that keep rows (an unreadable one counts as a write)."""
+    if ds.version <= read + 1:
+        return False
+    return edited_directly(ds, storage, read, ds.version) is not None
+
+
+def _options(storage: Storage) -> dict[str, str] | None:
+    return dict(storage.storage_options) or None
+
+
 def delete_reappeared(
     ds: lance.LanceDataset,
+    storage: Storage,
     deletes: pa.Table,
     pk: list[str],
     what: str,
-    options: Mapping[str, str] | None,
     last_merged: Callable[[int], bool],
 ) -> int:
     """Delete the base rows of ``deletes``' keys found at version ``ds`` (the mark's), which another
@@ -108,7 +123,7 @@ def delete_reappeared(
                 )
                 raise MemWalError(msg) from err
             time.sleep(backoff(attempt, first=_FIRST_WAIT, cap=2.0))
-        ds = lance.dataset(ds.uri, storage_options=dict(options or {}) or None)
+        ds = lance.dataset(ds.uri, storage_options=_options(storage))
         now = _rows_of(ds, deletes, pk)
         moved = [i for i, r in enumerate(now.drop_columns(["_rowaddr"]).to_pylist()) if _content(r) in identity]
         if not moved:

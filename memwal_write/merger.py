@@ -67,7 +67,7 @@ from memwal_query.snapshot.manifests import latest_region_manifest, list_regions
 from memwal_query.snapshot.model import primary_key_of
 from memwal_query.snapshot.recovery import wal_generation_rows
 from memwal_write.backoff import backoff
-from memwal_write.merge_deletes import commit_deletes, delete_reappeared
+from memwal_write.merge_deletes import commit_deletes, delete_reappeared, wrote_beside
 
 __all__ = ["merge_generations", "merge_generations_spark", "MERGE_STATS_SCHEMA", "GenerationMergeStats"]
 
@@ -267,12 +267,11 @@ def _commit_generation(
 ) -> tuple[int, int]:
     """Commit one generation's deletes, then its upserts with the mark: (rows upserted, deleted)."""
     on: str | list[str] = pk[0] if len(pk) == 1 else list(pk)
-    options = storage.storage_options
     deletes = data.filter(data.column("_tombstone")).select(list(pk))
     clean = True
     if deletes.num_rows:
         paths = field_paths(ds)
-        ds, clean = commit_deletes(ds, deletes, on, options, partial(_unmerged, storage, region_id, gen.generation))
+        ds, clean = commit_deletes(ds, storage, deletes, on, partial(_unmerged, storage, region_id, gen.generation))
         if field_paths(ds) != paths:  # a column change committed beside the deletes (no conflict)
             data = _generation_rows(storage, region_id, gen, pk, ds)
     before = ds.version
@@ -287,10 +286,10 @@ def _commit_generation(
         .execute(as_schema(upserts.select(schema.names), schema))
     )
     reappeared = 0
-    if deletes.num_rows and (not clean or ds.version != before + 1):  # another commit landed meanwhile
+    if deletes.num_rows and (not clean or wrote_beside(ds, storage, before)):  # rows written meanwhile?
         what = f"generation {gen.generation} of region {region_id}"
         last = partial(_unmerged, storage, region_id, gen.generation + 1)
-        reappeared = delete_reappeared(ds, deletes, list(pk), what, options, last)
+        reappeared = delete_reappeared(ds, storage, deletes, list(pk), what, last)
     return upserts.num_rows, deletes.num_rows + reappeared
 
 

@@ -243,3 +243,41 @@ def test_deletes_computed_again_never_remove_a_newer_generations_row(
     assert [s["status"] for s in stats] == ["skipped", "skipped"]
     want = sorted([(i, f"b{i}") for i in range(10)] + [(20, "g20"), (50, "g2")])
     assert _base(uri) == want and _read(uri) == want
+
+
+def test_other_regions_merging_beside_cost_no_extra_round(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mergers of other regions commit beside each other all the time (a Spark job merges every
+    region at once): their merges write rows of their own keys only, so they neither make this
+    merger compute its deletes again nor look for reappeared keys."""
+    uri = str(tmp_path / "t")
+    rows = pa.table({"id": list(range(40)), "v": [f"b{i}" for i in range(40)]}, schema=SCHEMA)
+    lance.write_dataset(rows, uri).initialize_mem_wal(bucket_column="id", num_buckets=2)
+    write_arrow(uri, _rows([(100 + i, "new") for i in range(10)]), deletes=_keys(list(range(0, 40, 3))))
+    mine, other = mq.open_table(uri).region_ids
+    merge_generations(uri, regions=[other])
+    write_arrow(uri, _rows([(200 + i, "newer") for i in range(10)]))  # the other region's next: inserts only
+    others = _once(lambda: merge_generations(uri, regions=[other]))
+    commit, rounds = lance.LanceDataset.commit, []
+
+    def hooked_commit(*args: Any, **kwargs: Any) -> Any:
+        rounds.append(1)
+        others()  # merges beside this merger's deletes (no conflict: new fragments only)
+        return commit(*args, **kwargs)
+
+    def no_cleanup(*args: Any) -> int:
+        raise AssertionError("no row could have reappeared")
+
+    monkeypatch.setattr(lance.LanceDataset, "commit", staticmethod(hooked_commit))
+    monkeypatch.setattr(merger, "delete_reappeared", no_cleanup)
+    stats = merge_generations(uri, regions=[mine], max_generations=1).to_pylist()
+    monkeypatch.undo()
+    assert [s["status"] for s in stats] == ["merged"] and len(rounds) == 1  # one round of deletes
+    assert mq.open_table(uri).snapshot.index.merged_generation(other) == 2  # it did merge beside
+    want = sorted(
+        [(i, f"b{i}") for i in range(40) if i % 3]
+        + [(100 + i, "new") for i in range(10)]
+        + [(200 + i, "newer") for i in range(10)]
+    )
+    assert _read(uri) == want
+    base = _base(uri)  # this region's newer inserts are not merged yet
+    assert set(base) <= set(want) and {r for r in want if r[0] < 200} <= set(base)
