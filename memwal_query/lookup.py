@@ -19,7 +19,6 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from decimal import Decimal
 from functools import partial
 from typing import Any, NamedTuple, cast
 
@@ -27,10 +26,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from memwal_query.errors import InvalidArgumentError, MemWalError, says_missing
+from memwal_query.errors import MemWalError, says_missing
 from memwal_query.format.lance_open import base_read_error, lance_message
 from memwal_query.format.nested import as_schema
 from memwal_query.format.wal import LEVEL_COLUMN, SEQ_COLUMN, TOMBSTONE
+from memwal_query.lookup_keys import normalize_keys
 from memwal_query.lookup_rows import MATRIX_MIN_GENERATIONS, RegionRows, held_rows, region_rows, take_held
 from memwal_query.planner.lance_filter import expression_runs, for_lance, quote_name
 from memwal_query.planner.routing import route_keys
@@ -38,7 +38,7 @@ from memwal_query.scan.fragment import check_projection, column_list
 from memwal_query.snapshot.model import RegionSnapshot
 from memwal_query.view.table_view import TableView
 
-__all__ = ["LookupStats", "LookupResult", "normalize_keys", "lookup"]
+__all__ = ["LookupStats", "LookupResult", "lookup"]
 
 _READERS = 4  # generation takes and the base read running at once
 
@@ -71,96 +71,6 @@ class LookupStats:
     deleted: int = 0
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
-
-
-def _key_array(values: list[Any], typ: pa.DataType) -> pa.Array:
-    """``values`` as an array of ``typ``; a value that would change (1.5 as an integer) raises.
-
-    ``pa.array(values, type)`` truncates floats into integer types silently: a lookup of
-    1.5 would return key 1.
-    """
-    arr = pa.array(values, typ)
-    floats = [v for v in values if isinstance(v, float | np.floating)]
-    if floats and not pa.types.is_floating(typ):
-        pa.array(floats).cast(typ)  # safe cast: ArrowInvalid on truncation
-    fractions = [v for v in values if isinstance(v, Decimal)]  # Decimal("3.5") became key 3 too
-    if fractions and (pa.types.is_integer(typ) or pa.types.is_decimal(typ)):
-        pa.array(fractions).cast(typ)
-    return arr
-
-
-def _listlike(value: object) -> bool:
-    return isinstance(value, (list, tuple, np.ndarray, pa.Array, pa.ChunkedArray))
-
-
-def normalize_keys(keys: Any, schema: pa.Schema, pk: Sequence[str]) -> pa.Table:
-    """Keys as a table of the primary-key columns, cast to their types, deduplicated; keys
-    with a NULL part are left out (they name no row).
-
-    Accepts a scalar or list (single-column keys), a pyarrow Array / ChunkedArray,
-    a StructArray, pyarrow Table, dict of columns or list of dicts (composite keys).
-
-    Raises:
-        InvalidArgumentError: Wrong columns, or values that do not fit the key type.
-    """
-    types = {k: schema.field(k).type for k in pk}
-    if isinstance(keys, pa.Table):
-        table = keys
-    elif isinstance(keys, dict):  # of columns, or of one key's parts
-        try:
-            table = pa.table({k: v if _listlike(v) else [v] for k, v in keys.items()})
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as err:
-            msg = f"lookup keys as a dict take a column of values per key column, got {keys!r:.80}: {err}"
-            raise InvalidArgumentError(msg) from err
-    elif isinstance(keys, pa.StructArray):
-        table = pa.Table.from_struct_array(keys)
-    elif isinstance(keys, (list, tuple)) and keys and all(isinstance(k, dict) for k in keys):
-        try:  # one dict per key, e.g. SQL's [named_struct('k', 2, 'name', 'b')]
-            table = pa.Table.from_pylist(list(keys))
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
-            msg = f"lookup keys as dicts take one value per key column, got {keys[:3]!r:.80}: {err}"
-            raise InvalidArgumentError(msg) from err
-    elif isinstance(keys, (pa.Array, pa.ChunkedArray)):
-        if len(pk) != 1:
-            msg = f"the key has columns {list(pk)}: pass a struct array, table or dict of columns"
-            raise InvalidArgumentError(msg)
-        table = pa.table({pk[0]: keys})
-    else:
-        if len(pk) != 1:
-            msg = (
-                f"the key has columns {list(pk)}: pass a struct array, table, dict of columns or list of "
-                "dicts (in SQL: [named_struct(...), ...])"
-            )
-            raise InvalidArgumentError(msg)
-        values = list(keys) if isinstance(keys, (list, tuple, set, np.ndarray)) else [keys]
-        try:
-            table = pa.table({pk[0]: _key_array(values, types[pk[0]])})
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError) as err:
-            msg = f"lookup keys {values[:5]!r} do not fit the key column {pk[0]!r} of type {types[pk[0]]}: {err}"
-            raise InvalidArgumentError(msg) from err
-    missing = [k for k in pk if k not in table.column_names]
-    if missing:
-        msg = f"lookup keys lack key column(s) {missing} (key: {list(pk)})"
-        raise InvalidArgumentError(msg)
-    cols = {}
-    for k in pk:
-        col = table.column(k)
-        if col.type != types[k]:
-            try:
-                col = col.cast(types[k])
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
-                msg = f"lookup key column {k!r} of type {col.type} cannot be compared with {types[k]}: {err}"
-                raise InvalidArgumentError(msg) from err
-        cols[k] = col
-    out = pa.table(cols)
-    for k in pk:  # a key with a NULL part names no row (key columns hold no NULLs)
-        if out.column(k).null_count:
-            out = out.filter(pc.is_valid(out.column(k)))
-    if out.num_rows > 1:  # each key once, where it first appears
-        numbered = out.append_column("_i", pa.array(np.arange(out.num_rows, dtype=np.int64)))
-        first = numbered.group_by(list(pk), use_threads=False).aggregate([("_i", "min")])
-        out = first.sort_by("_i_min").select(list(pk))
-    return out
 
 
 def _key_filter(keys: pa.Table, pk: Sequence[str]) -> pc.Expression:

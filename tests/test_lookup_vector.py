@@ -244,6 +244,25 @@ def test_lookup_wrong_key_type(events) -> None:  # type: ignore[no-untyped-def]
         with pytest.raises(mq.InvalidArgumentError, match="do not fit the key column 'id'"):
             table.lookup(key)
     assert table.lookup(Decimal("7")).to_pylist() == table.lookup(7).to_pylist()
+    # a key of another kind is no key, whatever its shape (Arrow's cast made '07', True, a
+    # timestamp of 7 s or Fraction(15, 2) key 7)
+    from fractions import Fraction
+
+    for key in (
+        pa.array(["07"]),
+        {"id": pa.array(["07"])},
+        [{"id": "07"}],
+        [{"id": True}],
+        pa.array([7], pa.timestamp("s")),
+        np.bool_(True),
+        np.array([True]),
+        Fraction(15, 2),
+    ):
+        with pytest.raises(mq.InvalidArgumentError, match="key column 'id'"):
+            table.lookup(key)
+    with pytest.raises(mq.InvalidArgumentError, match="must all name the same columns"):
+        table.lookup([{"id": 7}, {"ident": 8}])  # the second key was dropped as NULL
+    assert table.lookup(np.array(7)).to_pylist() == table.lookup([{"id": 7}]).to_pylist() == table.lookup(7).to_pylist()
 
 
 # -- vector search ---------------------------------------------------------------
