@@ -82,11 +82,8 @@ def _from_dicts(keys: Sequence[dict[str, Any]], types: dict[str, pa.DataType]) -
     if odd is not None:  # from_pylist takes the first dict's names: another's key part would be NULL
         msg = f"lookup keys as dicts must all name the same columns: {sorted(names)} and {sorted(odd)}"
         raise InvalidArgumentError(msg)
-    missing = [k for k in types if k not in names]
-    if missing:
-        msg = f"lookup keys lack key column(s) {missing} (key: {list(types)})"
-        raise InvalidArgumentError(msg)
-    return pa.table({k: _checked([d[k] for d in keys], k, t) for k, t in types.items()})
+    # key columns only (others are not compared); a missing one is named by normalize_keys
+    return pa.table({k: _checked([d[k] for d in keys], k, t) for k, t in types.items() if k in names})
 
 
 def _checked(values: list[Any], name: str, typ: pa.DataType) -> pa.Array:
