@@ -347,14 +347,14 @@ def test_nan_against_null_across_two_float_columns(tmp_path: Path) -> None:
 
 
 def test_table_level_schema_metadata_on_the_base(tmp_path: Path) -> None:
-    """``replace_schema_metadata()`` on the base: the merged table's schema carried it, a
+    """Table-level schema metadata on the base (``update_schema_metadata``): the merged table's schema carried it, a
     scan's batches did not, and DataFusion refused every aggregate ("Physical input schema
     should be the same as the one converted from logical input schema")."""
     import lance
 
     schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("v", pa.int64())])
     t = ModelTable(str(tmp_path / "t"), schema, pa.table({"id": [1, 2, 3], "v": [10, 20, 30]}, schema=schema))
-    lance.dataset(t.uri).replace_schema_metadata({"owner": "team-a"})
+    lance.dataset(t.uri).update_schema_metadata({"owner": "team-a"}, replace=True)
     t.put(pa.table({"id": [3, 4], "v": [31, 40]}, schema=schema))
     t.flush()
     t.put(pa.table({"id": [5], "v": [50]}, schema=schema))  # WAL tail
