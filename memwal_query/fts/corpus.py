@@ -413,9 +413,9 @@ def _build(view: TableView, column: str) -> Corpus:
     # the live statistics are worked out in: such a dataset is scored from its tokenized rows
     indexed: list[IndexedSource] = []
     covered: set[int] = set()
-    unindexed = "base (stable row ids: scored from its rows)"
+    unindexed = "the base, scored from its rows (stable row ids)"
     if not base.has_stable_row_ids:
-        unindexed = "base (not indexed yet)"
+        unindexed = "the base's unindexed fragments"
         indexed = [_indexed_source("base", None, base, desc, ctx, merge.base_drop, indexed_only=True)]
         covered = {int(f) for s in desc.segments for f in s.fragment_ids}
     flat = [
