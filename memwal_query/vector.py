@@ -241,7 +241,7 @@ def _base_jobs(
         what,
         newer,
         rows,
-        indexed=catchup.index.fragment_ids if catchup is not None else None,
+        indexed=view.indexed_only(catchup.index.fragment_ids) if catchup is not None else None,
         exact=exact,
         refined=refined,
         shadowed=shadowed,

@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 from lance.dataset import serialize_row_addrs
 
 from memwal_query.errors import InvalidArgumentError, MemWalError
-from memwal_query.format.index_restriction import indexed_only
+from memwal_query.format.index_restriction import IndexedOnly, indexed_only
 from memwal_query.format.lance_open import lance_message, vanished_error
 from memwal_query.format.nested import as_schema
 from memwal_query.format.row_address import address_option, addresses, take_rows
@@ -95,7 +95,7 @@ def lance_search(
     args: dict[str, Any],
     block: np.ndarray | None,
     *,
-    indexed: frozenset[int] | None = None,
+    indexed: IndexedOnly | None = None,
     vectors: bool = True,
     row_addrs: bool = False,
     columns: list[str] | None = None,
@@ -268,7 +268,7 @@ class Candidates:
         newer: Any,
         base_rows: int,
         *,
-        indexed: frozenset[int] | None,
+        indexed: IndexedOnly | None,
         exact: bool,
         refined: bool = False,
         shadowed: Callable[[], np.ndarray] | None = None,
@@ -327,7 +327,7 @@ class Candidates:
         *,
         keys: bool,
         refined: bool,
-        indexed: frozenset[int] | None,
+        indexed: IndexedOnly | None,
         held: PoolPart | None = None,
     ) -> pa.Table:
         """Live hits found first (row addresses, and ``keys`` to tell the dead ones), then their rows read.
@@ -393,7 +393,7 @@ class Candidates:
         return part.table.select(spec.fetch_cols).take(pa.array(at))
 
     def _addresses_search(
-        self, ds: lance.LanceDataset, what: str, cols: list[str], *, indexed: frozenset[int] | None
+        self, ds: lance.LanceDataset, what: str, cols: list[str], *, indexed: IndexedOnly | None
     ) -> Callable[[int], pa.Table]:
         """A search of ``ds`` by its index returning ``cols``, row addresses and the index's own
         distances, without Lance's refine (the caller re-ranks exactly what it keeps)."""

@@ -28,7 +28,7 @@ import logging
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +39,7 @@ import pyarrow.compute as pc
 from lance.file import LanceFileReader
 
 from memwal_query.errors import InvalidArgumentError, MemWalCorruptionError, MemWalError
+from memwal_query.format.index_restriction import IndexedOnly
 from memwal_query.format.lance_open import base_read_error, vanished_error
 from memwal_query.format.row_address import take_rows
 from memwal_query.format.sets import unique
@@ -82,7 +83,7 @@ class IndexedSource:
     files: tuple[InvertedIndexFiles, ...] = field(repr=False)
     drop: np.ndarray = field(repr=False)  # row addresses that are not live (sorted)
     # the fragments Lance's search is restricted to (the base's indexed ones), or None: all
-    indexed_fragments: tuple[int, ...] | None
+    indexed_only: IndexedOnly | None
     num_docs: int
     total_tokens: int
     nonlive: NonLiveFreq = field(repr=False)
@@ -275,7 +276,7 @@ def _indexed_source(
     ctx: _Build,
     drop: np.ndarray | None,
     *,
-    indexed_only: bool,
+    restrict: Callable[[Collection[int]], IndexedOnly] | None,
 ) -> IndexedSource:
     try:
         files = tuple(read_index_files(f"{ds.uri}/_indices/{s.uuid}", ctx.options) for s in desc.segments)
@@ -288,7 +289,7 @@ def _indexed_source(
         {int(f) for s in desc.segments for f in s.fragment_ids} & {f.fragment_id for f in ds.get_fragments()}
     )
     drop = np.empty(0, np.uint64) if drop is None else unique(np.asarray(drop, dtype=np.uint64))
-    live = _live_addrs(ds, covered if indexed_only else None)
+    live = _live_addrs(ds, covered if restrict is not None else None)
     kept = np.setdiff1d(live, drop, assume_unique=True)
     rowids = unique(np.concatenate([f.rowids for f in files])) if files else np.empty(0, np.uint64)
     nonlive = np.setdiff1d(rowids, kept, assume_unique=True)
@@ -305,7 +306,7 @@ def _indexed_source(
         dataset=ds,
         files=files,
         drop=drop,
-        indexed_fragments=tuple(covered) if indexed_only else None,
+        indexed_only=restrict(covered) if restrict is not None else None,
         num_docs=sum(f.num_docs for f in files) - int(nonlive.size),
         total_tokens=sum(f.total_tokens for f in files) - int(lengths.sum()),
         nonlive=NonLiveFreq(files, nonlive, lengths, count_all),
@@ -416,7 +417,7 @@ def _build(view: TableView, column: str) -> Corpus:
     unindexed = "the base, scored from its rows (stable row ids)"
     if not base.has_stable_row_ids:
         unindexed = "the base's unindexed fragments"
-        indexed = [_indexed_source("base", None, base, desc, ctx, merge.base_drop, indexed_only=True)]
+        indexed = [_indexed_source("base", None, base, desc, ctx, merge.base_drop, restrict=view.indexed_only)]
         covered = {int(f) for s in desc.segments for f in s.fragment_ids}
     flat = [
         _flat_source(
@@ -441,7 +442,7 @@ def _build(view: TableView, column: str) -> Corpus:
             big = g.num_rows > POSTINGS_MAX_ROWS
             own = gdesc if gdesc is not None and Analyzer.from_params(gdesc.details) == ctx.analyzer else None
             if big and own is not None:
-                indexed.append(_indexed_source(what, rid, g.dataset, own, ctx, drop, indexed_only=False))
+                indexed.append(_indexed_source(what, rid, g.dataset, own, ctx, drop, restrict=None))
             else:
                 key = None if g.rebuilt_from_wal else g.uri
                 flat.append(_flat_source(what, rid, g.dataset, None, ctx, drop, key, own))

@@ -136,7 +136,7 @@ class _Fetch:
         }
         if q.filter is not None:
             kwargs["filter"] = for_lance(q.filter, src.dataset.schema)
-        kwargs.update(indexed_only(src.dataset, src.indexed_fragments, q.filter is not None))
+        kwargs.update(indexed_only(src.dataset, src.indexed_only, q.filter is not None))
         try:
             return src.dataset.scanner(**kwargs)
         except (ValueError, OSError, RuntimeError) as err:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Literal, Protocol, TypeVar
@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memwal_query.errors import InvalidArgumentError
+from memwal_query.format.index_restriction import IndexedOnly
 from memwal_query.format.model import ShardingFieldSpec
 from memwal_query.format.nested import as_schema
 from memwal_query.format.storage import Storage
@@ -221,6 +222,11 @@ class TableView:
             for i in self.base_indexes()
             if len(i.columns) == 1 and not pa.types.is_fixed_size_list(schema.field(i.columns[0]).type)
         ]
+
+    def indexed_only(self, fragments: Collection[int]) -> IndexedOnly:
+        """A base index search restricted to ``fragments`` (those its index covers), knowing
+        whether every scalar index a filter may use covers them too."""
+        return IndexedOnly.of(fragments, (i.fragment_ids for i in self.scalar_indexes()))
 
     def catchup_plan(self, index_name: str) -> CatchupPlan:
         """The Indexed Read Plan of a base index (computed once); see ``Table.catchup_plan``."""
