@@ -32,7 +32,8 @@ from memwal_query.format.nested import as_schema
 from memwal_query.format.wal import LEVEL_COLUMN, SEQ_COLUMN, TOMBSTONE
 from memwal_query.lookup_keys import normalize_keys
 from memwal_query.lookup_rows import MATRIX_MIN_GENERATIONS, RegionRows, held_rows, region_rows, take_held
-from memwal_query.planner.lance_filter import expression_runs, for_lance, quote_name
+from memwal_query.planner.key_match import key_filter, lance_key_filter, of_keys
+from memwal_query.planner.lance_filter import quote_name
 from memwal_query.planner.routing import route_keys
 from memwal_query.scan.fragment import check_projection, column_list
 from memwal_query.snapshot.model import RegionSnapshot
@@ -73,29 +74,6 @@ class LookupStats:
     notes: list[str] = field(default_factory=list)
 
 
-def _key_filter(keys: pa.Table, pk: Sequence[str]) -> pc.Expression:
-    # Exact for one column; a superset (each column IN its values) for composite
-    # keys, refined by a semi-join afterwards.
-    expr: pc.Expression | None = None
-    for k in pk:
-        e = pc.field(k).isin(pc.unique(keys.column(k)))
-        expr = e if expr is None else expr & e
-    assert expr is not None
-    return expr
-
-
-def _semi(rows: pa.Table, keys: pa.Table, pk: Sequence[str], exact: bool = True) -> pa.Table:
-    """``rows`` of the ``keys`` (``exact``: one key column filtered exactly already).
-
-    Joined on the key columns and a row number, then taken: a join carries every column of
-    its left side, and Acero refuses list columns (vectors) that are not join keys."""
-    if (len(pk) == 1 and exact) or rows.num_rows == 0:
-        return rows
-    numbered = rows.select(list(pk)).append_column("_at", pa.array(np.arange(rows.num_rows, dtype=np.int64)))
-    hit = numbered.join(keys.select(list(pk)), keys=list(pk), join_type="left semi", use_threads=False)
-    return rows.take(pa.array(np.sort(np.asarray(hit.column("_at").to_numpy()))))
-
-
 class LookupResult(NamedTuple):
     """A lookup's rows and what it touched."""
 
@@ -122,15 +100,6 @@ def _base_filter(keys: pa.Table, pk: Sequence[str], schema: pa.Schema) -> str | 
             quoted = value.replace("'", "''")
             return f"{name} = '{quoted}'"
     return lance_key_filter(keys, pk, schema)
-
-
-def lance_key_filter(keys: pa.Table, pk: Sequence[str], schema: pa.Schema) -> str | pc.Expression | None:
-    """A filter Lance can run over a dataset of ``schema`` that keeps at least the rows of
-    ``keys`` (refine with a semi-join): the key expression, as SQL text where Lance cannot
-    filter by expression (:func:`memwal_query.planner.lance_filter.for_lance`: key types, or
-    another column of the dataset); None (read every row) when it cannot be written as SQL."""
-    out = for_lance(_key_filter(keys, pk), schema)
-    return None if isinstance(out, pc.Expression) and not expression_runs(out, schema) else out
 
 
 class _Search:
@@ -161,7 +130,7 @@ class _Search:
         if len(self.pk) == 1:
             m = rows.filter(pc.is_in(rows.column(self.pk[0]), value_set=keys.column(0).combine_chunks()))
         else:
-            m = _semi(rows.filter(_key_filter(keys, self.pk)), keys, self.pk)
+            m = of_keys(rows.filter(key_filter(keys, self.pk)), keys, self.pk)
         self.parts.append(m.select(self.out_cols))
 
     def generation(self, region: RegionSnapshot, level: int, keys: pa.Table, addrs: np.ndarray) -> None:
@@ -233,7 +202,7 @@ class _Search:
 
         def read() -> pa.Table:
             filt = _base_filter(keys, pk, base.schema)  # None: every row (keys Lance cannot filter by)
-            return _semi(base.to_table(columns=cols, filter=filt), keys, pk, exact=filt is not None)
+            return of_keys(base.to_table(columns=cols, filter=filt), keys, pk, exact=filt is not None)
 
         self.base_job = len(self.jobs)
         self.jobs.append(read)

@@ -34,12 +34,12 @@ from typing import Any
 
 import lance
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from memwal_query.errors import MemWalError
 from memwal_query.format.lance_open import lance_message
 from memwal_query.format.storage import Storage
 from memwal_query.planner.base_history import edited_directly
+from memwal_query.planner.key_match import rows_of_keys
 from memwal_write.backoff import backoff
 
 __all__ = ["commit_deletes", "delete_reappeared", "wrote_beside"]
@@ -138,13 +138,7 @@ def delete_reappeared(
 
 def _rows_of(ds: lance.LanceDataset, deletes: pa.Table, pk: list[str]) -> pa.Table:
     """The rows of ``ds`` whose key is one of ``deletes``', with their addresses."""
-    first = pk[0]
-    found: pa.Table = ds.to_table(filter=pc.field(first).isin(deletes.column(first)), with_row_address=True)
-    if len(pk) > 1 and found.num_rows:  # the other key columns, row by row (a join cannot carry nested columns)
-        wanted = set(zip(*(deletes.column(k).to_pylist() for k in pk), strict=True))
-        got = zip(*(found.column(k).to_pylist() for k in pk), strict=True)
-        found = found.filter(pa.array([key in wanted for key in got], pa.bool_()))
-    return found
+    return rows_of_keys(ds, deletes, pk, with_row_address=True)
 
 
 def _content(row: dict[str, Any]) -> str:

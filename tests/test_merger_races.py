@@ -105,6 +105,40 @@ def test_a_key_written_to_the_base_while_its_tombstone_merges_stays_deleted(
     assert _base(uri) == sorted(want)
 
 
+@pytest.mark.parametrize("typ", [pa.uint64(), pa.large_string()], ids=str)
+def test_a_reappeared_key_of_a_type_substrait_lacks_is_deleted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, typ: pa.DataType
+) -> None:
+    """The clean-up after the mark reads the reappeared keys' rows with a filter Lance runs:
+    an expression filter over a uint64 (above 2^63) or large_string key failed in Lance's
+    Substrait conversion, the merge raised it and the user's row stayed."""
+
+    def key(i: int) -> object:
+        return 2**63 + i if pa.types.is_uint64(typ) else f"k{i}"
+
+    schema = pa.schema([pa.field("id", typ, nullable=False, metadata=PK), pa.field("v", pa.string())])
+    uri = str(tmp_path / "t")
+    base = pa.table({"id": [key(i) for i in range(10)], "v": [f"b{i}" for i in range(10)]}, schema=schema)
+    lance.write_dataset(base, uri).initialize_mem_wal(bucket_column="id", num_buckets=1)
+    upsert = pa.table({"id": [key(20)], "v": ["g20"]}, schema=schema)
+    write_arrow(uri, upsert, deletes=pa.table({"id": pa.array([key(5), key(50)], typ)}))
+    user_row = pa.table({"id": [key(50)], "v": ["user50"]}, schema=schema)
+    race = _once(lambda: lance.write_dataset(user_row, uri, mode="append"))
+    execute = MergeInsertBuilder.execute
+
+    def hooked_execute(self: Any, *args: Any, **kwargs: Any) -> Any:
+        race()
+        return execute(self, *args, **kwargs)
+
+    monkeypatch.setattr(MergeInsertBuilder, "execute", hooked_execute)
+    stats = merge_generations(uri).to_pylist()
+    monkeypatch.undo()
+    assert [(s["status"], s["rows_deleted"]) for s in stats] == [("merged", 3)]
+    want = sorted([key(i) for i in range(10) if i != 5] + [key(20)])  # type: ignore[type-var]
+    assert sorted(lance.dataset(uri).to_table().column("id").to_pylist()) == want
+    assert sorted(mq.open_table(uri).to_arrow().column("id").to_pylist()) == want
+
+
 @pytest.mark.parametrize("other", ["compact_files", "cleanup_old_versions"])
 def test_a_reappeared_key_moved_by_a_compaction_is_still_deleted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, other: str
