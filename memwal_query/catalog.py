@@ -50,6 +50,7 @@ from typing import Any, cast
 import datafusion
 import datafusion.catalog as dfc
 import lance
+import pyarrow as pa
 
 from memwal_query.compat import check_datafusion_supported
 from memwal_query.engine_errors import raised_in_engine
@@ -62,6 +63,7 @@ from memwal_query.errors import (
 )
 from memwal_query.format.lance_open import lance_message
 from memwal_query.format.storage import Storage
+from memwal_query.scan.unreadable import UnreadableDataset
 from memwal_query.snapshot.model import Consistency
 from memwal_query.sql_functions import add_table_resolver
 from memwal_query.table import Table, open_table
@@ -102,8 +104,15 @@ class _PublicSchema:
                 self._catalog.check_name(name)  # a plain Lance table: say so
                 return None
             return dfc.Table(self._catalog.table(name).dataset())
-        except MemWalError as err:
+        except (TableNotFoundError, NotAMemWalTableError) as err:
             raise raised_in_engine(err) from None
+        except MemWalError as err:
+            # listed but cannot be opened: a query reading it fails; information_schema lists it
+            schema = self._catalog.base_schema(name)
+            if schema is None:
+                raise raised_in_engine(err) from None
+            self._catalog.warn_unreadable(name, str(err))
+            return dfc.Table(UnreadableDataset(schema, err))
 
     def table_exist(self, name: str) -> bool:
         return self._catalog.has_table(name)
@@ -168,7 +177,7 @@ class MemWalCatalog:
             NotAMemWalTableError: A Lance table without a MemWAL index.
             ManifestError: A Lance table (a ``_versions`` folder) that cannot be read.
         """
-        if not name or "/" in name or "\\" in name or name in (".", ".."):
+        if not _folder_name(name):
             msg = f"{name!r} is not a table folder name directly under {self.root}"
             raise InvalidArgumentError(msg)
         if self._storage.exists(f"{name}/_versions"):
@@ -183,25 +192,32 @@ class MemWalCatalog:
                 )
                 raise NotAMemWalTableError(msg)
 
-    def _is_memwal(self, name: str) -> bool:
-        found = self._probe(name)
+    def _is_memwal(self, name: str, *, fresh: bool = False) -> bool:
+        found = self._probe(name, fresh=fresh)
         if isinstance(found, str):
-            with self._lock:
-                first = (name, found) not in self._warned
-                self._warned.add((name, found))
-            log.log(
-                logging.WARNING if first else logging.DEBUG,
-                "%s: not readable as a Lance table, not listed: %s",
-                self._uri(name),
-                found,
-            )
+            self.warn_unreadable(name, found, "not readable as a Lance table, not listed")
             return False
         return found
 
-    def _probe(self, name: str) -> bool | str:
-        """Whether ``name`` has a MemWAL index, or why it cannot be read."""
-        if name in self._memwal:
-            return True  # a MemWAL index is never removed
+    def warn_unreadable(self, name: str, why: str, what: str = "cannot be read") -> None:
+        """Warn once (per reason) that table ``name`` cannot be read."""
+        with self._lock:
+            first = (name, why) not in self._warned
+            self._warned.add((name, why))
+        log.log(logging.WARNING if first else logging.DEBUG, "%s: %s: %s", self._uri(name), what, why)
+
+    def base_schema(self, name: str) -> pa.Schema | None:
+        """The columns of table ``name``'s base (None: it cannot be read)."""
+        try:
+            return lance.dataset(self._uri(name), storage_options=self._options or None).schema.remove_metadata()
+        except (OSError, ValueError, RuntimeError):
+            return None
+
+    def _probe(self, name: str, *, fresh: bool = False) -> bool | str:
+        """Whether ``name`` has a MemWAL index, or why it cannot be read (``fresh``: asked again
+        of a table that had one: its folder may have been replaced)."""
+        if name in self._memwal and not fresh:
+            return True  # a query finds out when it reads another table (see ``table``)
         try:
             ds = lance.dataset(self._uri(name), storage_options=self._options or None)
             found = ds.mem_wal_index_details() is not None
@@ -209,18 +225,19 @@ class MemWalCatalog:
             return lance_message(err)
         if found:
             self._memwal.add(name)
+        else:
+            self._memwal.discard(name)
         return found
 
     def has_table(self, name: str) -> bool:
         """Whether ``name`` is a MemWAL table directly under the root (a probe, no listing)."""
-        valid = bool(name) and "/" not in name and "\\" not in name and name not in (".", "..")
-        return valid and self._storage.exists(f"{name}/_versions") and self._is_memwal(name)
+        return _folder_name(name) and self._storage.exists(f"{name}/_versions") and self._is_memwal(name)
 
     def table_names(self) -> list[str]:
         """Folder names of the MemWAL tables directly under the root, sorted (lists the root)."""
         # a folder name with a backslash cannot be named (``has_table``): not listed either
         names = [n for n, d in self._storage.list_dir("") if d and not n.startswith(".") and "\\" not in n]
-        found = [n for n in names if self._storage.exists(f"{n}/_versions") and self._is_memwal(n)]
+        found = [n for n in names if self._storage.exists(f"{n}/_versions") and self._is_memwal(n, fresh=True)]
         with self._lock:
             for gone in set(self._latest) - set(found):
                 del self._latest[gone]
@@ -247,6 +264,13 @@ class MemWalCatalog:
             except TableNotFoundError:
                 self._latest.pop(name, None)
                 raise
+            except MemWalError:
+                if last is None:
+                    raise
+                # the folder may hold another table now (replaced, e.g. by a plain Lance table)
+                self._latest.pop(name, None)
+                self._memwal.discard(name)
+                fresh = self._open(name)
             self._latest[name] = fresh
             return fresh
 
@@ -271,6 +295,9 @@ class MemWalCatalog:
         Example:
             >>> # snapshot = catalog.pin("events"); ...; catalog.unpin("events")
         """
+        if table is not None and not _same_place(table.uri, self._uri(name)):
+            msg = f"cannot pin {table.uri} as {name!r} of the catalog over {self.root}: it is {self._uri(name)}"
+            raise InvalidArgumentError(msg)
         with self._lock:
             self._pinned.pop(name, None)
             table = table if table is not None else self.table(name)
@@ -285,11 +312,27 @@ class MemWalCatalog:
     def resolve(self, name: str, catalog_name: str) -> Table | None:
         """The table a SQL function names: ``'events'``, ``'public.events'`` or ``'<catalog>.public.events'``
         (a folder name may hold dots: ``'v1.2'``, ``'memwal.public.v1.2'``)."""
-        for prefix in ("", f"{SCHEMA_NAME}.", f"{catalog_name}.{SCHEMA_NAME}."):
-            rest = name[len(prefix) :]
-            if name.startswith(prefix) and rest and self.has_table(rest):
+        candidates = [name[len(p) :] for p in ("", f"{SCHEMA_NAME}.", f"{catalog_name}.{SCHEMA_NAME}.")]
+        candidates = [c for c in candidates if c and name.endswith(c)]
+        for rest in candidates:
+            if self.has_table(rest):
                 return self.table(rest)
+        for rest in candidates:  # a plain Lance table, or one that cannot be read: say so
+            if _folder_name(rest) and self._storage.exists(f"{rest}/_versions"):
+                self.check_name(rest)
         return None
+
+
+def _folder_name(name: str) -> bool:
+    """Whether ``name`` can name a folder directly under the root."""
+    return bool(name) and "/" not in name and "\\" not in name and name not in (".", "..")
+
+
+def _same_place(uri: str, other: str) -> bool:
+    """Whether two table URIs name one place (local paths through symlinks)."""
+    if "://" not in uri and "://" not in other:
+        return os.path.realpath(uri) == os.path.realpath(other)
+    return uri.rstrip("/") == other.rstrip("/")
 
 
 def register_catalog(
@@ -330,5 +373,6 @@ def register_catalog(
         ctx,
         lambda table: catalog.resolve(table, name),
         lambda: [f"{name}.{SCHEMA_NAME}.{table}" for table in catalog.table_names()],
+        key=("catalog", name),  # registered again (a notebook cell run twice): replaces this one
     )
     return catalog

@@ -66,8 +66,9 @@ class _Registry(dict[str, HasView]):
 
     def __init__(self) -> None:
         super().__init__()
-        self.resolvers: list[TableResolver] = []
-        self.listers: list[Callable[[], list[str]]] = []
+        # by the name given to add_table_resolver (a catalog registered again replaces its own)
+        self.resolvers: dict[object, TableResolver] = {}
+        self.listers: dict[object, Callable[[], list[str]]] = {}
 
     def find(self, name: str) -> HasView | None:
         """The table ``name`` names as SQL would: a registered table (names are case-insensitive,
@@ -82,7 +83,7 @@ class _Registry(dict[str, HasView]):
         found = self.get(key)
         if found is not None:
             return found
-        hits = [t for t in (resolve(name) for resolve in self.resolvers) if t is not None]
+        hits = [t for t in (resolve(name) for resolve in self.resolvers.values()) if t is not None]
         if len(hits) > 1:
             msg = f"{name!r} names a table in {len(hits)} catalogs: give its full name ('<catalog>.public.<table>')"
             raise InvalidArgumentError(msg)
@@ -90,7 +91,7 @@ class _Registry(dict[str, HasView]):
 
     def known(self) -> list[str]:
         """The names registered, then those the resolvers list (e.g. a catalog's tables)."""
-        return sorted(self) + [n for names in self.listers for n in names()]
+        return sorted(self) + [n for names in self.listers.values() for n in names()]
 
 
 def _value(e: Any, what: str) -> Any:
@@ -300,24 +301,30 @@ def _registry(ctx: datafusion.SessionContext) -> _Registry:
 
 
 def add_table_resolver(
-    ctx: datafusion.SessionContext, resolve: TableResolver, names: Callable[[], list[str]] | None = None
+    ctx: datafusion.SessionContext,
+    resolve: TableResolver,
+    names: Callable[[], list[str]] | None = None,
+    key: object = None,
 ) -> None:
     """Let the SQL functions of ``ctx`` find tables through ``resolve`` (registering them if needed).
 
     Names given to :func:`register_functions` come first; ``resolve(name)`` returns a
     :class:`~memwal_query.Table` (or view) or None. It runs while DataFusion plans a
     query, so it must not call DataFusion. ``names()`` (optional) lists the names it
-    resolves, for the error naming an unknown table.
+    resolves, for the error naming an unknown table. ``key`` (e.g. a catalog's name): a
+    resolver added under the same key before is replaced (None: always added).
 
     Example:
         >>> import datafusion
         >>> ctx = datafusion.SessionContext()
-        >>> add_table_resolver(ctx, lambda name: None)
+        >>> add_table_resolver(ctx, lambda name: None, key="memwal")
     """
     registry = _registry(ctx)
-    registry.resolvers.append(resolve)
+    slot = object() if key is None else key
+    registry.resolvers[slot] = resolve
+    registry.listers.pop(slot, None)
     if names is not None:
-        registry.listers.append(names)
+        registry.listers[slot] = names
 
 
 def register_table(ctx: datafusion.SessionContext, name: str, dataset: pds.Dataset, table: HasView) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+import shutil
 from pathlib import Path
 
 import datafusion
@@ -218,3 +219,82 @@ def test_a_table_written_again_at_the_same_place(tmp_path: Path, flushed: bool) 
     got = ctx.sql("SELECT * FROM memwal.public.alpha ORDER BY id").to_arrow_table().to_pylist()
     assert got == want
     second.flush()
+
+
+def test_a_folder_replaced_by_a_plain_lance_table(root: Path) -> None:
+    """A catalog that read a MemWAL table keeps no belief that the folder holds one: replaced by
+    a plain Lance table, it is no longer listed and naming it says what it is (it stayed
+    listed, and information_schema failed for every table with NoPrimaryKeyError)."""
+    ctx = datafusion.SessionContext(datafusion.SessionConfig().with_information_schema(True))
+    catalog = mq.register_catalog(ctx, str(root))
+    assert count(ctx, "memwal.public.users") == 3
+    shutil.rmtree(root / "users")
+    lance.write_dataset(pa.table({"a": [1, 2]}), str(root / "users"))
+    assert catalog.table_names() == ["events"]
+    listed = ctx.sql(
+        "SELECT table_name FROM information_schema.tables WHERE table_catalog = 'memwal' AND table_schema = 'public'"
+    )
+    assert listed.to_pydict()["table_name"] == ["events"]
+    with pytest.raises(Exception, match="users is a Lance table without a MemWAL index"):
+        ctx.sql("SELECT * FROM memwal.public.users").collect()
+    with pytest.raises(Exception, match="users is a Lance table without a MemWAL index"):
+        ctx.sql("SELECT * FROM memwal_regions('users')").collect()  # it said "no memwal table named 'users'"
+
+
+def test_a_table_whose_regions_cannot_be_read_is_listed_and_its_queries_fail(
+    root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A damaged region manifest failed SHOW TABLES and information_schema for every table of
+    the session (DataFusion opens each table it lists): the table is listed with its base's
+    columns, once warned about, and a query reading it fails with the reason."""
+    write_arrow(str(root / "users"), pa.table({"id": [7], "v": ["g"]}, schema=SCHEMA))
+    manifests = [p for p in (root / "users" / "_mem_wal").rglob("*.binpb") if p.parent.name == "manifest"]
+    assert manifests
+    for p in manifests:
+        p.write_bytes(b"\xff" * 50)
+    ctx = datafusion.SessionContext(datafusion.SessionConfig().with_information_schema(True))
+    mq.register_catalog(ctx, str(root))
+    with caplog.at_level(logging.WARNING, logger="memwal_query"):
+        for _ in range(2):
+            ctx.sql("SHOW TABLES").collect()
+            cols = ctx.sql(
+                "SELECT table_name, column_name FROM information_schema.columns WHERE table_catalog = 'memwal' "
+                "AND table_schema = 'public' ORDER BY table_name, column_name"
+            ).to_pydict()
+            assert list(zip(cols["table_name"], cols["column_name"], strict=True)) == [
+                ("events", "id"),
+                ("events", "v"),
+                ("users", "id"),
+                ("users", "v"),
+            ]
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warned) == 1 and "users" in warned[0] and "cannot decode region manifest" in warned[0], warned
+    assert count(ctx, "memwal.public.events") == 10
+    with pytest.raises(Exception, match="cannot decode region manifest"):
+        ctx.sql("SELECT count(*) FROM memwal.public.users").collect()
+
+
+def test_a_catalog_registered_again_replaces_its_sql_function_names(
+    root: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A notebook cell run twice registers the catalog again: the SQL functions took each table
+    name as held by two catalogs (even in full), and a catalog name moved to another root
+    still answered from the old one."""
+    ctx = datafusion.SessionContext()
+    mq.register_catalog(ctx, str(root))
+    mq.register_catalog(ctx, str(root))
+    for name in ("events", "memwal.public.events"):
+        assert ctx.sql(f"SELECT count(*) AS n FROM memwal_lookup('{name}', [1, 2])").to_pydict()["n"] == [2]
+    other = tmp_path_factory.mktemp("other")
+    memwal_table(str(other / "logs"), 4)
+    mq.register_catalog(ctx, str(other))
+    assert ctx.sql("SELECT count(*) AS n FROM memwal_lookup('logs', [1, 2, 3])").to_pydict()["n"] == [3]
+    with pytest.raises(Exception, match="no memwal table named 'memwal.public.events'"):
+        ctx.sql("SELECT * FROM memwal_lookup('memwal.public.events', [1])").collect()
+
+
+def test_pin_refuses_a_snapshot_of_another_table(root: Path) -> None:
+    catalog = mq.MemWalCatalog(str(root))
+    with pytest.raises(InvalidArgumentError, match="cannot pin .*users as 'events'"):
+        catalog.pin("events", catalog.table("users"))
+    assert catalog.pin("events", mq.open_table(str(root / "events"))).count_rows() == 10
