@@ -84,6 +84,9 @@ class IndexedSource:
     drop: np.ndarray = field(repr=False)  # row addresses that are not live (sorted)
     # the fragments Lance's search is restricted to (the base's indexed ones), or None: all
     indexed_only: IndexedOnly | None
+    #: names the rows the index holds (its segments' ids): what is learnt of a row at an address
+    #: (its tokens) is kept under it, across snapshots; another table at the same path differs
+    rows_key: str
     num_docs: int
     total_tokens: int
     nonlive: NonLiveFreq = field(repr=False)
@@ -184,11 +187,11 @@ class _Memo:
 
 _memo = _Memo()
 _counts: OrderedDict[tuple[str, str, Analyzer], TokenCounts] = OrderedDict()
-_COUNTS_ENTRIES = 16  # datasets whose non-live rows' token counts are kept
+_COUNTS_ENTRIES = 16  # indexes whose non-live rows' token counts are kept
 
 
 def _token_counts(key: tuple[str, str, Analyzer]) -> TokenCounts:
-    """The token counts of non-live indexed rows seen so far in one dataset column."""
+    """The token counts of non-live rows seen so far of one index (``IndexedSource.rows_key``)."""
     with _memo.lock:
         got = _counts.get(key)
         if got is None:
@@ -295,7 +298,10 @@ def _indexed_source(
     nonlive = np.setdiff1d(rowids, kept, assume_unique=True)
     older = max((int(s.dataset_version_at_last_update) for s in desc.segments), default=None)
     lengths = sum((f.doc_lengths(nonlive) for f in files), np.zeros(nonlive.size, np.int64))
-    counts = _token_counts((ds.uri, ctx.column, ctx.analyzer))
+    # an index's segments hold the rows of the fragments it was built over, which never change:
+    # its ids name them (a table written again at the same path has other rows at the same addresses)
+    rows_key = f"{ds.uri}#{','.join(sorted(str(s.uuid) for s in desc.segments))}"
+    counts = _token_counts((rows_key, ctx.column, ctx.analyzer))
 
     def count_all(stop: Callable[[], bool] | None) -> NonLiveCounts | None:
         return counts.of(ctx.analyzer, nonlive, lambda a: _read_texts(ds, ctx.column, a, ctx.options, older), stop)
@@ -307,6 +313,7 @@ def _indexed_source(
         files=files,
         drop=drop,
         indexed_only=restrict(covered) if restrict is not None else None,
+        rows_key=rows_key,
         num_docs=sum(f.num_docs for f in files) - int(nonlive.size),
         total_tokens=sum(f.total_tokens for f in files) - int(lengths.sum()),
         nonlive=NonLiveFreq(files, nonlive, lengths, count_all),
@@ -491,10 +498,10 @@ def _forget(key: tuple[int, str]) -> None:
         _corpora.pop(key, None)
 
 
-def tokenize_rows(ds: lance.LanceDataset, corpus: Corpus, addrs: np.ndarray) -> list[Doc]:
-    """The live rows at ``addrs`` of ``ds`` tokenized (memoized like the corpus rows; only rows
-    not seen before are read)."""
-    column = corpus.column
+def tokenize_rows(src: IndexedSource, corpus: Corpus, addrs: np.ndarray) -> list[Doc]:
+    """The rows at ``addrs`` of ``src``'s index tokenized (memoized under ``src.rows_key``;
+    only rows not seen before are read)."""
+    column, ds = corpus.column, src.dataset
     return _memo.tokenized(
-        (ds.uri, column, corpus.analyzer), addrs, lambda a: take_rows(ds, a, [column]).column(0).to_pylist()
+        (src.rows_key, column, corpus.analyzer), addrs, lambda a: take_rows(ds, a, [column]).column(0).to_pylist()
     )

@@ -162,7 +162,7 @@ class _Fetch:
         addrs = addresses(rows)
         live = ~member(addrs, src.drop)  # rows a newer level shadows are dropped here, not by Lance
         addrs, lance_scores = addrs[live], returned[live]
-        docs = tokenize_rows(src.dataset, q.corpus, addrs)
+        docs = tokenize_rows(src, q.corpus, addrs)
         local, scores = score_docs_under(docs, q.tokens.tokens, [src.index_stats(q.tokens.tokens), q.stats])
         agree = bool(np.all(np.abs(local - lance_scores) <= 1e-6 + _REL * np.abs(lance_scores)))
         if self.limit is not None and not agree:
