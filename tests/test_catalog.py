@@ -188,19 +188,20 @@ def test_eventual_catalog(root: Path) -> None:
 
 
 @pytest.mark.parametrize("flushed", [False, True], ids=["wal-tail", "flushed"])
-def test_a_table_written_again_at_the_same_place(tmp_path: Path, flushed: bool) -> None:
+@pytest.mark.parametrize("how", ["deleted", "overwritten"])
+def test_a_table_written_again_at_the_same_place(tmp_path: Path, flushed: bool, how: str) -> None:
     """A table deleted and written again where the catalog (or a Table) had read one reuses
     region ids, WAL positions and version numbers: refreshed snapshots served the old
-    table's cached WAL entries (old rows, no error) or reported its generations lost."""
-    import shutil
-
+    table's cached WAL entries (old rows, no error) or reported its generations lost. A base
+    overwritten (``mode="overwrite"``, its MemWAL layer set up anew) keeps its version history:
+    its old manifests still matched, and the cached WAL entries and region manifests were served."""
     from lsm_model import ModelTable
 
     uri = str(tmp_path / "alpha")
 
-    def write(n: int, tag: str) -> ModelTable:
+    def write(n: int, tag: str, params: dict[str, str] | None = None) -> ModelTable:
         base = pa.table({"id": list(range(n)), "v": [tag] * n}, schema=SCHEMA)
-        t = ModelTable(uri, SCHEMA, base, bucket=("id", 2))
+        t = ModelTable(uri, SCHEMA, base, bucket=("id", 2), write_params=params)
         t.put(pa.table({"id": list(range(n - 3, n + 3)), "v": [tag + "-new"] * 6}, schema=SCHEMA))
         if flushed:
             t.flush()
@@ -212,8 +213,12 @@ def test_a_table_written_again_at_the_same_place(tmp_path: Path, flushed: bool) 
     old = mq.open_table(uri)
     assert count(ctx, "memwal.public.alpha") == len(first.model) == old.count_rows()
     first.flush()
-    shutil.rmtree(uri)
-    second = write(8, "second")
+    if how == "deleted":
+        shutil.rmtree(uri)
+        second = write(8, "second")
+    else:
+        shutil.rmtree(Path(uri, "_mem_wal"))
+        second = write(8, "second", {"mode": "overwrite"})
     want = sorted(second.expected().to_pylist(), key=lambda r: r["id"])
     assert sorted(old.refresh().to_arrow().to_pylist(), key=lambda r: r["id"]) == want
     got = ctx.sql("SELECT * FROM memwal.public.alpha ORDER BY id").to_arrow_table().to_pylist()

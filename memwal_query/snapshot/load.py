@@ -13,9 +13,11 @@ import uuid as uuidlib
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+import lance
 import pyarrow as pa
 
 from memwal_query.errors import InvalidArgumentError, MemWalError, NoPrimaryKeyError, TableNotFoundError
+from memwal_query.format.base_overwrite import overwritten
 from memwal_query.format.inline_snapshots import InlineRegion, decode_inline_snapshots
 from memwal_query.format.lance_open import lance_dataset
 from memwal_query.format.memwal_index import manifest_digest, read_memwal_index, read_version
@@ -251,17 +253,19 @@ def _merged_since(storage: Storage, snap: Snapshot) -> tuple[int, dict[str, int]
     return newest, {r.region_id: index.merged_generation(r.region_id) for r in snap.regions}
 
 
-def _same_table(storage: Storage, cache: SnapshotCache, version: int, digest: str) -> None:
+def _same_table(storage: Storage, cache: SnapshotCache, base: lance.LanceDataset, digest: str) -> None:
     """Forget what ``cache`` holds when the table it was filled from is not the one here now
     (deleted and written again at the same place): the manifest of the version it was last
-    loaded at must still be the same file. A version cleaned up since cannot be compared:
+    loaded at must still be the same file, and no version since may have overwritten the base
+    (its MemWAL layer may have started over). A version cleaned up since cannot be compared:
     the cache is forgotten too (a refresh then reads what it needs again)."""
+    version = base.version
     with cache.lock:
         mark = cache.table_mark
     if mark is not None:
         seen_version, seen = mark
         now = digest if seen_version == version else manifest_digest(storage, seen_version)
-        if now != seen:
+        if now != seen or overwritten(base, seen_version, version):
             log.info("%s: the table at this place is not the one read before; reading it afresh", storage.uri)
             cache.reset()
     with cache.lock:
@@ -287,7 +291,7 @@ def _load_once(
         raise NoPrimaryKeyError(msg)
     _check_column_names(storage.uri, schema)
     index, digest = read_version(storage, base.version)
-    _same_table(storage, cache, base.version, digest)
+    _same_table(storage, cache, base, digest)
     data_schema = pa.schema(list(schema) + [pa.field(TOMBSTONE, pa.bool_())])
     columns = BaseColumns.of(base, pk)
     inline = _inline_regions(index, storage, base.version)
