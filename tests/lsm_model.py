@@ -62,6 +62,18 @@ class ModelTable:
             self.model[self.key(row)] = row
         self.writers: dict[str, ShardWriter] = {}
 
+    @classmethod
+    def attach(cls, uri: str, schema: pa.Schema, *, max_memtable_rows: int = 100) -> ModelTable:
+        """A model of the MemWAL table at ``uri`` as it is (its base rows; bucket-sharded)."""
+        t = cls.__new__(cls)
+        t.uri, t.schema, t.max_rows = uri, schema, max_memtable_rows
+        t.pk = [f.name for f in schema if (f.metadata or {}).get(b"lance-schema:unenforced-primary-key")]
+        t.ds = lance.dataset(uri)
+        t.bucketed = True
+        t.model = {t.key(row): row for row in t.ds.to_table().to_pylist()}
+        t.writers = {}
+        return t
+
     # -- model ----------------------------------------------------------------
     def key(self, row: dict[str, Any]) -> tuple[Any, ...]:
         return tuple(row[k] for k in self.pk)

@@ -188,13 +188,14 @@ def test_eventual_catalog(root: Path) -> None:
 
 
 @pytest.mark.parametrize("flushed", [False, True], ids=["wal-tail", "flushed"])
-@pytest.mark.parametrize("how", ["deleted", "overwritten"])
+@pytest.mark.parametrize("how", ["deleted", "overwritten", "restored", "index dropped"])
 def test_a_table_written_again_at_the_same_place(tmp_path: Path, flushed: bool, how: str) -> None:
     """A table deleted and written again where the catalog (or a Table) had read one reuses
     region ids, WAL positions and version numbers: refreshed snapshots served the old
     table's cached WAL entries (old rows, no error) or reported its generations lost. A base
-    overwritten (``mode="overwrite"``, its MemWAL layer set up anew) keeps its version history:
-    its old manifests still matched, and the cached WAL entries and region manifests were served."""
+    overwritten (``mode="overwrite"``), restored to before its MemWAL index or with that index
+    dropped, then its MemWAL layer set up anew, keeps its version history: its old manifests
+    still matched, and the cached WAL entries and region manifests were served."""
     from lsm_model import ModelTable
 
     uri = str(tmp_path / "alpha")
@@ -216,9 +217,20 @@ def test_a_table_written_again_at_the_same_place(tmp_path: Path, flushed: bool, 
     if how == "deleted":
         shutil.rmtree(uri)
         second = write(8, "second")
-    else:
+    elif how == "overwritten":
         shutil.rmtree(Path(uri, "_mem_wal"))
         second = write(8, "second", {"mode": "overwrite"})
+    else:
+        shutil.rmtree(Path(uri, "_mem_wal"))
+        if how == "restored":
+            lance.dataset(uri, version=1).restore()  # the base as first written, no MemWAL index
+        else:
+            lance.dataset(uri).drop_index("__lance_mem_wal")
+        lance.dataset(uri).initialize_mem_wal(bucket_column="id", num_buckets=2)
+        second = ModelTable.attach(uri, SCHEMA)
+        second.put(pa.table({"id": [1, 2], "v": ["second-new"] * 2}, schema=SCHEMA))
+        if flushed:
+            second.flush()
     want = sorted(second.expected().to_pylist(), key=lambda r: r["id"])
     assert sorted(old.refresh().to_arrow().to_pylist(), key=lambda r: r["id"]) == want
     got = ctx.sql("SELECT * FROM memwal.public.alpha ORDER BY id").to_arrow_table().to_pylist()

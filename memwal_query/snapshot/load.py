@@ -17,9 +17,9 @@ import lance
 import pyarrow as pa
 
 from memwal_query.errors import InvalidArgumentError, MemWalError, NoPrimaryKeyError, TableNotFoundError
-from memwal_query.format.base_overwrite import overwritten
 from memwal_query.format.inline_snapshots import InlineRegion, decode_inline_snapshots
 from memwal_query.format.lance_open import lance_dataset
+from memwal_query.format.layer_restart import restarted
 from memwal_query.format.memwal_index import manifest_digest, read_memwal_index, read_version
 from memwal_query.format.model import MemWalIndex
 from memwal_query.format.names import lance_manifest_file_name
@@ -256,8 +256,9 @@ def _merged_since(storage: Storage, snap: Snapshot) -> tuple[int, dict[str, int]
 def _same_table(storage: Storage, cache: SnapshotCache, base: lance.LanceDataset, digest: str) -> None:
     """Forget what ``cache`` holds when the table it was filled from is not the one here now
     (deleted and written again at the same place): the manifest of the version it was last
-    loaded at must still be the same file, and no version since may have overwritten the base
-    (its MemWAL layer may have started over). A version cleaned up since cannot be compared:
+    loaded at must still be the same file, and no version since may have started its MemWAL
+    layer over (:func:`~memwal_query.format.layer_restart.restarted`: the base overwritten or
+    restored, the MemWAL index created or dropped). A version cleaned up since cannot be compared:
     the cache is forgotten too (a refresh then reads what it needs again)."""
     version = base.version
     with cache.lock:
@@ -265,7 +266,7 @@ def _same_table(storage: Storage, cache: SnapshotCache, base: lance.LanceDataset
     if mark is not None:
         seen_version, seen = mark
         now = digest if seen_version == version else manifest_digest(storage, seen_version)
-        if now != seen or overwritten(base, seen_version, version):
+        if now != seen or restarted(base, seen_version, version):
             log.info("%s: the table at this place is not the one read before; reading it afresh", storage.uri)
             cache.reset()
     with cache.lock:
