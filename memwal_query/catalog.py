@@ -312,8 +312,8 @@ class MemWalCatalog:
     def resolve(self, name: str, catalog_name: str) -> Table | None:
         """The table a SQL function names: ``'events'``, ``'public.events'`` or ``'<catalog>.public.events'``
         (a folder name may hold dots: ``'v1.2'``, ``'memwal.public.v1.2'``)."""
-        candidates = [name[len(p) :] for p in ("", f"{SCHEMA_NAME}.", f"{catalog_name}.{SCHEMA_NAME}.")]
-        candidates = [c for c in candidates if c and name.endswith(c)]
+        prefixes = ("", f"{SCHEMA_NAME}.", f"{catalog_name}.{SCHEMA_NAME}.")
+        candidates = [name[len(p) :] for p in prefixes if name.startswith(p) and len(name) > len(p)]
         for rest in candidates:
             if self.has_table(rest):
                 return self.table(rest)

@@ -315,3 +315,23 @@ def test_pin_refuses_a_snapshot_of_another_table(root: Path) -> None:
     with pytest.raises(InvalidArgumentError, match="cannot pin .*users as 'events'"):
         catalog.pin("events", catalog.table("users"))
     assert catalog.pin("events", mq.open_table(str(root / "events"))).count_rows() == 10
+
+
+def test_sql_functions_take_a_full_name_of_its_own_catalog_only(
+    root: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    other = tmp_path_factory.mktemp("other")
+    memwal_table(str(other / "events"), 4)
+    memwal_table(str(other / "sales"), 2)
+    ctx = datafusion.SessionContext()
+    mq.register_catalog(ctx, str(root), name="wa")
+    mq.register_catalog(ctx, str(other), name="wb")
+    for name, n in (("wa.public.events", 10), ("wb.public.events", 4), ("wb.public.sales", 2), ("sales", 2)):
+        assert ctx.sql(f"SELECT count(*) AS n FROM memwal_lookup('{name}', [0, 1, 5])").to_pydict()["n"] == [
+            sum(k < n for k in (0, 1, 5))
+        ]
+    for name in ("wa.public.sales", "zz.public.sales"):
+        with pytest.raises(Exception, match=f"no memwal table named '{name}'"):
+            ctx.sql(f"SELECT * FROM memwal_lookup('{name}', [1])").collect()
+    with pytest.raises(Exception, match="names a table in 2 catalogs"):
+        ctx.sql("SELECT * FROM memwal_lookup('events', [1])").collect()
