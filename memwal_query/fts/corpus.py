@@ -203,26 +203,16 @@ def _token_counts(key: tuple[str, str, Analyzer]) -> TokenCounts:
 
 
 def _read_texts(
-    ds: lance.LanceDataset, column: str, addrs: np.ndarray, options: Mapping[str, str], older: int | None = None
+    ds: lance.LanceDataset, column: str, addrs: np.ndarray, fragments: Mapping[int, Any], options: Mapping[str, str]
 ) -> list[str | None]:
-    """Text of rows by address from the data files: deleted rows too (they are still there).
-
-    A fragment whose rows were all deleted leaves the manifest; version ``older`` (the
-    one the index was built at) still lists it. Rows found nowhere read as None.
-    """
+    """Text of rows by address from the data files of ``fragments`` (metadata by id, as the
+    index saw them: :func:`_indexed_fragments`): deleted rows too (they are still there).
+    Rows found nowhere read as None."""
     fid = next(i for i, n in lance_field_ids(ds).items() if n == column)
-    frags = {f.fragment_id: f.metadata for f in ds.get_fragments()}
-    gone = set(unique(addrs >> np.uint64(32)).tolist()) - set(frags)
-    if gone and older is not None:
-        try:
-            old = lance.dataset(ds.uri, version=older, storage_options=dict(options) or None)
-            frags.update({f.fragment_id: f.metadata for f in old.get_fragments() if f.fragment_id in gone})
-        except (OSError, ValueError, RuntimeError):
-            pass  # cleaned up: those rows stay unreadable
     out: dict[int, str | None] = {}
     frag_of = (addrs >> np.uint64(32)).astype(np.int64)
     for frag_id in unique(frag_of).tolist():
-        meta = frags.get(frag_id)
+        meta = fragments.get(frag_id)
         rows = addrs[frag_of == frag_id]
         files = [f for f in meta.files if fid in f.fields] if meta is not None else []
         if not files:
@@ -234,6 +224,29 @@ def _read_texts(
         texts = reader.take_rows(offsets.tolist()).to_table().column(0).to_pylist()
         out.update(zip(rows.tolist(), texts, strict=True))
     return [out.get(a) for a in addrs.tolist()]
+
+
+def _indexed_fragments(ds: lance.LanceDataset, versions: Sequence[int], options: Mapping[str, str]) -> dict[int, Any]:
+    """The metadata of every fragment as an index built at ``versions`` saw it (by id): from
+    the oldest of those versions listing it, else from ``ds``. A fragment's data files can
+    change after the index was built (a column rewritten in place: Lance then takes it out
+    of the index's coverage, while the index still holds its old rows' tokens), and one
+    whose rows were all deleted leaves the manifest."""
+    out: dict[int, Any] = {}
+    for version in sorted(set(versions)):
+        try:
+            at = (
+                ds
+                if version == ds.version
+                else lance.dataset(ds.uri, version=version, storage_options=dict(options) or None)
+            )
+        except (OSError, ValueError, RuntimeError):
+            continue  # cleaned up: its fragments read as they are now (or not at all)
+        for f in at.get_fragments():
+            out.setdefault(f.fragment_id, f.metadata)
+    for f in ds.get_fragments():
+        out.setdefault(f.fragment_id, f.metadata)
+    return out
 
 
 def kept_columns(schema: pa.Schema, text_column: str) -> list[str]:
@@ -296,7 +309,7 @@ def _indexed_source(
     kept = np.setdiff1d(live, drop, assume_unique=True)
     rowids = unique(np.concatenate([f.rowids for f in files])) if files else np.empty(0, np.uint64)
     nonlive = np.setdiff1d(rowids, kept, assume_unique=True)
-    older = max((int(s.dataset_version_at_last_update) for s in desc.segments), default=None)
+    versions = [int(s.dataset_version_at_last_update) for s in desc.segments]
     lengths = sum((f.doc_lengths(nonlive) for f in files), np.zeros(nonlive.size, np.int64))
     # an index's segments hold the rows of the fragments it was built over, which never change:
     # its ids name them (a table written again at the same path has other rows at the same addresses)
@@ -304,7 +317,8 @@ def _indexed_source(
     counts = _token_counts((rows_key, ctx.column, ctx.analyzer))
 
     def count_all(stop: Callable[[], bool] | None) -> NonLiveCounts | None:
-        return counts.of(ctx.analyzer, nonlive, lambda a: _read_texts(ds, ctx.column, a, ctx.options, older), stop)
+        fragments = _indexed_fragments(ds, versions, ctx.options)
+        return counts.of(ctx.analyzer, nonlive, lambda a: _read_texts(ds, ctx.column, a, fragments, ctx.options), stop)
 
     return IndexedSource(
         name=name,
