@@ -561,3 +561,32 @@ def test_a_token_of_another_table_after_its_version_was_cleaned_up(tmp_path: Pat
         twin.flush()
     with pytest.raises(mq.InvalidArgumentError, match="this table no such generation"):
         mq.open_table(t.uri).changes(mq.open_table(twin.uri).change_token)
+
+
+@pytest.mark.parametrize("how", ["overwritten", "index dropped", "restored before it"])
+def test_a_token_taken_before_the_memwal_layer_was_set_up_anew(tmp_path: Path, how: str) -> None:
+    """``_mem_wal`` removed and the MemWAL layer set up anew (after an overwrite, a dropped
+    MemWAL index, or a restore to before it): its regions start over at the same ids and WAL
+    positions, so a token taken from the old layer's WAL tail was read as one of the new
+    layer's, and key 25, only in the old tail, was never reported deleted."""
+    uri = str(tmp_path / "t")
+    t = small_table(uri)
+    t.put([{"id": 25, "v": 25, "c": "old tail"}, {"id": 2, "v": 2, "c": "old tail"}])
+    token = mq.open_table(uri).change_token
+    t.flush()
+    shutil.rmtree(Path(uri, "_mem_wal"))
+    if how == "overwritten":
+        base = pa.Table.from_pylist([{"id": i, "v": i, "c": "b"} for i in range(10)], schema=SCHEMA)
+        t = FastModelTable(uri, SCHEMA, base, bucket=("id", 2), write_params={"mode": "overwrite"})
+    else:
+        if how == "index dropped":
+            lance.dataset(uri).drop_index("__lance_mem_wal")
+        else:
+            lance.dataset(uri, version=1).restore()
+        lance.dataset(uri).initialize_mem_wal(bucket_column="id", num_buckets=2)
+        t = FastModelTable.attach(uri, SCHEMA)
+    for batch in range(3):  # the new layer's WAL goes past the old one's positions
+        t.put([{"id": i, "v": batch, "c": "new"} for i in range(12)])
+    with pytest.raises(mq.ChangesUnavailableError, match="MemWAL layer was set up anew since the change token"):
+        mq.open_table(uri).changes(token)
+    t.flush()

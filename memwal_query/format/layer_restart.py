@@ -5,8 +5,9 @@ one snapshot to the next: they only grow. A MemWAL layer set up anew (``_mem_wal
 ``initialize_mem_wal()`` again) keeps the base's version history, but its regions start over
 at the same region ids and WAL positions: what was kept must be forgotten. The base's
 transaction files name each version's operation; the layer can start over only at one that
-overwrote the base, restored an older version, or created or dropped the MemWAL index
-(merges update that index in place: they keep what was kept).
+overwrote the base or created or dropped the MemWAL index (``initialize_mem_wal()`` after a
+``restore()`` to before it, say): merges update that index in place, and a ``restore()``
+alone keeps the regions as they are.
 
 Example:
     >>> import lance, pyarrow as pa, tempfile
@@ -27,31 +28,47 @@ import lance
 
 __all__ = ["restarted"]
 
-#: Versions read at most; a longer range counts as a restart (what was kept is read again).
+#: Versions read at most by default (a longer range is ``unknown``), and one at a time.
 MAX_VERSIONS = 64
 
 _MEMWAL_INDEX = "__lance_mem_wal"
 
 
-def restarted(base: lance.LanceDataset, since: int, until: int) -> bool:
-    """Whether the MemWAL layer of ``base`` may have started over in versions ``(since, until]``
-    (a transaction file that cannot be read counts as such a version)."""
+def restarted(
+    base: lance.LanceDataset, since: int, until: int, *, unknown: bool = True, limit: int = MAX_VERSIONS
+) -> bool:
+    """Whether the MemWAL layer of ``base`` may have started over in versions ``(since, until]``.
+
+    Args:
+        base: The base table (any version at or after ``until``'s history).
+        since: The version read before (excluded).
+        until: The version read now.
+        unknown: What a version whose transaction cannot be read (cleaned up) counts as, and
+            a range longer than ``limit`` (whose older versions are not read then).
+        limit: Versions read at most (the newest ones).
+    """
     count = until - since
     if count <= 0:
         return False
-    if count > MAX_VERSIONS:
-        return True
+    if count > limit:
+        if unknown:
+            return True
+        count = limit
     try:
         at = base if until == base.version else base.checkout_version(until)
-        found = [_restarts(tx.operation) if tx else True for tx in at.get_transactions(count)]
+        found = [_restarts(tx.operation) if tx else unknown for tx in at.get_transactions(count)]
     except (OSError, ValueError, RuntimeError, TypeError):
-        found = [_one(base, v) for v in range(since + 1, until + 1)]
+        # pylance reads them all or fails (a version cleaned up, a compaction's rewritten index):
+        # one at a time, the newest MAX_VERSIONS of them (the rest are unknown)
+        newest = min(count, MAX_VERSIONS)
+        found = [_one(base, v, unknown) for v in range(until - newest + 1, until + 1)]
+        found.append(unknown and count > newest)
     return any(found)
 
 
 def _restarts(op: Any) -> bool:
     name = type(op).__name__
-    if name in ("Overwrite", "Restore"):
+    if name == "Overwrite":
         return True
     if name == "CreateIndex":
         changed = [*(getattr(op, "new_indices", None) or ()), *(getattr(op, "removed_indices", None) or ())]
@@ -59,11 +76,11 @@ def _restarts(op: Any) -> bool:
     return False
 
 
-def _one(base: lance.LanceDataset, version: int) -> bool:
+def _one(base: lance.LanceDataset, version: int, unknown: bool) -> bool:
     try:
         txs = base.checkout_version(version).get_transactions(1)
     except TypeError as err:  # pylance 14 cannot build a compaction's RewrittenIndex: a Rewrite
-        return "RewrittenIndex" not in str(err)
+        return unknown and "RewrittenIndex" not in str(err)
     except (OSError, ValueError, RuntimeError):
-        return True
-    return not txs or not txs[0] or _restarts(txs[0].operation)
+        return unknown
+    return unknown if not txs or not txs[0] else _restarts(txs[0].operation)
