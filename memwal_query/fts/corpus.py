@@ -36,7 +36,6 @@ import lance
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from lance.file import LanceFileReader
 
 from memwal_query.errors import InvalidArgumentError, MemWalCorruptionError, MemWalError
 from memwal_query.format.index_restriction import IndexedOnly
@@ -46,11 +45,11 @@ from memwal_query.format.sets import unique
 from memwal_query.fts.analyzer import Analyzer, Doc
 from memwal_query.fts.bm25 import CorpusStats
 from memwal_query.fts.index_files import InvertedIndexFiles, read_index_files
-from memwal_query.fts.nonlive import NonLiveCounts, NonLiveFreq, TokenCounts
+from memwal_query.fts.nonlive import NonLiveCounts, NonLiveFreq
 from memwal_query.fts.pool import PostingsPool
 from memwal_query.fts.posting_codec import UnsupportedPostings
 from memwal_query.fts.postings import Postings
-from memwal_query.regionspec.spec import lance_field_ids
+from memwal_query.fts.row_tokens import indexed_fragments, read_texts, token_counts, tokenized
 from memwal_query.view.table_view import TableView
 
 __all__ = [
@@ -70,7 +69,6 @@ _INVERTED = "InvertedIndexDetails"
 #: Generations with at most this many rows are scored from in-memory postings (tokenized
 #: once per generation); larger ones are searched through their own index.
 POSTINGS_MAX_ROWS = 50_000
-_MEMO_MAX_DOCS = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -160,95 +158,6 @@ class Corpus:
         )
 
 
-# -- tokenized rows, memoized per dataset ----------------------------------------
-class _Memo:
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.docs: OrderedDict[tuple[str, str, Analyzer], dict[int, Doc]] = OrderedDict()
-        self.count = 0
-
-    def tokenized(
-        self, key: tuple[str, str, Analyzer], addrs: np.ndarray, read: Callable[[np.ndarray], Sequence[str | None]]
-    ) -> list[Doc]:
-        with self.lock:
-            known = self.docs.setdefault(key, {})
-            self.docs.move_to_end(key)
-            missing = np.array([a for a in addrs.tolist() if a not in known], dtype=np.uint64)
-        if missing.size:
-            fresh = dict(zip(missing.tolist(), key[2].tokenize_all(read(missing)), strict=True))
-            with self.lock:
-                known.update(fresh)
-                self.count += len(fresh)
-                while self.count > _MEMO_MAX_DOCS and len(self.docs) > 1:
-                    _, gone = self.docs.popitem(last=False)
-                    self.count -= len(gone)
-        return [known[a] for a in addrs.tolist()]
-
-
-_memo = _Memo()
-_counts: OrderedDict[tuple[str, str, Analyzer], TokenCounts] = OrderedDict()
-_COUNTS_ENTRIES = 16  # indexes whose non-live rows' token counts are kept
-
-
-def _token_counts(key: tuple[str, str, Analyzer]) -> TokenCounts:
-    """The token counts of non-live rows seen so far of one index (``IndexedSource.rows_key``)."""
-    with _memo.lock:
-        got = _counts.get(key)
-        if got is None:
-            got = _counts[key] = TokenCounts()
-            while len(_counts) > _COUNTS_ENTRIES:
-                _counts.popitem(last=False)
-        _counts.move_to_end(key)
-        return got
-
-
-def _read_texts(
-    ds: lance.LanceDataset, column: str, addrs: np.ndarray, fragments: Mapping[int, Any], options: Mapping[str, str]
-) -> list[str | None]:
-    """Text of rows by address from the data files of ``fragments`` (metadata by id, as the
-    index saw them: :func:`_indexed_fragments`): deleted rows too (they are still there).
-    Rows found nowhere read as None."""
-    fid = next(i for i, n in lance_field_ids(ds).items() if n == column)
-    out: dict[int, str | None] = {}
-    frag_of = (addrs >> np.uint64(32)).astype(np.int64)
-    for frag_id in unique(frag_of).tolist():
-        meta = fragments.get(frag_id)
-        rows = addrs[frag_of == frag_id]
-        files = [f for f in meta.files if fid in f.fields] if meta is not None else []
-        if not files:
-            continue  # the fragment is gone (all its rows deleted): not readable here
-        reader = LanceFileReader(
-            f"{ds.uri}/data/{files[0].path}", storage_options=dict(options) or None, columns=[column]
-        )
-        offsets = (rows & np.uint64(0xFFFFFFFF)).astype(np.int64)
-        texts = reader.take_rows(offsets.tolist()).to_table().column(0).to_pylist()
-        out.update(zip(rows.tolist(), texts, strict=True))
-    return [out.get(a) for a in addrs.tolist()]
-
-
-def _indexed_fragments(ds: lance.LanceDataset, versions: Sequence[int], options: Mapping[str, str]) -> dict[int, Any]:
-    """The metadata of every fragment as an index built at ``versions`` saw it (by id): from
-    the oldest of those versions listing it, else from ``ds``. A fragment's data files can
-    change after the index was built (a column rewritten in place: Lance then takes it out
-    of the index's coverage, while the index still holds its old rows' tokens), and one
-    whose rows were all deleted leaves the manifest."""
-    out: dict[int, Any] = {}
-    for version in sorted(set(versions)):
-        try:
-            at = (
-                ds
-                if version == ds.version
-                else lance.dataset(ds.uri, version=version, storage_options=dict(options) or None)
-            )
-        except (OSError, ValueError, RuntimeError):
-            continue  # cleaned up: its fragments read as they are now (or not at all)
-        for f in at.get_fragments():
-            out.setdefault(f.fragment_id, f.metadata)
-    for f in ds.get_fragments():
-        out.setdefault(f.fragment_id, f.metadata)
-    return out
-
-
 def kept_columns(schema: pa.Schema, text_column: str) -> list[str]:
     """The columns of in-memory text-search rows kept for output: all but wide ones
     (vectors, binary, nested lists; read by row address when asked for), the text always."""
@@ -314,11 +223,11 @@ def _indexed_source(
     # an index's segments hold the rows of the fragments it was built over, which never change:
     # its ids name them (a table written again at the same path has other rows at the same addresses)
     rows_key = f"{ds.uri}#{','.join(sorted(str(s.uuid) for s in desc.segments))}"
-    counts = _token_counts((rows_key, ctx.column, ctx.analyzer))
+    counts = token_counts((rows_key, ctx.column, ctx.analyzer))
 
     def count_all(stop: Callable[[], bool] | None) -> NonLiveCounts | None:
-        fragments = _indexed_fragments(ds, versions, ctx.options)
-        return counts.of(ctx.analyzer, nonlive, lambda a: _read_texts(ds, ctx.column, a, fragments, ctx.options), stop)
+        fragments = indexed_fragments(ds, versions, ctx.options)
+        return counts.of(ctx.analyzer, nonlive, lambda a: read_texts(ds, ctx.column, a, fragments, ctx.options), stop)
 
     return IndexedSource(
         name=name,
@@ -336,6 +245,7 @@ def _indexed_source(
 
 _postings: OrderedDict[tuple[str, str, Analyzer], tuple[Postings, pa.Table]] = OrderedDict()
 _POSTINGS_ENTRIES = 256
+_postings_lock = threading.Lock()
 
 
 def _flat_source(
@@ -352,7 +262,7 @@ def _flat_source(
     snapshots). ``index``: the dataset's own INVERTED index (with the corpus's analyzer), whose
     posting lists are read instead of tokenizing the rows where they decode here."""
     key = None if cache_key is None else (cache_key, ctx.column, ctx.analyzer)
-    with _memo.lock:
+    with _postings_lock:
         hit = _postings.get(key) if key is not None else None
     if hit is None:
         frags = fragments_of(ds, fragments)
@@ -367,7 +277,7 @@ def _flat_source(
         rows = rows.drop_columns(["_rowaddr"])
         live = np.ones(len(postings), dtype=bool)
         if key is not None:
-            with _memo.lock:
+            with _postings_lock:
                 _postings[key] = (postings, rows)
                 while len(_postings) > _POSTINGS_ENTRIES:
                     _postings.popitem(last=False)
@@ -516,6 +426,6 @@ def tokenize_rows(src: IndexedSource, corpus: Corpus, addrs: np.ndarray) -> list
     """The rows at ``addrs`` of ``src``'s index tokenized (memoized under ``src.rows_key``;
     only rows not seen before are read)."""
     column, ds = corpus.column, src.dataset
-    return _memo.tokenized(
+    return tokenized(
         (src.rows_key, column, corpus.analyzer), addrs, lambda a: take_rows(ds, a, [column]).column(0).to_pylist()
     )
