@@ -16,11 +16,13 @@ Example:
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from memwal_query.lance_log import quiet_known_noise
 
 quiet_known_noise()  # before anything imports lance
 
-from memwal_query.catalog import MemWalCatalog, register_catalog  # noqa: E402
 from memwal_query.errors import (  # noqa: E402
     ChangesUnavailableError,
     GenerationLostError,
@@ -35,9 +37,41 @@ from memwal_query.errors import (  # noqa: E402
     TableNotFoundError,
     UnsupportedVersionError,
 )
-from memwal_query.planner import catchup as catchup  # noqa: E402 - mq.catchup: the Indexed Read Plan
-from memwal_query.snapshot.model import LiveMemTable  # noqa: E402
-from memwal_query.table import Table, open_table  # noqa: E402
+
+if TYPE_CHECKING:
+    from memwal_query.catalog import MemWalCatalog, register_catalog
+    from memwal_query.planner import catchup as catchup  # mq.catchup: the Indexed Read Plan
+    from memwal_query.snapshot.model import LiveMemTable
+    from memwal_query.table import Table, open_table
+
+# Imported on first use: ``import memwal_query`` (and the ``memwal`` CLI's --help) does not
+# load Lance, DataFusion and pandas (~0.9 s) until a table is opened.
+_LAZY = {
+    "open_table": "memwal_query.table",
+    "Table": "memwal_query.table",
+    "register_catalog": "memwal_query.catalog",
+    "MemWalCatalog": "memwal_query.catalog",
+    "LiveMemTable": "memwal_query.snapshot.model",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The public names above, and submodules (``mq.vector``), imported when first used."""
+    where = _LAZY.get(name)
+    if where is not None:
+        value = getattr(importlib.import_module(where), name)
+    elif name == "catchup":
+        value = importlib.import_module("memwal_query.planner.catchup")
+    else:
+        try:
+            value = importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as err:
+            if err.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "open_table",

@@ -445,3 +445,27 @@ def test_sql_outputs_of_values_text_formats_lack(demo: str, capsysbinary: pytest
     assert main(["sql", demo, ODD_VALUES]) == 0
     out = capsysbinary.readouterr().out.decode()
     assert "| 10183-09-21 |" in out and "| a\\nb |" in out and "| a\\\\nb |" in out and "| NULL |" in out
+
+
+def test_import_and_help_load_no_engine() -> None:
+    """``import memwal_query`` and ``memwal --help`` took ~1 s loading Lance, DataFusion and
+    pandas; they load on first use now (and Lance's known log noise is still set aside first)."""
+    script = (
+        "import os, sys, memwal_query as mq\n"
+        "print(sorted(m for m in ('lance', 'datafusion', 'pandas') if m in sys.modules))\n"
+        "print(os.environ.get('LANCE_LOG'))\n"
+        "mq.open_table\n"
+        "print(sorted(m for m in ('lance', 'datafusion') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, env={})
+    lines = out.stdout.splitlines()
+    assert lines[0] == "[]", out.stdout
+    assert lines[1].startswith("error,"), out.stdout  # set before lance loads
+    assert lines[2] == "['datafusion', 'lance']", out.stdout
+    helped = subprocess.run(
+        [sys.executable, "-c", "import sys; from memwal_query.cli import main; main(['--help'])"],
+        capture_output=True,
+        text=True,
+    )
+    assert helped.returncode == 0 and "usage: memwal" in helped.stdout, helped
+    assert "Traceback" not in helped.stderr
