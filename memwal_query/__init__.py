@@ -73,6 +73,11 @@ def __getattr__(name: str) -> Any:
     return value
 
 
+def __dir__() -> list[str]:
+    """Every public name, loaded or not (tab completion in Jupyter lists these)."""
+    return sorted({*globals(), *__all__, "catchup"})
+
+
 __all__ = [
     "open_table",
     "Table",

@@ -454,6 +454,7 @@ def test_import_and_help_load_no_engine() -> None:
         "import os, sys, memwal_query as mq\n"
         "print(sorted(m for m in ('lance', 'datafusion', 'pandas') if m in sys.modules))\n"
         "print(os.environ.get('LANCE_LOG'))\n"
+        "assert {'open_table', 'Table', 'register_catalog', 'MemWalError', 'catchup'} <= set(dir(mq))\n"
         "mq.open_table\n"
         "print(sorted(m for m in ('lance', 'datafusion') if m in sys.modules))\n"
     )
