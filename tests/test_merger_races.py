@@ -56,6 +56,19 @@ def _once(action: Any) -> Any:
     return run
 
 
+def _before_execute(monkeypatch: pytest.MonkeyPatch, action: Any) -> Any:
+    """Run ``action`` before every ``merge_insert`` execute (the merge's upserts); returns the
+    original ``execute``."""
+    execute = MergeInsertBuilder.execute
+
+    def hooked_execute(self: Any, *args: Any, **kwargs: Any) -> Any:
+        action()
+        return execute(self, *args, **kwargs)
+
+    monkeypatch.setattr(MergeInsertBuilder, "execute", hooked_execute)
+    return execute
+
+
 @pytest.mark.parametrize("window", ["before the deletes", "before the mark"])
 @pytest.mark.parametrize("how", ["append", "merge_insert"])
 def test_a_key_written_to_the_base_while_its_tombstone_merges_stays_deleted(
@@ -88,13 +101,8 @@ def test_a_key_written_to_the_base_while_its_tombstone_merges_stays_deleted(
 
         monkeypatch.setattr(lance.LanceDataset, "commit", staticmethod(hooked_commit))
     else:
-        execute = MergeInsertBuilder.execute
+        _before_execute(monkeypatch, race)
 
-        def hooked_execute(self: Any, *args: Any, **kwargs: Any) -> Any:
-            race()
-            return execute(self, *args, **kwargs)
-
-        monkeypatch.setattr(MergeInsertBuilder, "execute", hooked_execute)
     stats = merge_generations(uri).to_pylist()
     monkeypatch.undo()
     assert seen == [sorted(want)]  # the race ran, and readers showed 50 deleted
@@ -124,13 +132,8 @@ def test_a_reappeared_key_of_a_type_substrait_lacks_is_deleted(
     write_arrow(uri, upsert, deletes=pa.table({"id": pa.array([key(5), key(50)], typ)}))
     user_row = pa.table({"id": [key(50)], "v": ["user50"]}, schema=schema)
     race = _once(lambda: lance.write_dataset(user_row, uri, mode="append"))
-    execute = MergeInsertBuilder.execute
+    _before_execute(monkeypatch, race)
 
-    def hooked_execute(self: Any, *args: Any, **kwargs: Any) -> Any:
-        race()
-        return execute(self, *args, **kwargs)
-
-    monkeypatch.setattr(MergeInsertBuilder, "execute", hooked_execute)
     stats = merge_generations(uri).to_pylist()
     monkeypatch.undo()
     assert [(s["status"], s["rows_deleted"]) for s in stats] == [("merged", 3)]
@@ -148,11 +151,7 @@ def test_a_reappeared_key_moved_by_a_compaction_is_still_deleted(
     uri = _table(tmp_path)
     write_arrow(uri, _rows([(20, "g20"), (3, "g3")]), deletes=_keys([5, 50]))
     user = _once(lambda: lance.write_dataset(_rows([(50, "user50")]), uri, mode="append"))
-    execute = MergeInsertBuilder.execute
-
-    def hooked_execute(self: Any, *args: Any, **kwargs: Any) -> Any:
-        user()
-        return execute(self, *args, **kwargs)
+    _before_execute(monkeypatch, user)
 
     def maintain() -> None:
         ds = lance.dataset(uri)
@@ -168,7 +167,6 @@ def test_a_reappeared_key_moved_by_a_compaction_is_still_deleted(
         maintenance()
         return delete(self, *args, **kwargs)
 
-    monkeypatch.setattr(MergeInsertBuilder, "execute", hooked_execute)
     monkeypatch.setattr(lance.LanceDataset, "delete", hooked_delete)
     merge_generations(uri)
     monkeypatch.undo()
@@ -184,11 +182,7 @@ def test_a_newer_generation_of_a_deleted_key_is_kept(tmp_path: Path, monkeypatch
     write_arrow(uri, _rows([(50, "g2")]))  # generation 2 puts 50 back
     find = merger.delete_reappeared
     user = _once(lambda: lance.write_dataset(_rows([(50, "user50")]), uri, mode="append"))
-    execute = MergeInsertBuilder.execute
-
-    def hooked_execute(self: Any, *args: Any, **kwargs: Any) -> Any:
-        user()
-        return execute(self, *args, **kwargs)
+    execute = _before_execute(monkeypatch, user)
 
     later = _once(lambda: merge_generations(uri))  # generation 2, between the mark and the clean-up
 
@@ -197,7 +191,6 @@ def test_a_newer_generation_of_a_deleted_key_is_kept(tmp_path: Path, monkeypatch
         later()
         return find(ds, *args)
 
-    monkeypatch.setattr(MergeInsertBuilder, "execute", hooked_execute)
     monkeypatch.setattr(merger, "delete_reappeared", hooked_find)
     merge_generations(uri, max_generations=1)
     monkeypatch.undo()
