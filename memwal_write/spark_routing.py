@@ -198,6 +198,18 @@ def check_routing(writer: RoutedWriter, batch: pa.Table) -> None:
     """Refuse a batch whose Spark bucket differs from the shared spec evaluation."""
     if writer.spec is None or BUCKET not in batch.column_names:
         return
+    # the spec reads the values as the table stores them (an int column into a long key is
+    # routed as a long, as Spark routed it): cast its source columns first
+    schema = writer.dataset.schema
+    for sid in {i for f in writer.spec.fields for i in f.source_ids}:
+        name = writer.field_names.get(sid)
+        if (
+            name in batch.column_names
+            and name in schema.names
+            and batch.schema.field(name).type != schema.field(name).type
+        ):
+            at = batch.column_names.index(name)
+            batch = batch.set_column(at, name, batch.column(name).cast(schema.field(name).type))
     values = evaluate_spec(writer.spec, batch, writer.field_names).column(0)
     spark_b = batch.column(BUCKET).cast(pa.int32())
     bad = pc.invert(pc.fill_null(pc.equal(values, spark_b), False))

@@ -217,19 +217,23 @@ def region_groups(values: pa.Table) -> dict[tuple[Any, ...], pa.Int64Array]:
 
 
 def equal_next(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    """``out[i]``: row ``i`` equals row ``i + 1`` (NULL equals NULL); length ``n - 1``.
+    """``out[i]``: row ``i`` equals row ``i + 1`` (NULL equals NULL, NaN equals NaN, as
+    Spark and SQL's GROUP BY see them); length ``n - 1``.
 
     Example:
         >>> equal_next(pa.array([1, 1, None, None, 2])).tolist()
         [True, False, True, False]
+        >>> equal_next(pa.array([float("nan"), float("nan"), 1.0])).tolist()
+        [True, False]
     """
     a = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     if len(a) < 2:
         return np.zeros(0, dtype=bool)
     x, y = a.slice(0, len(a) - 1), a.slice(1)
-    eq = pc.fill_null(pc.equal(x, y), False)
-    both_null = pc.and_(pc.is_null(x), pc.is_null(y))
-    return np.asarray(pc.or_(eq, both_null).to_numpy(zero_copy_only=False), dtype=bool)
+    eq = pc.or_(pc.fill_null(pc.equal(x, y), False), pc.and_(pc.is_null(x), pc.is_null(y)))
+    if pa.types.is_floating(a.type):
+        eq = pc.or_(eq, pc.fill_null(pc.and_(pc.is_nan(x), pc.is_nan(y)), False))
+    return np.asarray(eq.to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def region_runs(values: pa.Table) -> tuple[pa.Array | None, list[tuple[tuple[Any, ...], int, int]]]:

@@ -459,12 +459,16 @@ def test_write_via_driver_or_tasks_same_rows_and_regions(spark: Any, tmp_path: P
     tie = spark.createDataFrame([(9, "a", 1.0, 2), (9, "b", 1.0, 2)], "id long, cat string, amount double, ts int")
     with pytest.raises(InvalidArgumentError, match=r"key \{'id': 9\}.*same 'ts' value"):
         memwal_write.write(tie, uri, order_by="ts", via=via)
+    narrow = spark.createDataFrame([(11, "i", 3.0)], "id int, cat string, amount double")  # int into a long key
+    memwal_write.write(narrow, uri, via=via)
+    model.put(pa.table({"id": [11], "cat": ["i"], "amount": [3.0]}, schema=SCHEMA))
     same = spark.createDataFrame([(10, "a", 1.0), (10, "a", 1.0)], "id long, cat string, amount double")
     stats = memwal_write.write(same, uri, via=via).toArrow()  # identical duplicates: one row
     assert sum(stats.column("duplicates_dropped").to_pylist()) == 1
     model.put(pa.table({"id": [10], "cat": ["a"], "amount": [1.0]}, schema=SCHEMA))
     dels = [int(i) for i in rng.choice(2000, 100, replace=False)]
-    dstats = memwal_write.delete(spark.createDataFrame([(i,) for i in dels + dels[:5]], "id long"), uri, via=via)
+    # an int key column into the long key (the tasks' routing check refused it as a mismatch)
+    dstats = memwal_write.delete(spark.createDataFrame([(i,) for i in dels + dels[:5]], "id int"), uri, via=via)
     model.delete(dels)
     assert sum(dstats.toArrow().column("rows_deleted").to_pylist()) == len(dels)
     assert _read(uri).equals(model.table())
@@ -501,6 +505,16 @@ def test_driver_dedupe_keeps_one_row_per_key_in_key_order(key_type: pa.DataType)
     assert _Dedup(("k",), None, True, "mem://t").newest_order(nan).to_pylist() in ([1, 2], [0, 2])
     with pytest.raises(InvalidArgumentError, match="appears more than once"):
         _Dedup(("k",), None, True, "mem://t").newest_order(nan.set_column(1, "v", pa.array([float("nan"), 2.0, 1.0])))
+    # two rows of a key whose order_by values are both NaN are tied, as Spark's sort sees them
+    tied = pa.table({"k": [7, 7], "v": ["A", "B"], "ts": [float("nan"), float("nan")]})
+    with pytest.raises(InvalidArgumentError, match="same 'ts' value"):
+        _Dedup(("k",), "ts", True, "mem://t").newest_order(tied)
+    streaming = _Dedup(("k",), "ts", True, "mem://t")  # the tasks' form: key-sorted batches
+    streaming.push(tied)
+    with pytest.raises(InvalidArgumentError, match="same 'ts' value"):
+        streaming.finish()
+    newest = pa.table({"k": [7, 7], "v": ["A", "B"], "ts": [1.0, float("nan")]})  # NaN sorts above numbers
+    assert newest.take(_Dedup(("k",), "ts", True, "mem://t").newest_order(newest)).column("v").to_pylist() == ["B"]
 
 
 def test_auto_writes_from_the_driver_on_a_local_master(
