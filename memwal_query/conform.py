@@ -227,12 +227,93 @@ def conform(
                 raise error(msg)
         if col.type != f.type:
             try:
-                col = col.cast(f.type)
+                cast = col.cast(f.type)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as err:
                 msg = f"{what}: column {f.name!r} of type {col.type} cannot be stored as {f.type}: {err}"
                 raise error(msg) from err
+            changed = _changed_by_cast(col, cast) if strict else None
+            if changed is not None:
+                msg = f"{what}: column {f.name!r} of type {col.type} cannot be stored as {f.type}: {changed}"
+                raise error(msg)
+            col = cast
         if strict and not f.nullable and col.null_count:
             msg = f"{what}: column {f.name!r} is not nullable but has {col.null_count} NULL value(s)"
             raise error(msg)
+        inner = _null_in_required(col, f.type, f.name) if strict and _has_required_inside(f.type) else None
+        if inner is not None:
+            msg = f"{what}: {inner!r} (in column {f.name!r}, of type {f.type}) is not nullable but holds NULL value(s)"
+            raise error(msg)
         arrays.append(col)
     return pa.Table.from_arrays(arrays, schema=target)
+
+
+def _changed_by_cast(before: pa.ChunkedArray, after: pa.ChunkedArray) -> str | None:
+    """Why a cast pyarrow's safe mode lets through changed values (None: it did not):
+    floats out of a narrower float's range become infinite; floats into decimals are rounded.
+
+    Example:
+        >>> x = pa.chunked_array([[1.5, 1e300]])
+        >>> _changed_by_cast(x, x.cast(pa.float32()))
+        '1 value(s) out of its range (e.g. 1e+300)'
+        >>> _changed_by_cast(pa.chunked_array([[1.25]]), pa.chunked_array([[1.25]]).cast(pa.decimal128(10, 1)))
+        '1 value(s) would be rounded (e.g. 1.25)'
+    """
+    src, dst = before.type, after.type
+    if not pa.types.is_floating(src):
+        return None
+    if pa.types.is_floating(dst):
+        bad = pc.and_(pc.is_finite(before), pc.invert(pc.is_finite(after)))
+        why = "out of its range"
+    elif pa.types.is_decimal(dst):
+        back = after.cast(pa.float64())
+        bad = pc.not_equal(before.cast(pa.float64()), back)
+        why = "would be rounded"
+    else:
+        return None
+    count = pc.sum(pc.fill_null(bad, False).cast(pa.int64())).as_py() or 0
+    if not count:
+        return None
+    example = before.filter(pc.fill_null(bad, False))[0].as_py()
+    return f"{count} value(s) {why} (e.g. {example})"
+
+
+def _has_required_inside(t: pa.DataType) -> bool:
+    """Whether ``t`` holds a non-nullable list item or struct child, at any depth."""
+    if is_list_like(t):
+        return not t.value_field.nullable or _has_required_inside(t.value_type)
+    if pa.types.is_struct(t):
+        return any(not c.nullable or _has_required_inside(c.type) for c in t)
+    return False
+
+
+def _null_in_required(col: pa.ChunkedArray | pa.Array, t: pa.DataType, path: str) -> str | None:
+    """The path (``l[]``, ``s.a``) of a non-nullable list item or struct child of ``col`` holding a NULL where
+    its parent is not NULL (pyarrow's cast does not check them; Lance's writer fails on them
+    after other regions were written).
+
+    Example:
+        >>> t = pa.list_(pa.field("item", pa.int64(), nullable=False))
+        >>> _null_in_required(pa.array([[1], None, [2, None]]), t, "l")
+        'l[]'
+    """
+    chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
+    for chunk in chunks:
+        if is_list_like(t):
+            items = pc.list_flatten(chunk)  # the items of lists that are not NULL
+            if not t.value_field.nullable and items.null_count:
+                return f"{path}[]"
+            found = _null_in_required(items, t.value_type, f"{path}[]")
+        elif pa.types.is_struct(t):
+            assert isinstance(chunk, pa.StructArray)
+            valid = chunk.is_valid()
+            found = None
+            for i, child in enumerate(t):
+                values = chunk.field(i).filter(valid)
+                if not child.nullable and values.null_count:
+                    return f"{path}.{child.name}"
+                found = found or _null_in_required(values, child.type, f"{path}.{child.name}")
+        else:
+            return None
+        if found is not None:
+            return found
+    return None
