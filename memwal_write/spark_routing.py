@@ -208,8 +208,11 @@ def check_routing(writer: RoutedWriter, batch: pa.Table) -> None:
             and name in schema.names
             and batch.schema.field(name).type != schema.field(name).type
         ):
-            at = batch.column_names.index(name)
-            batch = batch.set_column(at, name, batch.column(name).cast(schema.field(name).type))
+            try:
+                cast = batch.column(name).cast(schema.field(name).type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+                return  # a value the column cannot hold: the write refuses it, naming the column
+            batch = batch.set_column(batch.column_names.index(name), name, cast)
     values = evaluate_spec(writer.spec, batch, writer.field_names).column(0)
     spark_b = batch.column(BUCKET).cast(pa.int32())
     bad = pc.invert(pc.fill_null(pc.equal(values, spark_b), False))

@@ -257,8 +257,8 @@ def _same_table(storage: Storage, cache: SnapshotCache, base: lance.LanceDataset
     """Forget what ``cache`` holds when the table it was filled from is not the one here now
     (deleted and written again at the same place): the manifest of the version it was last
     loaded at must still be the same file, and no version since may have started its MemWAL
-    layer over (:func:`~memwal_query.format.layer_restart.restarted`: the base overwritten or
-    restored, the MemWAL index created or dropped). A version cleaned up since cannot be compared:
+    layer over (:func:`~memwal_query.format.layer_restart.restarted`: the base overwritten,
+    the MemWAL index created or dropped). A version cleaned up since cannot be compared:
     the cache is forgotten too (a refresh then reads what it needs again)."""
     version = base.version
     with cache.lock:
