@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -265,8 +266,10 @@ def _changed_by_cast(before: pa.ChunkedArray, after: pa.ChunkedArray) -> str | N
         bad = pc.and_(pc.is_finite(before), pc.invert(pc.is_finite(after)))
         why = "out of its range"
     elif pa.types.is_decimal(dst):
-        back = after.cast(pa.float64())
-        bad = pc.not_equal(before.cast(pa.float64()), back)
+        # moved by more than the source's own precision (float32 0.1 is 0.10; 1.125 is not 1.13)
+        wide = before.cast(pa.float64())
+        eps = float(np.finfo(src.to_pandas_dtype()).eps)
+        bad = pc.greater(pc.abs(pc.subtract(after.cast(pa.float64()), wide)), pc.multiply(pc.abs(wide), eps))
         why = "would be rounded"
     else:
         return None

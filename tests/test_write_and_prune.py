@@ -508,6 +508,10 @@ def test_values_a_write_would_change_or_fail_on_late_are_refused_before_anything
     with pytest.raises(mq.InvalidArgumentError, match=r"'s\.a' \(in column 's'.*\) is not nullable but holds NULL"):
         write_arrow(uri, pa.table({"id": [99], "s": typed}))
     write_arrow(uri, rows(l=None, s=None, d=0.1))  # a NULL list or struct is fine; 0.1 is 0.10
+    write_arrow(uri, pa.table({"id": [98], "d": pa.array([1.1], pa.float32())}))  # float32 1.1 is 1.10 too
+    assert mq.open_table(uri).lookup([98]).column("d").to_pylist() == [
+        pa.scalar(1.1).cast(pa.decimal128(10, 2)).as_py()
+    ]
     table = mq.open_table(uri)
-    assert table.count_rows() == n + 1
+    assert table.count_rows() == n + 2
     assert table.lookup([n]).column("d").to_pylist() == [pa.scalar(0.1).cast(pa.decimal128(10, 2)).as_py()]
