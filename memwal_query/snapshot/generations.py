@@ -89,14 +89,21 @@ def open_generation(
 
 def _conformed(
     region_id: str, gen: int, uri: str, ds: lance.LanceDataset, columns: BaseColumns, cache: SnapshotCache
-) -> GenerationSource:
-    """The generation read into a copy with the base's columns (kept while snapshots read it)."""
+) -> GenerationSource | SkippedGeneration:
+    """The generation read into a copy with the base's columns (kept while snapshots read it),
+    or why its rows cannot be read (a data file cut short: lost unless merged meanwhile, as
+    :func:`prefetch_generation_keys` finds for generations read in place)."""
     name = conformed_uri(uri, columns.paths)
     with cache.lock:
         copy = cache.generations.get(name)
     if copy is None:
         what = f"region {region_id} flushed generation {gen} ({uri})"
-        copy = conformed_copy(ds, columns.tagged, columns.schema, columns.primary_key, what)
+        try:
+            copy = conformed_copy(ds, columns.tagged, columns.schema, columns.primary_key, what)
+        except (OSError, ValueError, RuntimeError) as err:
+            with cache.lock:
+                cache.generations.pop(uri, None)
+            return SkippedGeneration(region_id, gen, f"unreadable: {lance_message(err)}", uri, missing=True)
         log.info("%s predates a change of the base's columns: read into memory with the current ones", what)
         with cache.lock:
             cache.generations[name] = copy
