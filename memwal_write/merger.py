@@ -99,6 +99,8 @@ class GenerationMergeStats:
     generation: int
     status: str
     rows_upserted: int = 0
+    #: the generation's deletes applied (tombstones: a key the base did not hold counts too),
+    #: plus rows of deleted keys written straight to the base while it merged and removed after
     rows_deleted: int = 0
     base_version: int = 0
     seconds: float = 0.0
@@ -319,7 +321,8 @@ def merge_generations(
     Returns:
         One row per generation considered (:data:`MERGE_STATS_SCHEMA`): ``region_id``,
         ``generation``, ``status`` (``merged``/``skipped``), ``rows_upserted``,
-        ``rows_deleted``, ``base_version`` (after the merge), ``seconds``.
+        ``rows_deleted`` (the deletes applied: a tombstone of a key the base did not hold
+        counts too), ``base_version`` (after the merge), ``seconds``.
 
     Raises:
         NotAMemWalTableError: The table has no MemWAL index.
