@@ -249,7 +249,7 @@ def _scalar_index_catchup(table: TableView) -> list[dict[str, Any]]:
                 "usable": plan.usable,
                 "used": table.uses_catchup(plan),
                 "reason": plan.reason,
-                "text": plan.describe(),
+                "text": plan.describe(table.flat_because(plan)),
             }
         )
     return out

@@ -87,7 +87,7 @@ class IndexCoverage:
     source: str
     plan: CatchupPlan | None = None
     plan_used: bool = False
-    #: Why a usable plan was not used, when it is not a matter of cost.
+    #: Why a usable plan is not used ('' when it is, or when the plan is not usable: its reason says why).
     flat_reason: str = ""
 
     def describe(self) -> str:
@@ -104,11 +104,7 @@ class IndexCoverage:
             if self.flat_reason:
                 why = f" ({self.flat_reason})"
             elif self.plan is not None:
-                why = (
-                    " (catch-up generations usable, but cheaper to search these rows flat: index_catchup='auto')"
-                    if self.plan.usable
-                    else f" ({self.plan.reason})"
-                )
+                why = f" ({self.plan.reason})"
             frag = (
                 f"fragments {list(self.unindexed_fragments)} ({self.unindexed_rows:,} rows) not indexed yet: "
                 f"searched flat{why}"
@@ -152,6 +148,7 @@ def index_coverage(table: HasView, column: str) -> IndexCoverage | None:
         source=source,
         plan=plan if plan.uncovered_fragments else None,
         plan_used=view.uses_catchup(plan),
+        flat_reason=view.flat_because(plan) if plan.usable else "",
     )
 
 

@@ -60,6 +60,11 @@ def test_indexed_filter_reads_catchup_generations(indexed: ModelTable) -> None:
     assert table.index_catchup == "auto" and not table.uses_catchup(plan)
     ds.source_fragments(pa.compute.field("cat") == "c3")
     assert ds.last_catchup is None
+    # explain said "served by catch-up generations" whether reads used them or not
+    assert "index cat_idx: " in table.explain() and "served by catch-up" not in table.explain()
+    assert "searched flat (catch-up generations usable, but cheaper to read these rows flat" in table.explain()
+    table.index_catchup = "never"
+    assert "searched flat (catch-up generations usable, but index_catchup='never')" in table.explain()
     table.index_catchup = "always"
     exp = indexed.expected()
     for cat in ("c0", "c3", "c10"):

@@ -354,7 +354,7 @@ def test_nearest_recall_and_no_stale_rows(vectors, mode: str) -> None:  # type: 
     else:
         # 785 unindexed rows in 2 generations: a flat search is cheaper than two indexed ones
         assert plan.uncovered_rows < mq.catchup.CATCHUP_MIN_ROWS_PER_SOURCE * len(plan.sources)
-        assert not catchup and "cheaper to search these rows flat" in stats.sources[0]  # type: ignore[attr-defined]
+        assert not catchup and "cheaper to read these rows flat" in stats.sources[0]  # type: ignore[attr-defined]
 
 
 def test_nearest_filter_applies_to_live_rows(vectors) -> None:  # type: ignore[no-untyped-def]
@@ -434,6 +434,9 @@ def test_explain_shows_index_coverage_and_pruning(vectors) -> None:  # type: ign
     table = mq.open_table(vectors.uri)
     text = table.explain("id = 42")
     assert "index vec_idx (IVF_PQ on vec)" in text and "searched flat (catch-up generations usable" in text
+    table.index_catchup = "never"  # it said "cheaper to search these rows flat: index_catchup='auto'"
+    assert "vec_idx (IVF_PQ on vec): fragments" in table.explain()
+    assert "searched flat (catch-up generations usable, but index_catchup='never')" in table.explain()
     table.index_catchup = "always"
     assert "served by catch-up generations [4a388480:1, 8e131bde:1]" in table.explain()
     with pytest.raises(InvalidArgumentError, match="index_catchup must be"):

@@ -150,11 +150,14 @@ class CatchupPlan:
         """The catch-up generations as ``region-prefix:generation``, comma-separated."""
         return ", ".join(f"{s.generation.region_id[:8]}:{s.generation.generation}" for s in self.sources)
 
-    def describe(self) -> str:
-        """One line for ``explain`` and search statistics."""
+    def describe(self, flat_because: str = "") -> str:
+        """One line for ``explain`` and search statistics (``flat_because``: why reads serve
+        the unindexed rows flat although the plan is usable, e.g. ``index_catchup='never'``)."""
         if not self.uncovered_fragments:
             return f"index {self.index.name}: covers every base fragment"
         frags = f"{len(self.uncovered_fragments)} base fragment(s) ({self.uncovered_rows:,} rows) not indexed yet"
+        if self.usable and flat_because:
+            return f"index {self.index.name}: {frags}, searched flat ({flat_because})"
         if self.usable:
             return (
                 f"index {self.index.name}: {frags}, served by catch-up generations [{self.generations_text()}] "

@@ -248,6 +248,19 @@ class TableView:
             return False
         return mode == "always" or plan.uncovered_rows >= CATCHUP_MIN_ROWS_PER_SOURCE * len(plan.sources)
 
+    def flat_because(self, plan: CatchupPlan) -> str:
+        """Why indexed reads serve ``plan``'s rows flat, not from its generations ('' when they use them)."""
+        if not plan.usable:
+            return plan.reason
+        if self.settings.index_catchup == "never":
+            return "catch-up generations usable, but index_catchup='never'"
+        if self.uses_catchup(plan):
+            return ""
+        return (
+            f"catch-up generations usable, but cheaper to read these rows flat: index_catchup='auto' uses them "
+            f"from {CATCHUP_MIN_ROWS_PER_SOURCE:,} unindexed rows per generation"
+        )
+
     def recheck_catchup(self, plan: CatchupPlan) -> CatchupPlan:
         """``plan`` if its generations are all still there; else the unusable plan (remembered)."""
         checked = still_readable(self.storage, plan)
