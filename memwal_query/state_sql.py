@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
 from typing import Any
 
 import pyarrow as pa
@@ -94,7 +95,7 @@ WAL_SCHEMA = pa.schema(
 HISTORY_SCHEMA = pa.schema(
     [
         ("version", pa.int64()),
-        ("timestamp", pa.timestamp("us")),
+        ("timestamp", pa.timestamp("us", tz="UTC")),  # pylance gives local time: an instant here
         ("operation", pa.string()),
         ("rows", pa.int64()),
         ("fragments", pa.int64()),
@@ -252,7 +253,7 @@ def history_table(snapshot: Snapshot) -> pa.Table:
     rows = [
         {
             "version": v["version"],
-            "timestamp": v["timestamp"],
+            "timestamp": _instant(v["timestamp"]),
             "operation": operations.get(v["version"]),
             "rows": _metadata_int(v.get("metadata") or {}, "total_rows"),
             "fragments": _metadata_int(v.get("metadata") or {}, "total_fragments"),
@@ -262,3 +263,15 @@ def history_table(snapshot: Snapshot) -> pa.Table:
         for v in versions
     ]
     return pa.Table.from_pylist(rows, schema=HISTORY_SCHEMA)
+
+
+def _instant(timestamp: object) -> datetime | None:
+    """A version's commit time as an instant (UTC): pylance gives the reader's local time, naive.
+
+    Example:
+        >>> _instant(datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)).isoformat()
+        '2026-01-02T03:04:05+00:00'
+    """
+    if not isinstance(timestamp, datetime):
+        return None
+    return timestamp.astimezone(timezone.utc)  # a naive one is taken as local time

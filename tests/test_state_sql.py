@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -169,3 +173,27 @@ def test_a_generations_rows_are_the_rows_written_in_every_state(tmp_path: Any) -
     merge_generations(t.uri)
     merged = rows(mq.open_table(t.uri), query)[-1]
     assert (merged["status"], merged["rows"]) == ("merged", 5)
+
+
+def test_history_timestamps_are_instants_whatever_the_readers_time_zone(events: Any) -> None:
+    """pylance gives a version's commit time as a naive local time: stored as such, the same
+    version read 11:50 in UTC and 06:50 in New York, and "versions of the last hour" was wrong
+    outside UTC."""
+    script = (
+        "import sys, memwal_query as mq\n"
+        "t = mq.open_table(sys.argv[1])\n"
+        "q = \"SELECT timestamp, to_unixtime(timestamp) AS s FROM memwal_history('t') ORDER BY version DESC LIMIT 1\"\n"
+        "got = t.sql(q).to_arrow_table()\n"
+        "print(got.schema.field(0).type, got.column(1)[0].as_py(), sep='|')  # what SQL computes with\n"
+    )
+    seen = []
+    for tz in ("UTC", "America/New_York", "Asia/Kolkata"):
+        env = {**os.environ, "TZ": tz}
+        out = subprocess.run([sys.executable, "-c", script, events.uri], capture_output=True, text=True, env=env)
+        assert out.returncode == 0, out.stderr
+        typ, when = out.stdout.strip().split("|")
+        seen.append((typ, float(when)))
+    assert {typ for typ, _ in seen} == {"timestamp[us, tz=UTC]"}
+    assert max(w for _, w in seen) - min(w for _, w in seen) < 1e-3
+    manifest = max(Path(events.uri, "_versions").iterdir(), key=lambda p: p.stat().st_mtime)
+    assert abs(seen[0][1] - manifest.stat().st_mtime) < 120
