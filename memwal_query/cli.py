@@ -359,7 +359,29 @@ def _inspect_text(d: dict[str, Any]) -> str:
     table = pa.table({k: pa.array([None if v is None else v for v in vs]) for k, vs in rows.items()})
     lines.append(format_text_table(table, max_cell=60).rsplit("\n", 1)[0])
     lines.append(counted(len(d["regions"]), "region"))
-    return "\n".join(lines)
+    return "\n".join(lines + _damage_lines(d))
+
+
+def _damage_lines(d: dict[str, Any]) -> list[str]:
+    """What ``explain()`` warns about: lost generations (rebuilt from the WAL or left out),
+    skipped ones, WAL entries of fenced writers or torn (one line each)."""
+    from memwal_query.explain import lost_text, rebuilt_text
+
+    lost, hint = lost_text(d["lost_generations"]), d["lost_generations"]["repair_hint"]
+    out = [f"WARNING: {lost}"] if lost else []
+    for r in d["regions"]:
+        rid = r["region_id"]
+        for g in r["unmerged_generations"]:
+            if g["rebuilt_from_wal"] is not None:
+                out.append(f"  region {rid} generation {g['generation']}: {rebuilt_text(g, hint)}")
+        for s in r["skipped_generations"]:
+            out.append(f"  region {rid} generation {s['generation']}: skipped: {s['reason']}")
+        wal = r["wal"]
+        if wal["fenced_positions"]:
+            out.append(f"  region {rid}: WAL positions {wal['fenced_positions']} ignored: written by a fenced writer")
+        if wal["torn_position"] is not None:
+            out.append(f"  region {rid}: WAL position {wal['torn_position']} torn: treated as not committed")
+    return out
 
 
 def _ranges(values: Sequence[int]) -> str:

@@ -13,7 +13,7 @@ from memwal_query.describe import describe_table
 from memwal_query.text import counted
 from memwal_query.view.table_view import HasView
 
-__all__ = ["explain_table", "render_explain"]
+__all__ = ["explain_table", "lost_text", "rebuilt_text", "render_explain"]
 
 
 def explain_table(source: HasView) -> str:
@@ -56,7 +56,7 @@ def _table_lines(d: Mapping[str, Any]) -> list[str]:
         f"key index of newer levels: {counted(d['newer_keys'], 'key')}, {d['newer_keys_bytes'] / 2**20:.1f} MB; "
         f"generation rows held for lookups: {d['lookup_rows_bytes'] / 2**20:.1f} MB",
     ]
-    lost = _lost_text(d["lost_generations"])
+    lost = lost_text(d["lost_generations"])
     if lost:
         lines.append(f"  WARNING: {lost}")
     if d["cross_region_keys"]:
@@ -87,7 +87,7 @@ def _region_lines(r: Mapping[str, Any], *, eventual: bool, hint: str) -> list[st
             f"{g['dropped']:,} superseded/deleted dropped"
         )
         if g["rebuilt_from_wal"] is not None:
-            lines.append(f"      {_rebuilt_text(g, hint)}")
+            lines.append(f"      {rebuilt_text(g, hint)}")
         if g.get("conformed_from"):
             lines.append(
                 "      written before the base's columns changed: read into memory with the current columns "
@@ -118,7 +118,7 @@ def _region_lines(r: Mapping[str, Any], *, eventual: bool, hint: str) -> list[st
     return lines
 
 
-def _lost_text(lost: Mapping[str, Any]) -> str:
+def lost_text(lost: Mapping[str, Any]) -> str:
     """Lost generations (unmerged, unreadable) in one clause; empty when there is none."""
     parts = []
     if lost["rebuilt_from_wal"]:
@@ -128,7 +128,8 @@ def _lost_text(lost: Mapping[str, Any]) -> str:
     return "; ".join(parts) + " (details below)" if parts else ""
 
 
-def _rebuilt_text(g: Mapping[str, Any], repair_hint: str) -> str:
+def rebuilt_text(g: Mapping[str, Any], repair_hint: str) -> str:
+    """How a lost unmerged generation is served (from the WAL), and how to repair it."""
     pos = g["rebuilt_from_wal"]
     span = f"WAL positions {pos[0]}..{pos[1]}" if pos else "the WAL (no entry)"
     return f"REBUILT from {span}: its directory {g['lost_uri']} is lost and it is not merged; {repair_hint}"

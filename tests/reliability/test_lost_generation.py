@@ -406,3 +406,25 @@ def test_a_generation_written_before_a_column_change_that_cannot_be_read_is_rebu
     assert got.drop_columns(["extra"]).cast(SCHEMA).equals(_expected(table))
     with pytest.raises(mq.GenerationLostError, match="generation 2 .* is lost: unreadable"):
         mq.open_table(table.uri, on_missing_generation="error")
+
+
+@pytest.mark.parametrize("policy", ["recover", "skip"])
+def test_inspect_text_says_a_generation_is_lost(
+    table: ModelTable, policy: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``memwal inspect`` (text) listed a generation rebuilt from the WAL as a plain unmerged
+    one, and one left out (its rows missing from every answer) not at all; only ``--json`` and
+    ``explain()`` said so."""
+    region = _region(table)
+    lost = _gen_dir(table, 2)
+    shutil.rmtree(lost)
+    if policy == "skip":
+        _wal_entries_of(table, 2)[-1].unlink()  # the WAL cannot rebuild it: left out
+    assert main(["inspect", table.uri, "--on-missing-generation", policy]) == 0
+    out = capsys.readouterr().out
+    if policy == "recover":
+        assert "WARNING: lost generation(s) " in out and "rebuilt from the WAL" in out
+        assert f"region {region} generation 2: REBUILT from WAL positions" in out and str(lost) in out
+    else:
+        assert "LEFT OUT: their rows are missing" in out
+        assert f"region {region} generation 2: skipped: " in out
