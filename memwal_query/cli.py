@@ -294,7 +294,8 @@ def _inspect_text(d: dict[str, Any]) -> str:
         f"{d['base_rows_masked']:,} masked by newer versions",
         f"  live rows (merged): {d['live_rows']:,}; primary key: {', '.join(d['primary_key'])}; "
         f"consistency: {d['consistency']}",
-        "  newest region manifest: " + (f"v{fr['version']} (region {fr['region_id']})" if fr is not None else "none"),
+        "  highest region manifest version: "
+        + (f"v{fr['version']} (region {fr['region_id']})" if fr is not None else "none"),
     ]
     for s in d["specs"]:
         parts = []

@@ -73,7 +73,8 @@ def _cut_text(snap: Snapshot) -> str:
 
 
 def freshness(source: HasView) -> dict[str, Any]:
-    """How current a snapshot is: base version and the newest region manifest.
+    """How current a snapshot is: base version and the highest region manifest version (each
+    region numbers its own: the region that has written the most manifests).
 
     Returns:
         ``{"base_version": int, "newest_region_manifest": {"region_id", "version"} | None}``.

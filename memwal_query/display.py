@@ -211,7 +211,7 @@ def _freshness_text(fr: Mapping[str, Any]) -> str:
     base = _e(f"base v{fr['base_version']}")
     if newest is None:
         return f"{base} · no region manifest"
-    return f"{base} · newest region manifest v{_e(newest['version'])} (region {_short(newest['region_id'])})"
+    return f"{base} · highest region manifest version v{_e(newest['version'])} (region {_short(newest['region_id'])})"
 
 
 def table_html(source: HasView) -> str:

@@ -32,7 +32,7 @@ def test_table_html(table: mq.Table) -> None:
     assert out.split('<td class="n">', 1)[1].split("</td>", 1)[0] == f"{plain_live_rows(table.uri).num_rows:,}"
     assert f"base v{table.version}" in out
     newest = max(r.manifest.version for r in table.snapshot.regions if r.manifest is not None)
-    assert f"newest region manifest v{newest}" in out
+    assert f"highest region manifest version v{newest}" in out
     for rid in table.region_ids:
         assert f'title="{rid}"' in out
     for values in table.region_values().values():
