@@ -221,31 +221,39 @@ def conform(
             # an instant into a column without a time zone: its wall-clock time where it was
             # taken (as Spark, DuckDB and pandas cast; Arrow's cast would give the UTC time)
             col = pc.local_timestamp(col)
-        if strict and col.type != f.type:
-            lost = _dropped_children(col.type, f.type, f.name)
-            if lost:  # pyarrow's struct cast would drop them without a word
-                msg = f"{what}: struct field(s) {lost} are not in the table schema ({f.name!r} is {f.type})"
-                raise error(msg)
-        if col.type != f.type:
-            try:
-                cast = col.cast(f.type)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as err:
-                msg = f"{what}: column {f.name!r} of type {col.type} cannot be stored as {f.type}: {err}"
-                raise error(msg) from err
-            changed = _changed_by_cast(col, cast) if strict else None
-            if changed is not None:
-                msg = f"{what}: column {f.name!r} of type {col.type} cannot be stored as {f.type}: {changed}"
-                raise error(msg)
-            col = cast
-        if strict and not f.nullable and col.null_count:
-            msg = f"{what}: column {f.name!r} is not nullable but has {col.null_count} NULL value(s)"
-            raise error(msg)
-        inner = _null_in_required(col, f.type, f.name) if strict and _has_required_inside(f.type) else None
-        if inner is not None:
-            msg = f"{what}: {inner!r} (in column {f.name!r}, of type {f.type}) is not nullable but holds NULL value(s)"
-            raise error(msg)
-        arrays.append(col)
+        arrays.append(_stored_as(col, f, what=what, strict=strict, error=error))
     return pa.Table.from_arrays(arrays, schema=target)
+
+
+def _stored_as(
+    col: pa.ChunkedArray, f: pa.Field, *, what: str, strict: bool, error: type[MemWalError]
+) -> pa.ChunkedArray:
+    """Column ``col`` cast to field ``f`` (``strict``: refusing what would drop struct fields,
+    change values or put NULLs where ``f`` allows none)."""
+    if strict and col.type != f.type:
+        lost = _dropped_children(col.type, f.type, f.name)
+        if lost:  # pyarrow's struct cast would drop them without a word
+            msg = f"{what}: struct field(s) {lost} are not in the table schema ({f.name!r} is {f.type})"
+            raise error(msg)
+    if col.type != f.type:
+        try:
+            cast = col.cast(f.type)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as err:
+            msg = f"{what}: column {f.name!r} of type {col.type} cannot be stored as {f.type}: {err}"
+            raise error(msg) from err
+        changed = _changed_by_cast(col, cast) if strict else None
+        if changed is not None:
+            msg = f"{what}: column {f.name!r} of type {col.type} cannot be stored as {f.type}: {changed}"
+            raise error(msg)
+        col = cast
+    if strict and not f.nullable and col.null_count:
+        msg = f"{what}: column {f.name!r} is not nullable but has {col.null_count} NULL value(s)"
+        raise error(msg)
+    inner = _null_in_required(col, f.type, f.name) if strict and _has_required_inside(f.type) else None
+    if inner is not None:
+        msg = f"{what}: {inner!r} (in column {f.name!r}, of type {f.type}) is not nullable but holds NULL value(s)"
+        raise error(msg)
+    return col
 
 
 def _changed_by_cast(before: pa.ChunkedArray, after: pa.ChunkedArray) -> str | None:
