@@ -244,13 +244,16 @@ PARAMS = [
     {"base_tokenizer": "whitespace", "max_token_length": 6},
     {"base_tokenizer": "ngram", "min_ngram_length": 2, "max_ngram_length": 3},
     {"with_position": True, "language": "French"},
+    # Lance's custom list replaces the default one ("and", "of" are indexed); describe_indices()
+    # gives it as None: memwal read the default list, and scores were wrong
+    {"remove_stop_words": True, "custom_stop_words": ["apple", "the"]},
 ]
 
 
 @pytest.mark.parametrize("params", PARAMS, ids=[",".join(p) or "default" for p in PARAMS])
 def test_analyzer_and_index_files_match_lance(tmp_path: Path, params: dict[str, Any]) -> None:
     """Token counts per row and df per token, read from the index files, equal our own tokenization."""
-    from memwal_query.fts.corpus import inverted_index
+    from memwal_query.fts.corpus import index_analyzer, inverted_index
     from memwal_query.fts.index_files import read_index_files
 
     rng = np.random.default_rng(3)
@@ -260,7 +263,7 @@ def test_analyzer_and_index_files_match_lance(tmp_path: Path, params: dict[str, 
     ds.create_scalar_index("text", "INVERTED", **params)
     ds = lance.dataset(str(tmp_path / "d"))
     desc = inverted_index(ds, "text")
-    analyzer = Analyzer.from_params(desc.details)
+    analyzer = index_analyzer(ds, desc, {})
     assert analyzer.with_position == bool(params.get("with_position"))
     files = read_index_files(f"{ds.uri}/_indices/{desc.segments[0].uuid}")
     mine = analyzer.tokenize_all(docs)
@@ -299,7 +302,7 @@ def test_merged_search_with_other_index_parameters(tmp_path: Path, params: dict[
     t = build(str(tmp_path / "t"), seed=4, params=params)
     ds = oracle(t, str(tmp_path / "o"), params)
     table = mq.open_table(t.uri)
-    for q in ["Apple banana", "café über", "runn jump", "O'Brien"]:
+    for q in ["Apple banana", "café über", "runn jump", "O'Brien", "and of grape"]:
         assert_same(table.search_text("text", q, k=15), oracle_search(ds, q, 15), 15)
 
 
@@ -568,3 +571,27 @@ def test_base_text_rewritten_in_place(tmp_path: Path) -> None:
         mq.vector.wait_warm()
         for q in ["apple", "banana", "apple kiwi", "cherry date"]:
             assert_same(fresh.search_text("text", q, k=10), oracle_search(want, q, 10), 10)
+
+
+def test_an_empty_text_is_a_token_of_the_raw_tokenizer(tmp_path: Path) -> None:
+    """Lance's ``raw`` tokenizer makes ``''`` one token: the query ``''`` finds the rows whose
+    text is empty. memwal gave an empty text (row or query) no token: nothing was found."""
+    params = {"base_tokenizer": "raw"}
+    base = pa.Table.from_pylist(
+        [{"id": i, "cat": "a", "text": ["", "red", None, "red blue"][i % 4]} for i in range(40)], schema=schema()
+    )
+    t = ModelTable(
+        str(tmp_path / "t"),
+        schema(),
+        base,
+        bucket=("id", 2),
+        prepare=lambda ds: ds.create_scalar_index("text", "INVERTED", **params),
+    )
+    t.put([{"id": i, "cat": "b", "text": ["", "red"][i % 2]} for i in range(30, 50)])  # the WAL tail
+    ds = oracle(t, str(tmp_path / "o"), params)
+    table = mq.open_table(t.uri)
+    for q in ["", "red", "red blue"]:
+        want = oracle_search(ds, q, 100)
+        assert want.num_rows, q
+        assert_same(table.search_text("text", q, k=100), want, 100)
+    t.flush()

@@ -102,8 +102,14 @@ class Analyzer:
         if str(params.get("document_granularity") or "row") != "row":
             msg = f"{what} indexes list elements as documents; only one document per row is supported"
             raise InvalidArgumentError(msg)
-        opts = tuple((k, params[k]) for k in _OPTIONS if k in params)
+        # a list (custom_stop_words) as a tuple: an analyzer is hashable (caches are keyed by it)
+        opts = tuple((k, _hashable(params[k])) for k in _OPTIONS if k in params)
         return cls(opts, bool(params.get("with_position", False)))
+
+    @property
+    def _kwargs(self) -> dict[str, Any]:
+        """The options as ``lance.tokenize`` takes them (lists as lists)."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in self.options}
 
     @property
     def phrase_is_match(self) -> bool:
@@ -112,10 +118,11 @@ class Analyzer:
         return dict(self.options).get("base_tokenizer") == "ngram"
 
     def tokenize(self, text: str | None) -> Doc:
-        """``text`` as the index sees it (NULL and empty text: no tokens)."""
-        if not text:
+        """``text`` as the index sees it (NULL: no tokens; an empty text is one token, ``''``,
+        for the ``raw`` tokenizer, as Lance indexes it, and none for the others)."""
+        if text is None or (not text and dict(self.options).get("base_tokenizer") != "raw"):
             return _EMPTY
-        toks = lance.tokenize(text, **dict(self.options))
+        toks = lance.tokenize(text, **self._kwargs)
         return Doc(tuple(t.text for t in toks), tuple(int(t.position) for t in toks))
 
     def tokens(self, text: str | None) -> tuple[str, ...]:
@@ -187,7 +194,7 @@ class Analyzer:
         None when a text holds the separator word itself (the count of separators
         says so): those texts are tokenized one by one instead.
         """
-        toks = lance.tokenize(f" {_SEPARATOR} ".join(t or "" for t in texts), **dict(self.options))
+        toks = lance.tokenize(f" {_SEPARATOR} ".join(t or "" for t in texts), **self._kwargs)
         words = list(map(_TEXT, toks))
         if words.count(sep) != len(texts) - 1:
             return None
@@ -224,3 +231,8 @@ class Tokens:
             Doc(tuple(words[a:b]), tuple(pos[a:b])) if b > a else _EMPTY
             for a, b in zip(bounds[:-1], bounds[1:], strict=True)
         ]
+
+
+def _hashable(value: object) -> object:
+    """A parameter value as an analyzer holds it: a list (``custom_stop_words``) as a tuple."""
+    return tuple(value) if isinstance(value, list) else value

@@ -44,7 +44,7 @@ from memwal_query.format.row_address import take_rows
 from memwal_query.format.sets import unique
 from memwal_query.fts.analyzer import Analyzer, Doc
 from memwal_query.fts.bm25 import CorpusStats
-from memwal_query.fts.index_files import InvertedIndexFiles, read_index_files
+from memwal_query.fts.index_files import InvertedIndexFiles, index_params, read_index_files
 from memwal_query.fts.nonlive import NonLiveCounts, NonLiveFreq
 from memwal_query.fts.pool import PostingsPool
 from memwal_query.fts.posting_codec import UnsupportedPostings
@@ -59,6 +59,7 @@ __all__ = [
     "corpus_of",
     "fragments_of",
     "kept_columns",
+    "index_analyzer",
     "inverted_index",
     "tokenize_rows",
 ]
@@ -326,6 +327,17 @@ def _fragment_key(ds: lance.LanceDataset, frag: lance.LanceFragment) -> str:
     return f"{ds.uri}#{frag.fragment_id}:" + ",".join(f.path for f in frag.metadata.files)
 
 
+def index_analyzer(ds: lance.LanceDataset, desc: Any, options: Mapping[str, str], what: str = "the index") -> Analyzer:
+    """The analyzer an INVERTED index was built with: its own ``metadata.lance`` parameters over
+    ``describe_indices()``'s, which leave ``custom_stop_words`` out (the default stop words then
+    dropped tokens the index holds)."""
+    params = dict(desc.details)
+    if desc.segments:
+        uri = f"{ds.uri}/_indices/{desc.segments[0].uuid}"
+        params.update({k: v for k, v in index_params(uri, options).items() if v is not None})
+    return Analyzer.from_params(params, what)
+
+
 def _build(view: TableView, column: str) -> Corpus:
     snap, merge = view.snapshot, view.merge
     try:  # not "no index" when the list cannot be read (the table was deleted, say)
@@ -338,7 +350,7 @@ def _build(view: TableView, column: str) -> Corpus:
             f"(create_scalar_index({column!r}, 'INVERTED')) before initialize_mem_wal"
         )
         raise InvalidArgumentError(msg)
-    analyzer = Analyzer.from_params(desc.details, f"index {desc.name} on {column!r}")
+    analyzer = index_analyzer(snap.base, desc, view.storage.storage_options, f"index {desc.name} on {column!r}")
     ctx = _Build(column, analyzer, view.storage.storage_options)
     base = snap.base
     # an index names rows by row id; with stable row ids those are not row addresses, which
@@ -371,7 +383,8 @@ def _build(view: TableView, column: str) -> Corpus:
             gdesc = inverted_index(g.dataset, column) if by_index else None
             drop = merge.generation_drop.get(g.uri)
             big = g.num_rows > POSTINGS_MAX_ROWS
-            own = gdesc if gdesc is not None and Analyzer.from_params(gdesc.details) == ctx.analyzer else None
+            same = gdesc is not None and index_analyzer(g.dataset, gdesc, ctx.options) == ctx.analyzer
+            own = gdesc if same else None
             if big and own is not None:
                 indexed.append(_indexed_source(what, rid, g.dataset, own, ctx, drop, restrict=None))
             else:

@@ -34,11 +34,12 @@ from memwal_query.format.sets import member
 from memwal_query.fts.fst import FstMap
 from memwal_query.fts.posting_codec import UnsupportedPostings, decode_all, decode_doc_ids, layout_supported
 
-__all__ = ["InvertedIndexFiles", "read_index_files"]
+__all__ = ["InvertedIndexFiles", "index_params", "read_index_files"]
 
 _CACHE_ENTRIES = 64
 _DF_ENTRIES = 100_000  # tokens whose doc_freq an index keeps
 _cache: OrderedDict[str, InvertedIndexFiles] = OrderedDict()
+_params: OrderedDict[str, dict[str, object]] = OrderedDict()
 _lock = threading.Lock()
 
 
@@ -172,6 +173,31 @@ def _partition(uri: str, prefix: str, options: Mapping[str, str] | None) -> tupl
     rowids = docs.column("_rowid").to_numpy().astype(np.uint64)
     invert = f"{uri}/{prefix}invert.lance" if layout_supported(inv_meta) else ""
     return _Partition(dictionary, lengths, rowids, invert, dict(options or {}) or None), docs, total
+
+
+def index_params(uri: str, storage_options: Mapping[str, str] | None = None) -> dict[str, object]:
+    """The parameters the INVERTED index in directory ``uri`` was built with, from its
+    ``metadata.lance`` (read once): ``describe_indices()`` gives ``custom_stop_words`` as None.
+
+    Raises:
+        MemWalCorruptionError: The file cannot be read.
+    """
+    with _lock:
+        files = _cache.get(uri)
+        hit = files.params if files is not None else _params.get(uri)
+    if hit is not None:
+        return dict(hit)
+    try:
+        _, meta = _read(f"{uri}/metadata.lance", storage_options)
+        params = dict(json.loads(meta.get("params", "{}")))
+    except (OSError, ValueError, KeyError, RuntimeError) as err:
+        msg = f"cannot read the inverted index at {uri}: {lance_message(err)}"
+        raise MemWalCorruptionError(msg) from err
+    with _lock:
+        _params[uri] = params
+        while len(_params) > _CACHE_ENTRIES * 4:
+            _params.popitem(last=False)
+    return dict(params)
 
 
 def read_index_files(uri: str, storage_options: Mapping[str, str] | None = None) -> InvertedIndexFiles:
