@@ -331,6 +331,40 @@ def test_phrase_queries_on_an_ngram_index_answer_as_lance_does(tmp_path: Path) -
         assert_same(got, oracle_search(ds, q, 40, phrase=True), 40)
 
 
+def test_phrase_queries_with_tokens_sharing_a_position(tmp_path: Path) -> None:
+    """The ``code`` analyzer with ``preserve_original`` gives ``foo_bar`` and its parts
+    ``foo`` / ``bar`` the positions 0, 0, 1: Lance takes a phrase's tokens at one position as
+    alternatives. MemTable and generation rows needed all of them: ``"foo_bar baz"`` missed
+    ``x foo bar baz``."""
+    params = {
+        "base_tokenizer": "code",
+        "split_identifiers": True,
+        "preserve_original": True,
+        "with_position": True,
+    }
+    words = ["foo", "bar", "baz", "fooBar", "foo_bar", "barBaz", "x", "fooBar_baz"]
+    rng = np.random.default_rng(2)
+    texts_ = [" ".join(rng.choice(words, int(rng.integers(1, 5)))) for _ in range(300)]
+    base = pa.Table.from_pylist([{"id": i, "cat": "a", "text": texts_[i]} for i in range(100)], schema=schema())
+    t = ModelTable(
+        str(tmp_path / "t"),
+        schema(),
+        base,
+        bucket=("id", 2),
+        prepare=lambda ds: ds.create_scalar_index("text", "INVERTED", **params),
+    )
+    t.put([{"id": i, "cat": "b", "text": texts_[i]} for i in range(100, 200)])
+    t.flush()  # a generation
+    t.put([{"id": i, "cat": "b", "text": texts_[i]} for i in range(200, 300)])  # the WAL tail
+    ds = oracle(t, str(tmp_path / "o"), params)
+    table = mq.open_table(t.uri)
+    for q in ["foo_bar baz", "fooBar", "foo_bar", "foo bar", "x fooBar_baz", "barBaz foo"]:
+        want = oracle_search(ds, q, 300, phrase=True)
+        assert want.num_rows, q
+        assert_same(table.search_text("text", q, k=300, phrase=True), want, 300)
+    t.flush()
+
+
 def test_clear_errors(tables: Any, tmp_path: Path) -> None:
     t, _ = tables
     table = mq.open_table(t.uri)
