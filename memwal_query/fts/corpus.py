@@ -334,8 +334,24 @@ def index_analyzer(ds: lance.LanceDataset, desc: Any, options: Mapping[str, str]
     params = dict(desc.details)
     if desc.segments:
         uri = f"{ds.uri}/_indices/{desc.segments[0].uuid}"
-        params.update({k: v for k, v in index_params(uri, options).items() if v is not None})
+        try:
+            stored = index_params(uri, options)
+        except MemWalCorruptionError as err:  # compacted and cleaned up since the snapshot opened?
+            gone = vanished_error(ds, f"the INVERTED index {desc.name}", err.__cause__ or err)
+            if gone is None:
+                raise
+            raise gone from err
+        params.update({k: v for k, v in stored.items() if v is not None})
     return Analyzer.from_params(params, what)
+
+
+def _same_analyzer(ds: lance.LanceDataset, desc: Any, ctx: _Build) -> bool:
+    """Whether generation ``ds``'s own index (``desc``) tokenizes as the corpus does (an index
+    whose parameters cannot be read is not used: its rows are tokenized instead)."""
+    try:
+        return index_analyzer(ds, desc, ctx.options) == ctx.analyzer
+    except MemWalError:
+        return False
 
 
 def _build(view: TableView, column: str) -> Corpus:
@@ -383,8 +399,7 @@ def _build(view: TableView, column: str) -> Corpus:
             gdesc = inverted_index(g.dataset, column) if by_index else None
             drop = merge.generation_drop.get(g.uri)
             big = g.num_rows > POSTINGS_MAX_ROWS
-            same = gdesc is not None and index_analyzer(g.dataset, gdesc, ctx.options) == ctx.analyzer
-            own = gdesc if same else None
+            own = gdesc if gdesc is not None and _same_analyzer(g.dataset, gdesc, ctx) else None
             if big and own is not None:
                 indexed.append(_indexed_source(what, rid, g.dataset, own, ctx, drop, restrict=None))
             else:
