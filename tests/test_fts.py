@@ -131,6 +131,13 @@ def build(
     return t
 
 
+def indexed_table(path: str, base: pa.Table, params: dict[str, Any]) -> ModelTable:
+    """A table of ``base`` rows with an INVERTED index on ``text`` (``params``), 2 bucket regions."""
+    return ModelTable(
+        path, schema(), base, bucket=("id", 2), prepare=lambda ds: ds.create_scalar_index("text", "INVERTED", **params)
+    )
+
+
 def oracle(t: ModelTable, path: str, params: dict[str, Any] | None = None) -> lance.LanceDataset:
     ds = lance.write_dataset(t.expected(), path)
     ds.create_scalar_index("text", "INVERTED", **(params or {}))
@@ -346,13 +353,7 @@ def test_phrase_queries_with_tokens_sharing_a_position(tmp_path: Path) -> None:
     rng = np.random.default_rng(2)
     texts_ = [" ".join(rng.choice(words, int(rng.integers(1, 5)))) for _ in range(300)]
     base = pa.Table.from_pylist([{"id": i, "cat": "a", "text": texts_[i]} for i in range(100)], schema=schema())
-    t = ModelTable(
-        str(tmp_path / "t"),
-        schema(),
-        base,
-        bucket=("id", 2),
-        prepare=lambda ds: ds.create_scalar_index("text", "INVERTED", **params),
-    )
+    t = indexed_table(str(tmp_path / "t"), base, params)
     t.put([{"id": i, "cat": "b", "text": texts_[i]} for i in range(100, 200)])
     t.flush()  # a generation
     t.put([{"id": i, "cat": "b", "text": texts_[i]} for i in range(200, 300)])  # the WAL tail
@@ -614,13 +615,7 @@ def test_an_empty_text_is_a_token_of_the_raw_tokenizer(tmp_path: Path) -> None:
     base = pa.Table.from_pylist(
         [{"id": i, "cat": "a", "text": ["", "red", None, "red blue"][i % 4]} for i in range(40)], schema=schema()
     )
-    t = ModelTable(
-        str(tmp_path / "t"),
-        schema(),
-        base,
-        bucket=("id", 2),
-        prepare=lambda ds: ds.create_scalar_index("text", "INVERTED", **params),
-    )
+    t = indexed_table(str(tmp_path / "t"), base, params)
     t.put([{"id": i, "cat": "b", "text": ["", "red"][i % 2]} for i in range(30, 50)])  # the WAL tail
     ds = oracle(t, str(tmp_path / "o"), params)
     table = mq.open_table(t.uri)
