@@ -200,9 +200,9 @@ def test_a_refreshed_snapshot_reads_only_the_newer_versions_history(
     read = base_history.operations
     counts: list[int] = []
 
-    def counted(base: lance.LanceDataset, top: int, count: int, budget: list[int] | None = None) -> dict:
+    def counted(base: lance.LanceDataset, top: int, count: int) -> dict:
         counts.append(count)
-        return read(base, top, count, budget)
+        return read(base, top, count)
 
     monkeypatch.setattr(base_history, "operations", counted)
     table = mq.open_table(t.uri)

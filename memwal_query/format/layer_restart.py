@@ -26,9 +26,11 @@ from typing import Any
 
 import lance
 
+from memwal_query.format.transactions import read_operations
+
 __all__ = ["restarted"]
 
-#: Versions read at most by default (a longer range is ``unknown``), and one at a time.
+#: Versions read at most by default (a longer range is ``unknown``).
 MAX_VERSIONS = 64
 
 _MEMWAL_INDEX = "__lance_mem_wal"
@@ -54,16 +56,8 @@ def restarted(
         if unknown:
             return True
         count = limit
-    try:
-        at = base if until == base.version else base.checkout_version(until)
-        found = [_restarts(tx.operation) if tx else unknown for tx in at.get_transactions(count)]
-    except (OSError, ValueError, RuntimeError, TypeError):
-        # pylance reads them all or fails (a version cleaned up, a compaction's rewritten index):
-        # one at a time, the newest MAX_VERSIONS of them (the rest are unknown)
-        newest = min(count, MAX_VERSIONS)
-        found = [_one(base, v, unknown) for v in range(until - newest + 1, until + 1)]
-        found.append(unknown and count > newest)
-    return any(found)
+    ops = read_operations(base, until, count)
+    return any(_restarts(ops[v]) if v in ops else unknown for v in range(until - count + 1, until + 1))
 
 
 def _restarts(op: Any) -> bool:
@@ -74,13 +68,3 @@ def _restarts(op: Any) -> bool:
         changed = [*(getattr(op, "new_indices", None) or ()), *(getattr(op, "removed_indices", None) or ())]
         return any(getattr(i, "name", None) == _MEMWAL_INDEX for i in changed)
     return False
-
-
-def _one(base: lance.LanceDataset, version: int, unknown: bool) -> bool:
-    try:
-        txs = base.checkout_version(version).get_transactions(1)
-    except TypeError as err:  # pylance 14 cannot build a compaction's RewrittenIndex: a Rewrite
-        return unknown and "RewrittenIndex" not in str(err)
-    except (OSError, ValueError, RuntimeError):
-        return unknown
-    return unknown if not txs or not txs[0] else _restarts(txs[0].operation)

@@ -27,13 +27,10 @@ import lance
 from memwal_query.errors import MemWalError
 from memwal_query.format.memwal_index import read_memwal_index
 from memwal_query.format.storage import Storage
+from memwal_query.format.transactions import read_operations
 from memwal_query.snapshot.cache import SnapshotCache
 
 __all__ = ["Operation", "edited_directly", "operations"]
-
-#: Most reads of transactions one call of :func:`operations` makes (a table whose every
-#: version fails would otherwise cost two per version).
-MAX_READS = 64
 
 #: Operations that change no row of the table. pylance 14 gives the operations it has no
 #: class for (``ReserveFragments``, ``UpdateMemWalState``, ``UpdateBases``: none writes rows)
@@ -50,33 +47,11 @@ class Operation:
     deletes_only: bool
 
 
-def operations(base: lance.LanceDataset, top: int, count: int, budget: list[int] | None = None) -> dict[int, Operation]:
-    """The operations of versions ``top``, ``top - 1``, ... (``count`` of them), by number.
-
-    pylance reads them all or fails (a cleaned-up transaction file; its ``TypeError`` on a
-    compaction that rewrote an index): a failing range is read again in halves, so one
-    unreadable version leaves only its own operation unknown (missing from the result; a
-    version pylance fails on for the compaction's rewritten index is a ``Rewrite``); at
-    most :data:`MAX_READS` reads in all (then the rest is unknown).
-    """
-    budget = [MAX_READS] if budget is None else budget
-    if budget[0] <= 0 or count <= 0:
-        return {}
-    budget[0] -= 1
-    try:
-        at = base if top == base.version else base.checkout_version(top)
-        return {top - i: _operation(tx.operation) for i, tx in enumerate(at.get_transactions(count)) if tx}
-    except (OSError, ValueError, RuntimeError, TypeError) as err:
-        if count <= 1:
-            # pylance 14 cannot build its RewrittenIndex (only a Rewrite holds one): a
-            # compaction that remapped an index, which keeps every row
-            return {top: Operation("Rewrite", False)} if _rewrote_an_index(err) else {}
-        half = count // 2
-        return operations(base, top, half, budget) | operations(base, top - half, count - half, budget)
-
-
-def _rewrote_an_index(err: Exception) -> bool:
-    return isinstance(err, TypeError) and "RewrittenIndex" in str(err)
+def operations(base: lance.LanceDataset, top: int, count: int) -> dict[int, Operation]:
+    """The operations of versions ``top``, ``top - 1``, ... (``count`` of them), by number
+    (:func:`memwal_query.format.transactions.read_operations`: an unreadable version is
+    missing)."""
+    return {v: _operation(op) for v, op in read_operations(base, top, count).items()}
 
 
 def _operation(op: Any) -> Operation:
