@@ -624,3 +624,33 @@ def test_an_empty_text_is_a_token_of_the_raw_tokenizer(tmp_path: Path) -> None:
         assert want.num_rows, q
         assert_same(table.search_text("text", q, k=100), want, 100)
     t.flush()
+
+
+@pytest.mark.parametrize("served", ["postings", "index"])
+def test_null_texts_of_a_raw_tokenized_generation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, served: str) -> None:
+    """The index pylance builds when it flushes a generation holds a NULL text as the token
+    ``''`` of the ``raw`` tokenizer (a base index and a plain Lance index leave NULLs out): the
+    query ``''`` also found the NULL rows, and every score counted them as documents.
+    ``served``: the generation's postings read into memory, or searched through its own index."""
+    import memwal_query.fts.corpus as corpus
+
+    if served == "index":
+        monkeypatch.setattr(corpus, "POSTINGS_MAX_ROWS", 10)
+    params = {"base_tokenizer": "raw"}
+    base = pa.Table.from_pylist(
+        [{"id": i, "cat": "a", "text": ["", "red", None, "blue"][i % 4]} for i in range(40)], schema=schema()
+    )
+    t = indexed_table(str(tmp_path / "t"), base, params)
+    t.put([{"id": i, "cat": "b", "text": ["", "red", None, None, "blue"][i % 5]} for i in range(20, 90)])
+    t.delete([(21,), (22,), (23,)])  # a NULL row's key deleted inside the generation
+    t.flush()
+    t.put([{"id": i, "cat": "c", "text": "red"} for i in range(60, 64)])  # NULL rows replaced (the WAL tail)
+    ds = oracle(t, str(tmp_path / "o"), params)
+    for table in (mq.open_table(t.uri), mq.open_table(t.uri).refresh()):
+        for q in ["", "red", "blue"]:
+            want = oracle_search(ds, q, 100)
+            assert want.num_rows, q
+            assert_same(table.search_text("text", q, k=100), want, 100)
+        mq.vector.wait_warm()
+        assert_same(table.search_text("text", "", k=100), oracle_search(ds, "", 100), 100)
+    t.flush()

@@ -117,10 +117,16 @@ class Analyzer:
         position 0, so the phrase check passes any document holding one of them (measured)."""
         return dict(self.options).get("base_tokenizer") == "ngram"
 
+    @property
+    def empty_is_token(self) -> bool:
+        """Whether an empty text is one token, ``''`` (the ``raw`` tokenizer), as Lance indexes
+        it. The index pylance builds when it flushes a generation also holds a NULL text so."""
+        return dict(self.options).get("base_tokenizer") == "raw"
+
     def tokenize(self, text: str | None) -> Doc:
         """``text`` as the index sees it (NULL: no tokens; an empty text is one token, ``''``,
-        for the ``raw`` tokenizer, as Lance indexes it, and none for the others)."""
-        if text is None or (not text and dict(self.options).get("base_tokenizer") != "raw"):
+        for the ``raw`` tokenizer (:attr:`empty_is_token`), and none for the others)."""
+        if text is None or (not text and not self.empty_is_token):
             return _EMPTY
         toks = lance.tokenize(text, **self._kwargs)
         return Doc(tuple(t.text for t in toks), tuple(int(t.position) for t in toks))

@@ -180,6 +180,13 @@ def _live_addrs(ds: lance.LanceDataset, fragments: Sequence[int] | None) -> np.n
     return np.sort(t.column("_rowaddr").to_numpy().astype(np.uint64))
 
 
+def _null_texts(ds: lance.LanceDataset, column: str) -> np.ndarray:
+    """The row addresses of ``ds``'s rows whose ``column`` is NULL."""
+    t = ds.scanner(columns=[column], with_row_address=True).to_table()
+    nulls = t.filter(pc.is_null(t.column(column))).column("_rowaddr")
+    return nulls.to_numpy().astype(np.uint64)
+
+
 def inverted_index(ds: lance.LanceDataset, column: str) -> Any | None:
     """The INVERTED index description of ``column`` in ``ds`` (None: there is none, or the
     index list cannot be read)."""
@@ -215,6 +222,8 @@ def _indexed_source(
         {int(f) for s in desc.segments for f in s.fragment_ids} & {f.fragment_id for f in ds.get_fragments()}
     )
     drop = np.empty(0, np.uint64) if drop is None else unique(np.asarray(drop, dtype=np.uint64))
+    if restrict is None and ctx.analyzer.empty_is_token:  # a generation's index holds NULL texts as ''
+        drop = unique(np.concatenate([drop, _null_texts(ds, ctx.column)]))
     live = _live_addrs(ds, covered if restrict is not None else None)
     kept = np.setdiff1d(live, drop, assume_unique=True)
     rowids = unique(np.concatenate([f.rowids for f in files])) if files else np.empty(0, np.uint64)
@@ -272,9 +281,12 @@ def _flat_source(
         ).to_table()
         rows = rows.take(pc.sort_indices(rows.column("_rowaddr")))
         addrs = rows.column("_rowaddr").to_numpy().astype(np.uint64)
-        postings = _indexed_postings(ds, index, addrs, ctx)
+        text = rows.column(ctx.column)
+        # a generation's index holds NULL texts as '' (raw tokenizer): tokenized here instead
+        nulls_as_empty = ctx.analyzer.empty_is_token and text.null_count > 0
+        postings = None if nulls_as_empty else _indexed_postings(ds, index, addrs, ctx)
         if postings is None:
-            postings = Postings.build(addrs, ctx.analyzer.tokenize_flat(rows.column(ctx.column).to_pylist()))
+            postings = Postings.build(addrs, ctx.analyzer.tokenize_flat(text.to_pylist()))
         rows = rows.drop_columns(["_rowaddr"])
         live = np.ones(len(postings), dtype=bool)
         if key is not None:
