@@ -39,6 +39,11 @@ _NOT_FIT = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, Ove
 def _key_array(values: list[Any], typ: pa.DataType) -> pa.Array:
     """``values`` as an array of ``typ``; a value of another kind, or one that would change
     (1.5 as an integer), raises."""
+    if any(isinstance(v, pa.Scalar) for v in values):  # pa.scalar(5): its value, if of the key's kind
+        odd = next((v for v in values if isinstance(v, pa.Scalar) and not _same_kind(v.type, typ)), None)
+        if odd is not None:
+            raise TypeError(f"{odd!r:.40} is of type {odd.type}")
+        values = [v.as_py() if isinstance(v, pa.Scalar) else v for v in values]
     if pa.types.is_integer(typ):
         for v in values:  # pyarrow takes anything int() takes (Fraction(7, 2), a pandas Series)
             if v is not None and (

@@ -257,9 +257,18 @@ def test_lookup_wrong_key_type(events) -> None:  # type: ignore[no-untyped-def]
         np.bool_(True),
         np.array([True]),
         Fraction(15, 2),
+        pa.scalar("07"),
+        pa.scalar(True),
+        pa.scalar(7.5),
     ):
         with pytest.raises(mq.InvalidArgumentError, match="key column 'id'"):
             table.lookup(key)
+    # a pyarrow scalar is its value (it was refused as "not an integer")
+    seven = table.lookup(7).to_pylist()
+    assert seven
+    for key in (pa.scalar(7), pa.scalar(7, pa.uint8()), [pa.scalar(7)], {"id": pa.scalar(7)}, [{"id": pa.scalar(7)}]):
+        assert table.lookup(key).to_pylist() == seven, key
+    assert table.lookup(pa.scalar(None, pa.int64())).num_rows == 0
     with pytest.raises(mq.InvalidArgumentError, match="must all name the same columns"):
         table.lookup([{"id": 7}, {"ident": 8}])  # the second key was dropped as NULL
     assert table.lookup(np.array(7)).to_pylist() == table.lookup([{"id": 7}]).to_pylist() == table.lookup(7).to_pylist()
