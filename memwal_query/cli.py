@@ -310,7 +310,9 @@ def _inspect_text(d: dict[str, Any]) -> str:
                 f"{f['field_id']} = {how}({cols}{', ' + params if params else ''}) -> {f['result_type'] or '?'}"
             )
         lines.append(f"  region spec {s['spec_id']}: " + "; ".join(parts))
-    lines.append(f"  maintained indexes: {', '.join(d['maintained_indexes']) or 'none'}")
+    from memwal_query.explain import maintained_text
+
+    lines.append(f"  maintained indexes: {maintained_text(d)}")
     if d["index_catchup"]:
         for c in d["index_catchup"]:
             lines.append(f"  index catch-up: {c['index']} at generation {c['generation']} of region {c['region_id']}")

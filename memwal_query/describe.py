@@ -326,6 +326,7 @@ def describe_table(source: HasView, *, predicate: str | None = None) -> dict[str
         "lost_generations": _lost_generations(snap),
         "specs": [{"spec_id": s.spec_id, "fields": _spec_fields(table, s.spec_id)} for s in index.specs],
         "maintained_indexes": list(index.maintained_indexes),
+        "maintain_all_indexes": index.maintain_all_indexes,  # then ``maintained_indexes`` is empty
         "index_catchup": [
             {"index": c.index_name, "region_id": mg.region_id, "generation": mg.generation}
             for c in index.index_catchup

@@ -13,7 +13,7 @@ from memwal_query.describe import describe_table
 from memwal_query.text import counted
 from memwal_query.view.table_view import HasView
 
-__all__ = ["explain_table", "lost_text", "rebuilt_text", "render_explain"]
+__all__ = ["explain_table", "lost_text", "maintained_text", "rebuilt_text", "render_explain"]
 
 
 def explain_table(source: HasView) -> str:
@@ -61,8 +61,8 @@ def _table_lines(d: Mapping[str, Any]) -> list[str]:
         lines.append(f"  WARNING: {lost}")
     if d["cross_region_keys"]:
         lines.append(f"  WARNING: {d['cross_region_keys']} keys have rows in more than one region")
-    if d["maintained_indexes"]:
-        lines.append(f"  maintained indexes: {', '.join(d['maintained_indexes'])}")
+    if d["maintained_indexes"] or d["maintain_all_indexes"]:
+        lines.append(f"  maintained indexes: {maintained_text(d)}")
     for c in d["index_catchup_progress"]:
         lines.append(f"  index catch-up {c['index']}: caught up with generations {_short(c['caught_up']) or 'none'}")
     lines += [f"  {v['text']}" for v in d["vector_indexes"]]
@@ -116,6 +116,13 @@ def _region_lines(r: Mapping[str, Any], *, eventual: bool, hint: str) -> list[st
             f"{counted(st['deleted_keys'], 'deleted key')}, {counted(st['superseded_rows'], 'superseded row')}"
         )
     return lines
+
+
+def maintained_text(d: Mapping[str, Any]) -> str:
+    """The base indexes the writers maintain in every flushed generation, as one phrase."""
+    if d["maintain_all_indexes"]:
+        return "all (every index of the base)"
+    return ", ".join(d["maintained_indexes"]) or "none"
 
 
 def lost_text(lost: Mapping[str, Any]) -> str:

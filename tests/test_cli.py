@@ -285,8 +285,10 @@ def test_inspect_text_and_json(demo: str, live: pa.Table, capsys: pytest.Capture
             break
     else:
         raise AssertionError("explain() names no note_idx line")
+    assert "maintained indexes: all (every index of the base)" in out  # the demo maintains them all
     code, out, _ = run(capsys, "inspect", demo, "--json")
     d: dict[str, Any] = json.loads(out)
+    assert d["maintain_all_indexes"] is True and d["maintained_indexes"] == []
     assert d["base_version"] == table.version and d["live_rows"] == live.num_rows
     assert {r["region_id"] for r in d["regions"]} == set(table.region_ids)
     values = table.region_values()
@@ -298,6 +300,29 @@ def test_inspect_text_and_json(demo: str, live: pa.Table, capsys: pytest.Capture
         assert r["wal"]["tail_read"] is True
     code, out, _ = run(capsys, "inspect", demo, "--json", "--consistency", "eventual")
     assert all(r["wal"]["tail_read"] is False for r in json.loads(out)["regions"])
+
+
+@pytest.mark.parametrize(
+    ("maintained", "said"), [(None, "all (every index of the base)"), (["k_idx"], "k_idx"), ([], "none")]
+)
+def test_inspect_and_explain_say_which_indexes_are_maintained(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], maintained: list[str] | None, said: str
+) -> None:
+    """``initialize_mem_wal()`` without ``maintained_indexes`` maintains every base index (an
+    empty list and a flag): inspect said "none" for it, as for a table that maintains none."""
+    uri = str(tmp_path / "t")
+    schema = pa.schema(
+        [pa.field("id", pa.int64(), nullable=False, metadata={"lance-schema:unenforced-primary-key": "true"})]
+    )
+    ds = lance.write_dataset(pa.table({"id": list(range(10))}, schema=schema), uri)
+    ds.create_scalar_index("id", "BTREE", name="k_idx")
+    lance.dataset(uri).initialize_mem_wal(
+        unsharded=True, **({} if maintained is None else {"maintained_indexes": maintained})
+    )
+    code, out, _ = run(capsys, "inspect", uri)
+    assert code == 0 and f"maintained indexes: {said}\n" in out
+    explained = [line.strip() for line in mq.open_table(uri).explain().splitlines() if "maintained indexes" in line]
+    assert explained == ([] if said == "none" else [f"maintained indexes: {said}"])
 
 
 # -- verify --------------------------------------------------------------------------------
