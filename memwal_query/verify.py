@@ -2,7 +2,9 @@
 
 What is checked, per table:
 
-* every data file and deletion file of the latest base version exists;
+* every data file and deletion file of the latest base version exists and is whole (a data
+  file as long as the manifest records, ending with its Lance footer; a deletion file decodes
+  and deletes the rows the manifest says: :mod:`memwal_query.verify_files`);
 * the MemWAL index of the latest base version decodes; every region spec is
   usable (known transform, parameters, result type, source fields in the schema);
 * per region: region manifest versions ``1 .. latest`` are all present, decode,
@@ -72,7 +74,8 @@ from memwal_query.format.storage import Storage
 from memwal_query.format.wal import WalEntry, read_wal_entry, scan_generations, wal_entry_path
 from memwal_query.regionspec.spec import decode_field_value, lance_field_ids, parse_result_type
 from memwal_query.snapshot.generations import missing_data_file
-from memwal_query.verify_keys import missing_base_files, repeated_key_problem
+from memwal_query.verify_files import base_file_problems
+from memwal_query.verify_keys import repeated_key_problem
 from memwal_query.verify_report import Finding, VerifyReport
 
 __all__ = ["Finding", "VerifyReport", "verify_table", "Progress"]
@@ -124,8 +127,8 @@ class _Checker:
         return ds, index, rel
 
     def base_files(self, ds: lance.LanceDataset) -> None:
-        for rel, message in missing_base_files(self.storage, ds):
-            self.problem(rel, message)
+        for rel, message, serious in base_file_problems(self.storage, ds):
+            (self.problem if serious else self.warn)(rel, message)
 
     def base_keys(self, ds: lance.LanceDataset) -> None:
         try:

@@ -1,5 +1,5 @@
-"""The base table's checks in ``memwal verify``: its files are there, and (``--keys``) no
-primary key is stored more than once.
+"""The base table's key check in ``memwal verify --keys``: no primary key is stored more
+than once.
 
 The primary key of a Lance table is unenforced: a base written with ``write_dataset``
 before ``initialize_mem_wal()`` (or appended to outside the MemWAL) can hold one key on
@@ -26,11 +26,9 @@ import lance
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from memwal_query.format.lance_open import fragment_file_names
-from memwal_query.format.storage import Storage
 from memwal_query.snapshot.model import primary_key_of
 
-__all__ = ["RepeatedKey", "RepeatedKeys", "missing_base_files", "repeated_key_problem", "repeated_keys"]
+__all__ = ["RepeatedKey", "RepeatedKeys", "repeated_key_problem", "repeated_keys"]
 
 _EXAMPLES = 3
 _COUNT = "_copies"
@@ -70,17 +68,6 @@ class RepeatedKeys:
 
 def _key_text(key: dict[str, object]) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in key.items())
-
-
-def missing_base_files(storage: Storage, ds: lance.LanceDataset) -> list[tuple[str, str]]:
-    """The data and deletion files base version ``ds`` needs that are missing, as (path, problem)
-    (one existence probe per file)."""
-    return [
-        (rel, f"base fragment {frag.fragment_id} of version {ds.version} needs this file; it is missing")
-        for frag in ds.get_fragments()
-        for rel in fragment_file_names(frag)
-        if not storage.exists(rel)
-    ]
 
 
 def repeated_key_problem(ds: lance.LanceDataset) -> str | None:

@@ -423,6 +423,51 @@ def test_verify_missing_unmerged_generation(copy: str, capsys: pytest.CaptureFix
     assert "the WAL can rebuild it" in out
 
 
+@pytest.mark.parametrize(
+    ("kind", "damage", "said"),
+    [
+        ("data", "remove", "it is missing"),
+        ("data", "cut", "the manifest records"),
+        ("deletion", "remove", "it is missing"),
+        ("deletion", "cut", "it does not decode"),
+        ("deletion", "garbage", "it does not decode"),
+    ],
+)
+def test_verify_damaged_base_files(
+    copy: str, capsys: pytest.CaptureFixture[str], kind: str, damage: str, said: str
+) -> None:
+    """Every read of the table fails on a base data or deletion file cut short or replaced:
+    verify only probed that the files exist, and said ok."""
+    ds = lance.dataset(copy)
+    frag = next(f for f in ds.get_fragments() if f.metadata.deletion_file is not None)
+    meta = frag.metadata
+    rel = f"data/{meta.files[0].path}" if kind == "data" else meta.deletion_file.path(frag.fragment_id)
+    path = Path(copy) / rel
+    data = path.read_bytes()
+    if damage == "remove":
+        path.unlink()
+    else:
+        path.write_bytes({"cut": data[: len(data) // 2], "grow": data + data[-64:], "garbage": b"x" * 64}[damage])
+    code, out, _ = run(capsys, "verify", copy)
+    assert code == 2, out
+    line = f"problem: {path}: base fragment {frag.fragment_id} of version {ds.version} needs this file; "
+    assert [p for p in out.splitlines() if p.startswith(line) and said in p], out
+    with pytest.raises(mq.MemWalError):  # and reading agrees
+        mq.open_table(copy).to_arrow()
+
+
+def test_verify_warns_of_a_base_data_file_grown(copy: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Lance reads the bytes of a data file the manifest records: bytes added after them
+    change no read (a warning, not a problem)."""
+    want = mq.open_table(copy).to_arrow()
+    rel = f"data/{lance.dataset(copy).get_fragments()[0].metadata.files[0].path}"
+    with open(Path(copy) / rel, "ab") as f:
+        f.write(b"x" * 64)
+    code, out, _ = run(capsys, "verify", copy)
+    assert code == 0 and f"warning: {Path(copy) / rel}: base fragment 0 " in out and "longer than the manifest" in out
+    assert mq.open_table(copy).to_arrow().equals(want)
+
+
 def test_verify_not_a_table_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "verify", str(tmp_path))
     assert code == 1 and out == "" and err.startswith("memwal: error: ")

@@ -253,6 +253,26 @@ class Storage:
         self.stats.add(reads=1, nbytes=len(data))
         return bytes(data)
 
+    def read_tail(self, rel: str, n: int) -> tuple[int, bytes] | None:
+        """The size of file ``rel`` and its last ``n`` bytes (fewer in a shorter file); ``None``
+        when it does not exist."""
+        try:
+            with self._fs.open_input_file(self._path(rel)) as f:
+                size = f.size()
+                f.seek(max(size - n, 0))
+                data = f.read()
+        except (FileNotFoundError, NotADirectoryError):
+            self.stats.add(reads=1)
+            return None
+        except (OSError, ValueError) as err:
+            if says_missing(err):
+                self.stats.add(reads=1)
+                return None
+            msg = f"cannot read {self.child_uri(rel)}: {err}"
+            raise StorageError(msg) from err
+        self.stats.add(reads=1, nbytes=len(data))
+        return size, bytes(data)
+
     def exists(self, rel: str) -> bool:
         """Whether ``rel`` exists (file or directory)."""
         self.stats.add(probes=1)
