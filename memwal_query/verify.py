@@ -9,7 +9,8 @@ What is checked, per table:
   usable (known transform, parameters, result type, source fields in the schema);
 * per region: region manifest versions ``1 .. latest`` are all present, decode,
   name their own region and version, and never go back in writer epoch or
-  generation; the version hint does not point past the latest version;
+  generation; the version hint does not point past the latest version (a warning:
+  readers and writers then probe the versions from 1);
 * WAL continuity: positions after the latest manifest's ``replay_after`` are
   contiguous and every entry decodes (a damaged *last* entry is a torn write,
   reported as a warning: the writer never acknowledged it);
@@ -232,11 +233,15 @@ class _Checker:
             if m.region_id != region_id:
                 self.problem(rel, f"region manifest belongs to region {m.region_id}, not {region_id}")
             if prev is not None:
+                # either file may be the wrong one (a value too high before, or too low now)
+                before = f"in manifest v{prev.version}, {versions.get(prev.version, '?')}"
                 if m.writer_epoch < prev.writer_epoch:
-                    self.problem(rel, f"writer epoch went back from {prev.writer_epoch} to {m.writer_epoch}")
+                    self.problem(rel, f"writer epoch went back from {prev.writer_epoch} ({before}) to {m.writer_epoch}")
                 if m.current_generation < prev.current_generation:
                     self.problem(
-                        rel, f"current generation went back from {prev.current_generation} to {m.current_generation}"
+                        rel,
+                        f"current generation went back from {prev.current_generation} ({before}) "
+                        f"to {m.current_generation}",
                     )
             prev = m
             if v == top:

@@ -386,6 +386,19 @@ def test_verify_undecodable_region_manifest(copy: str, capsys: pytest.CaptureFix
     assert code == 2 and f"problem: {victim}: region manifest does not decode" in out
 
 
+def test_verify_names_both_manifests_when_an_epoch_goes_back(copy: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A writer epoch too high in manifest v3 shows as one going back in v4: the problem named
+    v4 alone (intact) and not v3 (the damaged one); it names both now."""
+    from hostile import edit_region_manifest
+
+    rid = _region(copy)
+    folder = Path(copy) / f"_mem_wal/{rid}/manifest"
+    edit_region_manifest(folder / f"{bitrev64_name(3)}.binpb", lambda pb: setattr(pb, "writer_epoch", 99))
+    code, out, _ = run(capsys, "verify", copy)
+    line = f"problem: {folder / bitrev64_name(4)}.binpb: writer epoch went back from 99 (in manifest v3, "
+    assert code == 2 and [p for p in out.splitlines() if p.startswith(line) and f"{bitrev64_name(3)}.binpb" in p], out
+
+
 def test_verify_wal_gap_and_damaged_entry(copy: str, capsys: pytest.CaptureFixture[str]) -> None:
     table = mq.open_table(copy)
     region = table.snapshot.regions[0]
