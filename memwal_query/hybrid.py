@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 
 from memwal_query.errors import InvalidArgumentError, positive_k
 from memwal_query.format.nested import as_schema
-from memwal_query.scan.fragment import column_list
+from memwal_query.scan.fragment import search_columns
 from memwal_query.vector import nearest
 from memwal_query.view.table_view import TableView
 
@@ -89,9 +89,9 @@ def search_hybrid(  # noqa: PLR0913 - the union of both searches' options
         raise InvalidArgumentError(msg)
     depth = int(depth)
     schema, pk = view.snapshot.schema, list(view.snapshot.primary_key)
-    named = column_list(columns, view.uri)
-    out = named if named is not None else list(schema.names)
+    out, shown = search_columns(columns, schema.names, view.uri, pk)
     read = list(dict.fromkeys([*pk, *out]))
+    out = out if shown is None else shown
     knn = nearest(
         view,
         vector_column,
@@ -117,6 +117,8 @@ def search_hybrid(  # noqa: PLR0913 - the union of both searches' options
     target = pa.schema([schema.field(c) for c in out])
     rows = [as_schema(row_of[key][0].slice(row_of[key][1], 1).select(out), target) for key in best]
     result = pa.concat_tables(rows).combine_chunks() if rows else target.empty_table()  # one chunk, not one per row
+    if not out:  # the scores alone (tables of no column lose their rows when concatenated)
+        result = pa.table({"_": pa.nulls(len(best))}).drop_columns(["_"])
     return (
         result.append_column("_distance", pa.array([dist.get(key) for key in best], pa.float32()))
         .append_column("_score", pa.array([score.get(key) for key in best], pa.float32()))

@@ -44,7 +44,7 @@ from memwal_query.errors import InvalidArgumentError, positive_k
 from memwal_query.format.beside import start_beside
 from memwal_query.planner.catchup import CatchupPlan
 from memwal_query.planner.filter_refusal import blamed_on_filter, check_filter
-from memwal_query.scan.fragment import column_list
+from memwal_query.scan.fragment import search_columns
 from memwal_query.vector_background import wait_warm
 from memwal_query.vector_base_rows import held_base, hold_base_later
 from memwal_query.vector_levels import (
@@ -342,12 +342,7 @@ def nearest(
     schema = view.snapshot.schema
     check_filter(filter, view.uri)
     q = _query_vector(view, column, query, METRICS[str(distance).lower()])
-    named = column_list(columns, view.uri)
-    out_cols = list(dict.fromkeys(named)) if named is not None else list(schema.names)
-    missing = [c for c in out_cols if c not in schema.names]
-    if missing:
-        msg = f"unknown column(s) {missing} in {view.uri}"
-        raise InvalidArgumentError(msg)
+    out_cols, shown = search_columns(columns, schema.names, view.uri, view.snapshot.primary_key)
     spec = SearchSpec(
         column,
         q,
@@ -383,6 +378,8 @@ def nearest(
             cands.add(fut.result(), label)
         stats.sources = cands.labels
         out = cands.top()
+        if shown is not None:  # no column asked for: the distances alone
+            out = out.drop_columns([c for c in out_cols if c not in shown])
         if filter is None:
             _read_later(view, spec, index_name, pooled)
     stats.seconds = time.perf_counter() - t0

@@ -48,3 +48,27 @@ def test_filter_applies_to_both_searches(demo: str) -> None:
 def test_bad_arguments(demo: str, kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(InvalidArgumentError, match=message):
         mq.open_table(demo).search_hybrid("vec", category_centroids()[0], "note", "gift", **kwargs)  # type: ignore[arg-type]
+
+
+def test_every_search_takes_no_column_and_refuses_one_twice(demo: str) -> None:
+    """``columns=[]``: the scores alone, as ``to_arrow(columns=[])`` gives the rows alone (KNN
+    and text search raised Lance's "No data files" or an ArrowInvalid); a column asked for
+    twice is refused on every path (text search raised a KeyError, KNN dropped the copy)."""
+    t = mq.open_table(demo)
+    query = category_centroids()[2]
+    searches = {
+        "_distance": lambda cols: t.nearest("vec", query, k=6, columns=cols),
+        "_score": lambda cols: t.search_text("note", "late refund", k=6, columns=cols),
+        "_relevance_score": lambda cols: t.search_hybrid("vec", query, "note", "gift", k=6, columns=cols),
+    }
+    for score, search in searches.items():
+        full = search(["id"])
+        bare = search([])
+        assert bare.column_names == [c for c in full.column_names if c != "id"], score
+        assert bare.num_rows == full.num_rows == 6
+        assert bare.column(score).to_pylist() == full.column(score).to_pylist()
+        for cols in (["id", "id"], ["note", "id", "note"]):
+            with pytest.raises(InvalidArgumentError, match="asked for more than once"):
+                search(cols)
+        with pytest.raises(InvalidArgumentError, match="unknown column"):
+            search(["nope"])

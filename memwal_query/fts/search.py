@@ -57,7 +57,7 @@ from memwal_query.fts.corpus import (
 )
 from memwal_query.planner.filter_refusal import blamed_on_filter, check_filter, refusal
 from memwal_query.planner.lance_filter import for_lance
-from memwal_query.scan.fragment import column_list
+from memwal_query.scan.fragment import search_columns
 from memwal_query.view.table_view import TableView
 
 __all__ = ["TextSearchResult", "TextSearchStats", "search_text"]
@@ -264,7 +264,9 @@ def _kth(scores: Sequence[np.ndarray], k: int) -> float:
     return float(np.partition(allv, allv.size - k)[allv.size - k])
 
 
-def _check(view: TableView, column: str, query: object, columns: Sequence[str] | None) -> list[str]:
+def _check(
+    view: TableView, column: str, query: object, columns: Sequence[str] | None
+) -> tuple[list[str], list[str] | None]:
     schema = view.snapshot.schema
     if not isinstance(query, str):
         msg = f"the text query must be a string, got {query!r}"
@@ -279,13 +281,7 @@ def _check(view: TableView, column: str, query: object, columns: Sequence[str] |
     if not (pa.types.is_string(typ) or pa.types.is_large_string(typ)):
         msg = f"column {column!r} of {view.uri} is {typ}, not a string column"
         raise InvalidArgumentError(msg)
-    named = column_list(columns, view.uri)
-    out = named if named is not None else list(schema.names)
-    missing = [c for c in out if c not in schema.names]
-    if missing:
-        msg = f"unknown column(s) {missing} in {view.uri}"
-        raise InvalidArgumentError(msg)
-    return out
+    return search_columns(columns, schema.names, view.uri, view.snapshot.primary_key)
 
 
 def _output(hits: list[_Hits], q: _Query, out: list[str], schema: pa.Schema) -> pa.Table:
@@ -333,7 +329,7 @@ def search_text(
     """
     t0 = time.perf_counter()
     k = positive_k(k)
-    out = _check(view, column, query, columns)
+    out, shown = _check(view, column, query, columns)
     check_filter(filter, view.uri)
     corpus = corpus_of(view, column)
     stats = TextSearchStats()
@@ -375,5 +371,7 @@ def search_text(
                     f.run(q, stats)
         hits += [_Hits(f.scores, dataset=f.src.dataset, addrs=f.addrs) for f in fetches if f.addrs is not None]
         result = _output(hits, q, out, view.snapshot.schema)
+        if shown is not None:  # no column asked for: the scores alone
+            result = result.drop_columns([c for c in out if c not in shown])
     stats.seconds = time.perf_counter() - t0
     return TextSearchResult(result, stats)

@@ -32,6 +32,7 @@ from memwal_query.scan_gate import guarded
 from memwal_query.snapshot.model import GenerationSource
 
 __all__ = [
+    "search_columns",
     "decoded_row_bytes",
     "HIDDEN_COLUMNS",
     "SCAN_BATCH_ROWS",
@@ -151,6 +152,22 @@ def check_projection(columns: Sequence[str], names: Sequence[str], uri: str) -> 
     if twice:
         msg = f"column(s) {twice} asked for more than once from {uri}"
         raise InvalidArgumentError(msg)
+
+
+def search_columns(
+    columns: object, names: Sequence[str], uri: str, key: Sequence[str]
+) -> tuple[list[str], list[str] | None]:
+    """The columns a search reads, and those it returns beside its score (None: the ones read).
+
+    ``columns``: None (all), or names the table ``uri`` (columns ``names``) has, each once
+    (:class:`InvalidArgumentError` otherwise). None named: the ``key`` is read (a search finds
+    rows by it), the score alone returned.
+    """
+    named = column_list(columns, uri)
+    if named is None:
+        return list(names), None
+    check_projection(named, names, uri)
+    return (list(key), []) if not named else (named, None)
 
 
 class SourceFragment:
