@@ -149,6 +149,11 @@ def test_query_and_argument_errors(tmp_path: Path) -> None:
     with pytest.raises(mq.InvalidArgumentError) as err:
         table.nearest("xy", [1.0] * 4, filter=pc.field("no") == 1)
     assert str(err.value) == f"invalid vector search filter (no == 1) for {t.uri}: no column 'no' (columns: id, xy)"
+    # a valid expression Lance's Substrait conversion cannot carry (a cast, a function) was a
+    # MemWalError "vector search in base ... failed"; the search says to write it as SQL
+    for filt in (pc.field("id") == 7.5, pc.field("id").cast(pa.float64()) > 1.5):
+        with pytest.raises(mq.InvalidArgumentError, match="through Substrait, which cannot carry this one .*as SQL"):
+            table.nearest("xy", [1.0] * 4, filter=filt)
     # Lance reads the first of several statements only: the SQL function (whose filter cannot be
     # planned by DataFusion inside the query) refuses them as the Python call does
     knn = "SELECT id FROM memwal_knn('t', 'xy', [1.0, 1.0, 1.0, 1.0], 2, '{}')"

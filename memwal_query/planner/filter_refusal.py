@@ -106,10 +106,22 @@ def blamed_on_filter(filt: object, schema: pa.Schema, uri: str, kind: str = "") 
     """
     try:
         yield
-    except Exception:
+    except Exception as err:
         if isinstance(filt, pc.Expression):
-            _bind(filt, schema, f"invalid {kind}filter {filt} for {uri}")
+            what = f"invalid {kind}filter {filt} for {uri}"
+            _bind(filt, schema, what)
+            found = (_NO_SUBSTRAIT.search(" ".join(str(e).split())) for e in (err, err.__cause__) if e is not None)
+            if m := next((f for f in found if f), None):  # valid, but Lance's searches cannot take it
+                msg = (
+                    f"{what}: Lance's searches take an expression filter through Substrait, which cannot "
+                    f"carry this one ({m.group(0).strip()}): write it as SQL text"
+                )
+                raise InvalidArgumentError(msg) from err
         raise
+
+
+#: What Lance says of an expression its Substrait conversion cannot carry (a cast, a function).
+_NO_SUBSTRAIT = re.compile(r"Substrait is only capable of representing[^.:]*|No conversion function exists[^.:]*")
 
 
 def _bind(filt: pc.Expression, schema: pa.Schema, what: str) -> None:
