@@ -281,10 +281,23 @@ def _cmd_sql(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- #
 
 
+def _spec_line(s: dict[str, Any]) -> str:
+    parts = []
+    for f in s["fields"]:
+        params = ", ".join(f"{k}={v}" for k, v in sorted(f["parameters"].items()))
+        how = f["transform"] or f"expr({f['expression']})"
+        cols = ", ".join(
+            str(c) if c is not None else f"field {i}" for c, i in zip(f["source_columns"], f["source_ids"], strict=True)
+        )
+        parts.append(f"{f['field_id']} = {how}({cols}{', ' + params if params else ''}) -> {f['result_type'] or '?'}")
+    return f"  region spec {s['spec_id']}: " + "; ".join(parts)
+
+
 def _inspect_text(d: dict[str, Any]) -> str:
     import pyarrow as pa
 
     from memwal_query.display import format_text_table
+    from memwal_query.explain import maintained_text
 
     fr = d["freshness"]["newest_region_manifest"]
     lines = [
@@ -297,21 +310,7 @@ def _inspect_text(d: dict[str, Any]) -> str:
         "  highest region manifest version: "
         + (f"v{fr['version']} (region {fr['region_id']})" if fr is not None else "none"),
     ]
-    for s in d["specs"]:
-        parts = []
-        for f in s["fields"]:
-            params = ", ".join(f"{k}={v}" for k, v in sorted(f["parameters"].items()))
-            how = f["transform"] or f"expr({f['expression']})"
-            cols = ", ".join(
-                str(c) if c is not None else f"field {i}"
-                for c, i in zip(f["source_columns"], f["source_ids"], strict=True)
-            )
-            parts.append(
-                f"{f['field_id']} = {how}({cols}{', ' + params if params else ''}) -> {f['result_type'] or '?'}"
-            )
-        lines.append(f"  region spec {s['spec_id']}: " + "; ".join(parts))
-    from memwal_query.explain import maintained_text
-
+    lines += [_spec_line(s) for s in d["specs"]]
     lines.append(f"  maintained indexes: {maintained_text(d)}")
     if d["index_catchup"]:
         for c in d["index_catchup"]:

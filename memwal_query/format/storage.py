@@ -22,9 +22,10 @@ import os
 import posixpath
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 from urllib.parse import quote, unquote, urlparse
 
 import pyarrow.fs as pafs
@@ -238,33 +239,29 @@ class Storage:
         A ``limit`` bounds the memory a damaged or hostile file can take: a decoder
         that accepts at most ``n`` bytes reads ``n + 1`` and rejects a longer result.
         """
-        try:
-            with self._fs.open_input_stream(self._path(rel)) as f:
-                data = f.read() if limit is None else f.read(limit)
-        except (FileNotFoundError, NotADirectoryError):  # the latter: a file where a directory is
-            self.stats.add(reads=1)
-            return None
-        except (OSError, ValueError) as err:  # ValueError: pyarrow's ArrowInvalid (a NUL in a path ...)
-            if says_missing(err):
-                self.stats.add(reads=1)
-                return None
-            msg = f"cannot read {self.child_uri(rel)}: {err}"
-            raise StorageError(msg) from err
-        self.stats.add(reads=1, nbytes=len(data))
-        return bytes(data)
+        got = self._read(rel, lambda f: (0, f.read() if limit is None else f.read(limit)), stream=True)
+        return None if got is None else got[1]
 
     def read_tail(self, rel: str, n: int) -> tuple[int, bytes] | None:
         """The size of file ``rel`` and its last ``n`` bytes (fewer in a shorter file); ``None``
         when it does not exist."""
+
+        def tail(f: Any) -> tuple[int, bytes]:
+            size = f.size()
+            f.seek(max(size - n, 0))
+            return size, f.read()
+
+        return self._read(rel, tail, stream=False)
+
+    def _read(self, rel: str, read: Callable[[Any], tuple[int, bytes]], *, stream: bool) -> tuple[int, bytes] | None:
         try:
-            with self._fs.open_input_file(self._path(rel)) as f:
-                size = f.size()
-                f.seek(max(size - n, 0))
-                data = f.read()
-        except (FileNotFoundError, NotADirectoryError):
+            opener = self._fs.open_input_stream if stream else self._fs.open_input_file
+            with opener(self._path(rel)) as f:
+                size, data = read(f)
+        except (FileNotFoundError, NotADirectoryError):  # the latter: a file where a directory is
             self.stats.add(reads=1)
             return None
-        except (OSError, ValueError) as err:
+        except (OSError, ValueError) as err:  # ValueError: pyarrow's ArrowInvalid (a NUL in a path ...)
             if says_missing(err):
                 self.stats.add(reads=1)
                 return None

@@ -184,7 +184,7 @@ def _null_texts(ds: lance.LanceDataset, column: str) -> np.ndarray:
     """The row addresses of ``ds``'s rows whose ``column`` is NULL."""
     t = ds.scanner(columns=[column], with_row_address=True).to_table()
     nulls = t.filter(pc.is_null(t.column(column))).column("_rowaddr")
-    return nulls.to_numpy().astype(np.uint64)
+    return np.asarray(nulls.to_numpy(), dtype=np.uint64)
 
 
 def inverted_index(ds: lance.LanceDataset, column: str) -> Any | None:
