@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memwal_query.errors import InvalidArgumentError, MemWalError
+from memwal_query.value_kind import kind_change
 
 __all__ = ["conform", "FIELD_ID", "by_field_id", "field_id", "is_list_like", "with_item"]
 
@@ -234,6 +235,10 @@ def _stored_as(
         lost = _dropped_children(col.type, f.type, f.name)
         if lost:  # pyarrow's struct cast would drop them without a word
             msg = f"{what}: struct field(s) {lost} are not in the table schema ({f.name!r} is {f.type})"
+            raise error(msg)
+        other = kind_change(col.type, f.type, f.name)
+        if other is not None:  # pyarrow's cast reads "12" as 12, True as 1.0, 5 as "5"
+            msg = f"{what}: column {other}: values of another kind are not converted (cast them first)"
             raise error(msg)
     if col.type != f.type:
         try:

@@ -217,8 +217,21 @@ def test_write_errors_are_clear(bucket_table: tuple[str, Model], tmp_path: Path)
         write_arrow(uri, pa.table({"id": [1], "city": ["x"], "nope": [1]}))
     with pytest.raises(mq.InvalidArgumentError, match="'city'.*NULL"):
         write_arrow(uri, pa.table({"id": [1], "city": pa.array([None], pa.string())}))
-    with pytest.raises(mq.InvalidArgumentError, match="'id' of type string cannot be stored"):
+    with pytest.raises(mq.InvalidArgumentError, match="column 'id' holds string values, the table int64"):
         write_arrow(uri, pa.table({"id": ["x"], "city": ["x"]}))
+    # values of another kind are refused, not converted: Arrow's cast stored key "12" as 12, a
+    # number as the text "5"; rows and tombstones alike (numbers of any width still fit)
+    before = mq.open_table(uri).to_arrow()
+    for odd in ({"id": ["12"], "city": ["x"]}, {"id": [12], "city": [5]}, {"id": [True], "city": ["x"]}):
+        with pytest.raises(mq.InvalidArgumentError, match="values of another kind are not converted"):
+            write_arrow(uri, pa.table(odd))
+    with pytest.raises(mq.InvalidArgumentError, match="column 'id' holds string values"):
+        write_arrow(uri, None, deletes=pa.table({"id": ["12"]}))
+    assert mq.open_table(uri).to_arrow().equals(before)
+    fresh = str(tmp_path / "fresh")
+    lance.write_dataset(_rows([1], np.random.default_rng(0), 0), fresh).initialize_mem_wal(unsharded=True)
+    write_arrow(fresh, pa.table({"id": pa.array([12], pa.int8()), "city": pa.array(["x"]).dictionary_encode()}))
+    assert mq.open_table(fresh).lookup(12, columns=["city"]).to_pylist() == [{"city": "x"}]
     on_value = str(tmp_path / "by_city")
     lance.write_dataset(_rows([1], np.random.default_rng(0), 0), on_value).initialize_mem_wal(identity_column="city")
     with pytest.raises(mq.InvalidArgumentError, match="not part of the primary key"):
