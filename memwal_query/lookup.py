@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 from memwal_query.errors import MemWalError, says_missing
 from memwal_query.format.lance_open import base_read_error, lance_message
 from memwal_query.format.nested import as_schema
+from memwal_query.format.scratch import scratch
 from memwal_query.format.wal import LEVEL_COLUMN, SEQ_COLUMN, TOMBSTONE
 from memwal_query.lookup_keys import normalize_keys
 from memwal_query.lookup_rows import MATRIX_MIN_GENERATIONS, RegionRows, held_rows, region_rows, take_held
@@ -105,12 +106,13 @@ def _base_filter(keys: pa.Table, pk: Sequence[str], schema: pa.Schema) -> str | 
 class _Search:
     """One lookup in progress: which keys are still unresolved, the rows found, the counts.
 
-    ``want`` carries ``_row`` (its row number); ``remaining[i]``: key ``i`` is unresolved.
+    ``want`` carries a row number (column :attr:`row`); ``remaining[i]``: key ``i`` is unresolved.
     """
 
     def __init__(self, view: TableView, want: pa.Table, read_cols: list[str], out_cols: list[str]) -> None:
         self.view = view
         self.pk = list(view.snapshot.primary_key)
+        self.row = _row_column(self.pk)
         # All columns: no projection (Lance plans a projection at a cost of its own)
         names = view.snapshot.schema.names
         self.read_cols: list[str] | None = None if set(read_cols) >= set(names) else read_cols
@@ -149,7 +151,7 @@ class _Search:
     def region(self, region: RegionSnapshot, rkeys: pa.Table) -> None:
         """Resolve ``rkeys`` against the region's newer levels, in memory (the merge's key index)."""
         pk = self.pk
-        rows = np.asarray(rkeys.column("_row").to_numpy())
+        rows = np.asarray(rkeys.column(self.row).to_numpy())
         open_ = self.remaining[rows]
         if not open_.any():
             return
@@ -233,6 +235,11 @@ def _take(ds: Any, keys: pa.Table, addrs: np.ndarray, cols: list[str] | None, pk
     return cast("pa.Table", rows)
 
 
+def _row_column(pk: Sequence[str]) -> str:
+    """The name of the keys' row number beside the key columns."""
+    return scratch("_row", pk)
+
+
 def _with_newer_version(view: TableView, want: pa.Table) -> pa.Table:
     """The keys some newer level may hold; the others go straight to the base.
 
@@ -264,7 +271,7 @@ def lookup(view: TableView, keys: Any, columns: Sequence[str] | None = None) -> 
     out_cols = named if named is not None else list(schema.names)
     check_projection(out_cols, schema.names, snap.uri)  # as to_arrow / to_reader check it
     want = normalize_keys(keys, schema, pk)
-    want = want.append_column("_row", pa.array(np.arange(want.num_rows, dtype=np.int64)))
+    want = want.append_column(_row_column(pk), pa.array(np.arange(want.num_rows, dtype=np.int64)))
     keep = list(dict.fromkeys(pk + out_cols))  # the keys too: the rows come back in their order
     search = _Search(view, want, keep, keep)
     probe = _with_newer_version(view, want)
@@ -293,13 +300,14 @@ def lookup(view: TableView, keys: Any, columns: Sequence[str] | None = None) -> 
 
 
 def _in_key_order(rows: pa.Table, want: pa.Table, pk: list[str]) -> pa.Table:
-    """``rows`` in the order of the keys asked for (``want``, deduplicated, with ``_row``)."""
+    """``rows`` in the order of the keys asked for (``want``, deduplicated, numbered)."""
     if rows.num_rows <= 1:
         return rows
     if len(pk) == 1:
         at = pc.index_in(rows.column(pk[0]), value_set=want.column(pk[0]).combine_chunks())
         return rows.take(pa.array(np.argsort(at.to_numpy(zero_copy_only=False), kind="stable")))
-    numbered = rows.select(pk).append_column("_at", pa.array(np.arange(rows.num_rows, dtype=np.int64)))
-    pairs = numbered.join(want.select([*pk, "_row"]), keys=pk, join_type="inner", use_threads=False)
-    order = pc.take(pairs.column("_at"), pc.sort_indices(pairs.column("_row")))
+    at, row = scratch("_at", [*pk, _row_column(pk)]), _row_column(pk)
+    numbered = rows.select(pk).append_column(at, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
+    pairs = numbered.join(want.select([*pk, row]), keys=pk, join_type="inner", use_threads=False)
+    order = pc.take(pairs.column(at), pc.sort_indices(pairs.column(row)))
     return rows.take(order)

@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memwal_query.errors import InvalidArgumentError
+from memwal_query.format.scratch import scratch
 
 __all__ = ["normalize_keys"]
 
@@ -171,7 +172,8 @@ def normalize_keys(keys: Any, schema: pa.Schema, pk: Sequence[str]) -> pa.Table:
         if out.column(k).null_count:
             out = out.filter(pc.is_valid(out.column(k)))
     if out.num_rows > 1:  # each key once, where it first appears
-        numbered = out.append_column("_i", pa.array(np.arange(out.num_rows, dtype=np.int64)))
-        first = numbered.group_by(list(pk), use_threads=False).aggregate([("_i", "min")])
-        out = first.sort_by("_i_min").select(list(pk))
+        i = scratch("_i", pk)
+        numbered = out.append_column(i, pa.array(np.arange(out.num_rows, dtype=np.int64)))
+        first = numbered.group_by(list(pk), use_threads=False).aggregate([(i, "min")])
+        out = first.sort_by(f"{i}_min").select(list(pk))
     return out

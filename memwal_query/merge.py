@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memwal_query.base_mask import BaseMask
+from memwal_query.format.scratch import scratch
 from memwal_query.format.storage import Storage
 from memwal_query.format.wal import GEN_COLUMN, LEVEL_COLUMN, SEQ_COLUMN, TOMBSTONE
 from memwal_query.snapshot.cache import SnapshotCache
@@ -145,12 +146,13 @@ class NewerKeys:
         if keys.num_rows <= _MAP_PROBE_MAX:  # a few keys: the region's key map (built once)
             return self._mapped(region_id, table, keys)
         # Many keys: a hash join, the lookup keys as the build side.
-        probe = keys.select(self.pk).append_column("_krow", pa.array(np.arange(keys.num_rows, dtype=np.int64)))
-        target = table.select(self.pk).append_column("_nrow", pa.array(np.arange(table.num_rows, dtype=np.int64)))
+        krow, nrow = scratch("_krow", self.pk), scratch("_nrow", self.pk)
+        probe = keys.select(self.pk).append_column(krow, pa.array(np.arange(keys.num_rows, dtype=np.int64)))
+        target = table.select(self.pk).append_column(nrow, pa.array(np.arange(table.num_rows, dtype=np.int64)))
         joined = target.join(probe, keys=self.pk, join_type="inner", use_threads=False)
         return (
-            np.asarray(joined.column("_krow").to_numpy(), dtype=np.int64),
-            np.asarray(joined.column("_nrow").to_numpy(), dtype=np.int64),
+            np.asarray(joined.column(krow).to_numpy(), dtype=np.int64),
+            np.asarray(joined.column(nrow).to_numpy(), dtype=np.int64),
         )
 
     def _mapped(self, region_id: str, table: pa.Table, keys: pa.Table) -> tuple[np.ndarray, np.ndarray]:
@@ -191,8 +193,9 @@ class NewerKeys:
             return hit & valid if valid is not None else hit
         if self._unique is None:
             self._unique = pa.concat_tables([t.select(self.pk) for t in self.newest.values()])
-        probe = keys.select(self.pk).append_column("_row", pa.array(np.arange(n, dtype=np.int64)))
-        rows = probe.join(self._unique, keys=self.pk, join_type="left semi").column("_row")
+        row = scratch("_row", self.pk)
+        probe = keys.select(self.pk).append_column(row, pa.array(np.arange(n, dtype=np.int64)))
+        rows = probe.join(self._unique, keys=self.pk, join_type="left semi").column(row)
         hit = np.zeros(n, dtype=bool)
         hit[np.asarray(rows.to_numpy())] = True
         return hit
@@ -349,7 +352,7 @@ def rank_levels(
     if not parts:
         return None
     allk = pa.concat_tables(parts).combine_chunks()
-    allk = allk.append_column("_idx", pa.array(np.arange(allk.num_rows, dtype=np.int64)))
+    allk = allk.append_column(_idx_column(pk), pa.array(np.arange(allk.num_rows, dtype=np.int64)))
     order = pc.sort_indices(
         allk,
         sort_keys=[(k, "ascending") for k in pk] + [(GEN_COLUMN, "descending"), (SEQ_COLUMN, "descending")],
@@ -375,6 +378,11 @@ class _RegionMerge:
     stats: RegionMergeStats
 
 
+def _idx_column(pk: Sequence[str]) -> str:
+    """The name of the ranked key rows' number beside the key columns."""
+    return scratch("_idx", pk)
+
+
 def _merge_region(
     region: RegionSnapshot, pk: list[str], key_schema: pa.Schema, cache: SnapshotCache
 ) -> _RegionMerge | None:
@@ -391,7 +399,7 @@ def _merge_region(
             gen_drop[g.uri] = np.sort(drop.astype(np.uint64))
     memtable = None
     if mem is not None and mem.table.num_rows:
-        mem_rows = s.column("_idx").to_numpy()[(lvl == -1) & keep]
+        mem_rows = s.column(_idx_column(pk)).to_numpy()[(lvl == -1) & keep]
         memtable = mem.table.take(pa.array(np.sort(mem_rows - ranked.memtable_offset)))
     stats = RegionMergeStats(
         newer_rows=s.num_rows,

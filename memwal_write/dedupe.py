@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memwal_query.errors import InvalidArgumentError
+from memwal_query.format.scratch import scratch
 from memwal_query.regionspec.spec import equal_next
 
 __all__ = ["Dedup", "numeric_key_order"]
@@ -101,10 +102,10 @@ class Dedup:
         order_col = None
         if self.order_by is not None:
             # NULL order_by values sort first (the oldest), as Spark's ascending sort puts them
-            order_col = "__order"
-            small = small.append_column("__valid", pc.is_valid(table.column(self.order_by)))
+            order_col, valid = scratch("__order", self.key), scratch("__valid", self.key)
+            small = small.append_column(valid, pc.is_valid(table.column(self.order_by)))
             small = small.append_column(order_col, table.column(self.order_by))
-            keys += [("__valid", "ascending"), (order_col, "ascending")]
+            keys += [(valid, "ascending"), (order_col, "ascending")]
         order = numeric_key_order(small) if order_col is None else None
         if order is None:
             order = pc.sort_indices(small, sort_keys=keys)

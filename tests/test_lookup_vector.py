@@ -658,3 +658,44 @@ def test_catchup_plan_of_an_index_built_before_the_memwal_after_another_index_re
     got = table.sql("SELECT id, cat FROM t WHERE id BETWEEN 100 AND 900").to_arrow_table().to_pylist()
     want = [{"id": k[0], "cat": r["cat"]} for k, r in t.model.items() if 100 <= k[0] <= 900]
     assert sorted(got, key=lambda r: r["id"]) == sorted(want, key=lambda r: r["id"])
+
+
+@pytest.mark.parametrize("name", ["_row", "_i", "_at", "_krow", "_nrow", "_idx"])
+@pytest.mark.parametrize("composite", [False, True])
+def test_key_columns_named_like_the_readers_scratch_columns(tmp_path: Path, name: str, composite: bool) -> None:
+    """Lookups number the keys beside the key columns (``_row``, ``_i``, ``_at`` ...): a key
+    column of that name raised a KeyError or "Multiple matches for FieldRef.Name(_i)"."""
+    from memwal_write import write_arrow
+
+    pk = [name, "part"] if composite else [name]
+    fields = [pa.field(k, pa.string() if k == "part" else pa.int64(), nullable=False, metadata=PK) for k in pk]
+    schema = pa.schema([*fields, pa.field("v", pa.int64())])
+
+    def rows(ids: range, scale: int) -> pa.Table:
+        cols: dict[str, list[Any]] = {name: list(ids), "v": [i * scale for i in ids]}
+        if composite:
+            cols["part"] = [f"p{i % 3}" for i in ids]
+        return pa.table(cols, schema=schema)
+
+    uri = str(tmp_path / "t")
+    lance.write_dataset(rows(range(300), 1), uri).initialize_mem_wal(unsharded=True)
+    write_arrow(uri, rows(range(100, 5200), 10), deletes=rows(range(5, 10), 1).select(pk))
+    model = {r[name]: r for r in rows(range(300), 1).to_pylist()}
+    model.update({r[name]: r for r in rows(range(100, 5200), 10).to_pylist()})
+    for i in range(5, 10):
+        del model[i]
+    table = mq.open_table(uri)
+    assert table.count_rows() == len(model)
+    asked = rows(range(5300), 1).select(pk)  # more keys than a region's key map serves: a join
+    got = table.lookup(asked if composite else asked.column(name))
+    assert got.to_pylist() == [model[i] for i in range(5300) if i in model]
+    few = table.lookup(asked.slice(0, 20) if composite else list(range(20)))
+    assert few.to_pylist() == [model[i] for i in range(20) if i in model]
+
+
+def test_spark_dedup_with_a_key_named_like_its_scratch_columns() -> None:
+    from memwal_write.dedupe import Dedup
+
+    t = pa.table({"__order": [1, 1, 2], "__valid": [7, 7, 7], "ts": [5, 9, 1], "v": ["old", "new", "x"]})
+    order = Dedup(["__order", "__valid"], "ts", True, "t").newest_order(t)
+    assert t.take(order).column("v").to_pylist() == ["new", "x"]

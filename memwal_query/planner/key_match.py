@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from memwal_query.format.scratch import scratch
 from memwal_query.planner.lance_filter import expression_runs, for_lance
 
 __all__ = ["key_filter", "lance_key_filter", "of_keys", "rows_of_keys"]
@@ -57,9 +58,10 @@ def of_keys(rows: pa.Table, keys: pa.Table, pk: Sequence[str], exact: bool = Tru
     its left side, and Acero refuses list columns (vectors) that are not join keys."""
     if (len(pk) == 1 and exact) or rows.num_rows == 0:
         return rows
-    numbered = rows.select(list(pk)).append_column("_at", pa.array(np.arange(rows.num_rows, dtype=np.int64)))
+    at = scratch("_at", pk)
+    numbered = rows.select(list(pk)).append_column(at, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
     hit = numbered.join(keys.select(list(pk)), keys=list(pk), join_type="left semi", use_threads=False)
-    return rows.take(pa.array(np.sort(np.asarray(hit.column("_at").to_numpy()))))
+    return rows.take(pa.array(np.sort(np.asarray(hit.column(at).to_numpy()))))
 
 
 def rows_of_keys(ds: Any, keys: pa.Table, pk: Sequence[str], **read: Any) -> pa.Table:

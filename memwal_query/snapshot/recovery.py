@@ -36,6 +36,7 @@ import pyarrow as pa
 from memwal_query.conform import conform
 from memwal_query.errors import GenerationLostError, MemWalCorruptionError
 from memwal_query.format.model import FlushedGeneration
+from memwal_query.format.scratch import scratch
 from memwal_query.format.storage import Storage
 from memwal_query.format.wal import GenerationWal, scan_generations
 from memwal_query.snapshot.cache import SnapshotCache
@@ -295,7 +296,6 @@ def wal_generation_rows(
         raise GenerationLostError(msg)
     rows = rebuild_rows(found, region_id, schema, primary_key, field_ids)
     order = pa.array(np.arange(rows.num_rows, dtype=np.int64))
-    newest = (
-        rows.select(list(primary_key)).append_column("_i", order).group_by(list(primary_key)).aggregate([("_i", "max")])
-    )
-    return rows.take(pa.array(np.sort(newest.column("_i_max").to_numpy())))
+    i = scratch("_i", primary_key)
+    newest = rows.select(list(primary_key)).append_column(i, order).group_by(list(primary_key)).aggregate([(i, "max")])
+    return rows.take(pa.array(np.sort(newest.column(f"{i}_max").to_numpy())))
