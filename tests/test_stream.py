@@ -207,3 +207,29 @@ def test_ascending_hits_matches_isin() -> None:
         keys = np.sort(rng.integers(0, 300, rng.integers(0, 120)))  # duplicates included
         newer = np.unique(rng.integers(-20, 320, rng.integers(0, 60)))
         assert np.array_equal(ascending_hits(keys, newer), np.isin(keys, newer))
+
+
+def test_wide_rows_stream_in_batches_of_bounded_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches were 65,536 rows whatever their width (a generation of wide rows came out in one
+    batch of hundreds of MB): a Lance scan's batch holds about ``SCAN_BATCH_BYTES`` of its
+    data files (here 1 MiB: rows of 2 KiB random bytes, 512 a batch)."""
+    import os
+
+    import memwal_query.scan.fragment as fragment
+
+    monkeypatch.setattr(fragment, "SCAN_BATCH_BYTES", 1 << 20)
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("b", pa.binary())])
+
+    def rows(ids: range) -> list[dict[str, Any]]:
+        return [{"id": i, "b": os.urandom(2048)} for i in ids]
+
+    base = pa.Table.from_pylist(rows(range(3000)), schema=schema)
+    t = ModelTable(str(tmp_path / "w"), schema, base, unsharded=True, max_memtable_rows=10_000)
+    t.put(rows(range(2500, 6000)))  # one generation of 3,500 rows
+    t.flush()
+    table = mq.open_table(t.uri)
+    batches = list(table.to_reader())
+    assert max(b.num_rows for b in batches) <= 600
+    got = sort_table(pa.Table.from_batches(batches), ["id"])
+    assert got.equals(sort_table(t.expected(), ["id"]))
+    assert max(b.num_rows for b in table.to_reader(columns=["id"], filter="id > 10")) <= 600

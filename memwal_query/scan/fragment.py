@@ -13,9 +13,9 @@ drop list, :class:`~memwal_query.scan.group.GroupFragment` several small ones.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -36,6 +36,8 @@ __all__ = [
     "decoded_row_bytes",
     "HIDDEN_COLUMNS",
     "SCAN_BATCH_ROWS",
+    "SCAN_BATCH_BYTES",
+    "batch_rows",
     "hidden_fields",
     "Scan",
     "ScanContext",
@@ -48,6 +50,33 @@ __all__ = [
 
 HIDDEN_COLUMNS = ("_gen", "_rowaddr", "_region")
 SCAN_BATCH_ROWS = 65536
+#: Bytes of data files a batch of a Lance scan holds at most (wide rows: fewer rows a batch)
+SCAN_BATCH_BYTES = 64 << 20
+_MIN_BATCH_ROWS = 16
+
+
+def batch_rows(fragments: Iterable[Any], asked: int | None = None) -> int:
+    """Rows per batch of a Lance scan of ``fragments`` (``lance.LanceFragment``): ``asked`` or
+    :data:`SCAN_BATCH_ROWS`, whichever is larger, but no more than hold about
+    :data:`SCAN_BATCH_BYTES` of their data files (their on-disk bytes per row, every column),
+    so a stream of wide rows that do not compress (blobs, embeddings) holds tens of MB a batch,
+    not a generation at once. Rows that compress well decode to more than that: the bound is
+    on disk bytes, not decoded ones.
+
+    Example:
+        >>> import lance, os, pyarrow as pa, tempfile
+        >>> ds = lance.write_dataset(pa.table({"b": [os.urandom(1_000_000) for _ in range(3)]}), tempfile.mkdtemp())
+        >>> batch_rows(ds.get_fragments())  # 1 MB rows: 64 MiB a batch
+        67
+    """
+    rows = size = 0
+    for f in fragments:
+        rows += int(f.metadata.physical_rows or 0)
+        size += sum(int(getattr(d, "file_size_bytes", 0) or 0) for d in f.metadata.files)
+    want = max(asked or 0, SCAN_BATCH_ROWS)
+    if not rows or not size:
+        return want
+    return max(_MIN_BATCH_ROWS, min(want, int(SCAN_BATCH_BYTES * rows // size)))
 
 
 def hidden_fields() -> list[pa.Field]:

@@ -23,7 +23,7 @@ from memwal_query.errors import says_missing
 from memwal_query.planner.nan_order import as_given
 from memwal_query.scan.arrays import chain_first
 from memwal_query.scan.filters import filter_columns, scan_columns
-from memwal_query.scan.fragment import SCAN_BATCH_ROWS, CompositeFragment, ScanContext, SourceFragment
+from memwal_query.scan.fragment import CompositeFragment, ScanContext, SourceFragment, batch_rows
 from memwal_query.scan.group import SMALL_SOURCE_ROWS
 from memwal_query.scan.lance_fragment import LanceFragment, read_error
 
@@ -75,7 +75,7 @@ class IndexedBaseFragment(CompositeFragment[LanceFragment]):
                 columns=[*read, *keys],
                 filter=as_given(filt),  # Lance orders NaN as DataFusion does itself; a plain IN is an index lookup
                 fragments=[p.fragment for p in served],
-                batch_size=max(batch_size or 0, SCAN_BATCH_ROWS),
+                batch_size=batch_rows([p.fragment for p in served], batch_size),
             ).to_batches()
             first = next(it, None)
         except (ValueError, OSError, RuntimeError, pa.ArrowException) as err:

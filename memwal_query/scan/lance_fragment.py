@@ -32,7 +32,7 @@ from memwal_query.scan.column_cache import (
     survivor_entry,
 )
 from memwal_query.scan.filters import filter_columns, mentions_any, scan_columns
-from memwal_query.scan.fragment import HIDDEN_COLUMNS, SCAN_BATCH_ROWS, ScanContext, SourceFragment
+from memwal_query.scan.fragment import HIDDEN_COLUMNS, ScanContext, SourceFragment, batch_rows
 from memwal_query.snapshot.cache import SnapshotCache
 
 __all__ = ["LanceFragment", "read_error"]
@@ -303,7 +303,7 @@ class LanceFragment(SourceFragment):
         if owner.with_hidden and mentions_any(filt, [*owner.data_schema.names, *HIDDEN_COLUMNS], HIDDEN_COLUMNS):
             post, lance_filter = filt, None
             read = list(owner.data_schema.names)
-        size = max(batch_size or 0, SCAN_BATCH_ROWS)
+        size = batch_rows([self.fragment], batch_size)
         lance_first = False
         if post is None:
             # An unfiltered scan returns every surviving row: unless its columns are cached

@@ -29,7 +29,7 @@ from memwal_query.format.lance_open import base_read_error
 from memwal_query.merge import NewerKeys
 from memwal_query.planner.lance_filter import for_lance
 from memwal_query.scan.dataset import MergedDataset
-from memwal_query.scan.fragment import SCAN_BATCH_ROWS, SourceFragment
+from memwal_query.scan.fragment import SCAN_BATCH_ROWS, SourceFragment, batch_rows
 from memwal_query.scan.lance_fragment import LanceFragment
 
 __all__ = ["stream_batches", "shadowed"]
@@ -92,7 +92,7 @@ def _base_pass(
             fragments=[f.fragment for f in base],
             columns=read,
             filter=for_lance(filt, ds.schema),
-            batch_size=SCAN_BATCH_ROWS,
+            batch_size=batch_rows([f.fragment for f in base]),
         )
         it = scanner.to_batches()
         first = next(it, None)
