@@ -2,7 +2,8 @@
 
 :func:`to_reader` gives a ``pyarrow.RecordBatchReader``: one pass, batch by batch, in
 bounded memory (:func:`memwal_query.scan.stream.stream_batches`: one Lance scanner over
-the base, masked by key; nothing is added to the column cache). A pyarrow reader is
+the base, masked by key; nothing is added to the column cache; a batch holds up to 65,536
+rows and about 64 MiB of data files: rows that compress well decode to more). A pyarrow reader is
 one-shot: once consumed it yields nothing more, so call :func:`to_reader` again (cheap:
 the snapshot is not re-read) or use :class:`MergedStream`, which starts a new pass every
 time a consumer asks (the Arrow PyCapsule stream protocol, ``__arrow_c_stream__``).
