@@ -3,7 +3,9 @@
 Text formats have no type for some Arrow values: CSV writes nested values as JSON text and
 binary as base64; JSON writes binary as base64 and NaN and the infinities as the strings
 ``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` (``null`` is SQL's NULL); dates after year 9999
-come out as Arrow writes them. The Arrow stream keeps every value exactly. Rows stream
+come out as Arrow writes them; durations as ISO 8601 text (``PT0.000000001S``) and times of
+day in nanoseconds as text (``23:59:59.999999999``), exactly, in every format. JSON needs
+distinct column names. The Arrow stream keeps every value exactly. Rows stream
 batch by batch; an error raised while the query runs comes out as memwal's.
 
 Example:
@@ -70,12 +72,16 @@ def write_csv(reader: pa.RecordBatchReader, sink: IO[bytes]) -> None:
     import pyarrow.csv as pacsv
 
     from memwal_query.display import json_value, python_values
+    from memwal_query.exact_text import needs_text
 
     binary = (pa.types.is_binary, pa.types.is_large_binary, pa.types.is_fixed_size_binary, pa.types.is_binary_view)
-    as_text = [pa.types.is_nested(f.type) or any(b(f.type) for b in binary) for f in reader.schema]
+    values = [f.type.value_type if pa.types.is_dictionary(f.type) else f.type for f in reader.schema]
+    as_text = [pa.types.is_nested(t) or any(b(t) for b in binary) or needs_text(t) for t in values]
     schema = pa.schema([f.with_type(pa.string()) if t else f for f, t in zip(reader.schema, as_text, strict=True)])
 
     def text(col: pa.Array, name: str) -> pa.Array:
+        if pa.types.is_dictionary(col.type):
+            col = col.dictionary_decode()
         nested = pa.types.is_nested(col.type)
         values = python_values(col, name)
         texts = [None if v is None else _json_text(v, json_value) if nested else json_value(v) for v in values]
@@ -88,7 +94,13 @@ def write_csv(reader: pa.RecordBatchReader, sink: IO[bytes]) -> None:
                     text(c, f.name) if t else c for c, f, t in zip(batch.columns, reader.schema, as_text, strict=True)
                 ]
                 batch = pa.RecordBatch.from_arrays(cols, schema=schema)
-            w.write_batch(batch)
+            try:
+                w.write_batch(batch)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as err:
+                from memwal_query.errors import InvalidArgumentError
+
+                msg = f"the rows cannot be written as CSV: {err} (--format arrow keeps every value)"
+                raise InvalidArgumentError(msg) from err
 
 
 def _json_safe(value: Any) -> Any:
@@ -111,6 +123,12 @@ def write_json(reader: pa.RecordBatchReader, out: IO[str]) -> None:
     from memwal_query.display import json_value, python_values
 
     names = reader.schema.names
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:  # a JSON object holds each name once: a row would lose a column
+        from memwal_query.errors import InvalidArgumentError
+
+        msg = f"column name(s) {twice} repeat: JSON objects need distinct names (give them aliases: AS ...)"
+        raise InvalidArgumentError(msg)
     out.write("[")
     first = True
     for batch in _batches(reader):

@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 
 from memwal_query.describe import describe_table, freshness
 from memwal_query.errors import InvalidArgumentError
+from memwal_query.exact_text import exact_values, needs_text
 from memwal_query.explain import render_explain
 from memwal_query.text import counted
 from memwal_query.view.table_view import HasView
@@ -81,7 +82,8 @@ def _cell_text(value: Any) -> str:
 
 def python_values(column: pa.Array | pa.ChunkedArray, name: str) -> list[Any]:
     """The Python values of a column; dates and timestamps Python cannot hold (a year after
-    9999: valid Arrow) as Arrow writes them (``10183-09-21``).
+    9999: valid Arrow) as Arrow writes them (``10183-09-21``); durations and times of day in
+    nanoseconds as exact text at any depth (:mod:`memwal_query.exact_text`).
 
     Raises:
         InvalidArgumentError: Such a value nested in a list or struct (names the column).
@@ -91,6 +93,9 @@ def python_values(column: pa.Array | pa.ChunkedArray, name: str) -> list[Any]:
         >>> python_values(pa.array([3_000_000], pa.date32()), "d")
         ['10183-09-21']
     """
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    if chunks and needs_text(column.type):  # durations, nanosecond times of day: exact text
+        column = pa.chunked_array([exact_values(c) for c in chunks])
     try:
         return list(column.to_pylist())
     except (OverflowError, ValueError) as err:
@@ -122,12 +127,13 @@ def format_text_table(
     """
     if not isinstance(table, pa.Table):
         table = pa.Table.from_batches(list(table))
-    names = list(table.column_names)
+    names = [n.translate(_ESCAPES) for n in table.column_names]
     numeric = [
         pa.types.is_integer(f.type) or pa.types.is_floating(f.type) or pa.types.is_decimal(f.type) for f in table.schema
     ]
     columns = [
-        [_clip(_cell_text(v), max_cell) for v in python_values(table.column(i), names[i])] for i in range(len(names))
+        [_clip(_cell_text(v), max_cell) for v in python_values(table.column(i), table.column_names[i])]
+        for i in range(len(names))
     ]
     widths = [max([len(n)] + [len(c) for c in col]) for n, col in zip(names, columns, strict=True)]
     rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+"

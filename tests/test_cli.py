@@ -530,6 +530,54 @@ def test_sql_outputs_of_values_text_formats_lack(demo: str, capsysbinary: pytest
     assert "| 10183-09-21 |" in out and "| a\\nb |" in out and "| a\\\\nb |" in out and "| NULL |" in out
 
 
+def test_sql_outputs_durations_times_and_names_exactly(
+    tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    """JSON wrote durations as rounded seconds (1 ns as 0.0) or, beside one too long for
+    Python, as unit-less counts; every text format cut nanosecond times of day to
+    microseconds; JSON dropped columns whose names repeat; CSV wrote dictionary-encoded
+    binary raw (a traceback when not UTF-8); a line break in a column name broke the table."""
+    uri = str(tmp_path / "t")
+    pk = {"lance-schema:unenforced-primary-key": "true"}
+    schema = pa.schema(
+        [
+            pa.field("id", pa.int64(), nullable=False, metadata=pk),
+            pa.field("d", pa.duration("ns")),
+            pa.field("t", pa.time64("ns")),
+            pa.field("s", pa.struct([("d", pa.duration("ms"))])),
+            pa.field("b", pa.dictionary(pa.int32(), pa.binary())),
+        ]
+    )
+    data = pa.table(
+        {
+            "id": [1, 2],
+            "d": pa.array([1, -1_234_567_890_123_456_789], pa.duration("ns")),
+            "t": pa.array([1, 86_399_999_999_999], pa.time64("ns")),
+            "s": pa.array([{"d": 1}, {"d": 2**62}], schema.field("s").type),
+            "b": pa.array([b"\xff\x00", b"ok"]).dictionary_encode(),
+        },
+        schema=schema,
+    )
+    lance.write_dataset(data, uri).initialize_mem_wal(unsharded=True)
+    want = [
+        ("PT0.000000001S", "00:00:00.000000001", "PT0.001S", b"\xff\x00"),
+        ("-PT1234567890.123456789S", "23:59:59.999999999", f"PT{2**62 // 1000}.{2**62 % 1000:03d}S", b"ok"),
+    ]
+    query = "SELECT * FROM t ORDER BY id"
+    assert main(["sql", uri, query, "-f", "json"]) == 0
+    rows = json.loads(capsysbinary.readouterr().out)
+    assert [(r["d"], r["t"], r["s"]["d"], base64.b64decode(r["b"])) for r in rows] == want
+    assert main(["sql", uri, query, "-f", "csv"]) == 0
+    rows = pacsv.read_csv(io.BytesIO(capsysbinary.readouterr().out)).to_pylist()
+    assert [(r["d"], r["t"], json.loads(r["s"])["d"], base64.b64decode(r["b"])) for r in rows] == want
+    assert main(["sql", uri, 'SELECT d AS "a\nb", t FROM t ORDER BY id']) == 0
+    out = capsysbinary.readouterr().out.decode()
+    assert "| a\\nb " in out and "23:59:59.999999999" in out and "-PT1234567890.123456789S" in out
+    assert main(["sql", uri, "SELECT a.id, b.id FROM t a JOIN t b ON a.id = b.id", "-f", "json"]) == 1
+    err = capsysbinary.readouterr().err.decode()
+    assert err.startswith("memwal: error: column name(s) ['id'] repeat") and err.count("\n") == 1
+
+
 def test_import_and_help_load_no_engine() -> None:
     """``import memwal_query`` and ``memwal --help`` took ~1 s loading Lance, DataFusion and
     pandas; they load on first use now (and Lance's known log noise is still set aside first)."""
