@@ -97,6 +97,6 @@ def _deletion_problem(storage: Storage, rel: str, meta: Any) -> str | None:
     except MemWalCorruptionError as err:
         return f"it does not decode: {err}"
     recorded = d.num_deleted_rows
-    if recorded is not None and deleted != recorded:
+    if recorded and deleted != recorded:  # 0: not recorded (older writers)
         return f"it deletes {deleted:,} rows, the manifest says {recorded:,}"
     return None
