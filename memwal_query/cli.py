@@ -281,6 +281,12 @@ def _cmd_sql(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- #
 
 
+def _spec_value(v: object) -> str:
+    """A region's spec value in the text table: a string quoted, its characters as they are
+    (the table escapes control characters once: ``repr`` escaped a line break twice)."""
+    return f"'{v}'" if isinstance(v, str) else repr(v)
+
+
 def _spec_line(s: dict[str, Any]) -> str:
     parts = []
     for f in s["fields"]:
@@ -341,7 +347,7 @@ def _inspect_text(d: dict[str, Any]) -> str:
         wal = r["wal"]
         rows["region"].append(r["region_id"])
         rows["spec values"].append(
-            "unknown" if vals is None else ", ".join(f"{k}={v!r}" for k, v in vals.items()) or "-"
+            "unknown" if vals is None else ", ".join(f"{k}={_spec_value(v)}" for k, v in vals.items()) or "-"
         )
         rows["manifest"].append("-" if r["manifest_version"] is None else f"v{r['manifest_version']}")
         rows["epoch"].append(r["writer_epoch"])

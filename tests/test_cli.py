@@ -325,6 +325,27 @@ def test_inspect_and_explain_say_which_indexes_are_maintained(
     assert explained == ([] if said == "none" else [f"maintained indexes: {said}"])
 
 
+def test_inspect_escapes_a_spec_value_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A line break in a string spec value showed as ``\\\\n`` (escaped by ``repr`` and again by
+    the table): it shows as ``\\n``, and a backslash and an n as ``\\\\n``."""
+    from memwal_write import write_arrow
+
+    pk = {"lance-schema:unenforced-primary-key": "true"}
+    schema = pa.schema(
+        [
+            pa.field("id", pa.int64(), nullable=False, metadata=pk),
+            pa.field("city", pa.string(), nullable=False, metadata=pk),
+        ]
+    )
+    uri = str(tmp_path / "t")
+    lance.write_dataset(pa.table({"id": [0], "city": ["z"]}, schema=schema), uri).initialize_mem_wal(
+        identity_column="city"
+    )
+    write_arrow(uri, pa.table({"id": [1, 2], "city": ["a\nb", "x\\ny"]}, schema=schema))
+    code, out, _ = run(capsys, "inspect", uri)
+    assert code == 0 and "| bucket='a\\nb' " in out and "| bucket='x\\\\ny' " in out, out
+
+
 # -- verify --------------------------------------------------------------------------------
 
 
