@@ -85,13 +85,16 @@ def latest_region_manifest(
     Probing is bounded: more than :data:`MAX_PROBES` versions past the start (a stale
     hint), the manifest folder is listed once and probing resumes at its highest version.
 
-    Returns ``None`` when the region has no manifest at all.
+    Without a hint, or with one at a missing version, and no version 1, the manifest folder
+    is listed. Returns ``None`` when the region has no manifest at all.
     """
     start = known.version if known is not None else _version_hint(storage, region_id)
     current = known if known is not None else _read_region_manifest_version(storage, region_id, start)
     if current is None and start != 1:
         log.warning("region %s: version hint %d points at a missing manifest; probing from 1", region_id, start)
         current = _read_region_manifest_version(storage, region_id, 1)
+    if current is None:  # no version 1 either (cleaned up, or lost): what the folder holds
+        current = _highest_listed(storage, region_id)
     if current is None:
         return None
     for _ in range(2):

@@ -118,6 +118,15 @@ def test_stale_or_missing_version_hint(tmp_path: Path) -> None:
     assert mq.open_table(uri).to_arrow().sort_by("id").equals(want)
     hint.write_text(json.dumps({"version": 999}))  # points past the end
     assert mq.open_table(uri).to_arrow().sort_by("id").equals(want)
+    # no version 1 either (cleaned up or lost) and no hint: the region vanished (its
+    # generations and WAL tail left out, the merger merged nothing); the folder is listed
+    Path(uri, "_mem_wal", region, "manifest", f"{bitrev64_name(1)}.binpb").unlink()
+    for what in ({"version": 1}, None):
+        if what is None:
+            hint.unlink()
+        else:
+            hint.write_text(json.dumps(what))
+        assert mq.open_table(uri).to_arrow().sort_by("id").equals(want)
 
 
 def test_damaged_latest_region_manifest_names_the_file(tmp_path: Path) -> None:
