@@ -144,6 +144,25 @@ def read_wal_entry(storage: Storage, region_id: str, position: int) -> WalEntry 
         return error
 
 
+def _end_or_gap(storage: Storage, region_id: str, pos: int) -> WalEntry | Exception | None:
+    """After position ``pos`` was found missing: None at the WAL's end; the entry at ``pos``
+    when it was written meanwhile (one writer writes positions in order); an error when a
+    later position exists while ``pos`` still does not (a gap: replaying up to it would leave
+    out the entries after it without a word)."""
+    if read_wal_entry(storage, region_id, pos + 1) is None:
+        return None
+    again = read_wal_entry(storage, region_id, pos)
+    if again is not None:
+        return again
+    path = storage.child_uri(wal_entry_path(region_id, pos))
+    msg = (
+        f"region {region_id}: WAL entry {path} (position {pos}) is missing, but position {pos + 1} after it "
+        "exists: the WAL tail has a gap (its later entries would be left out); consistency='eventual' reads "
+        "the flushed generations only"
+    )
+    raise MemWalCorruptionError(msg)
+
+
 def replay_wal_tail(
     storage: Storage,
     region_id: str,
@@ -165,7 +184,8 @@ def replay_wal_tail(
         The entries to replay, oldest first.
 
     Raises:
-        MemWalCorruptionError: A damaged entry is followed by a valid one.
+        MemWalCorruptionError: A damaged entry is followed by a valid one, or a missing one
+            by any.
     """
     entries: list[WalEntry] = []
     skipped: list[int] = []
@@ -177,7 +197,9 @@ def replay_wal_tail(
         cached = cache.get((region_id, pos)) if cache is not None else None
         result: WalEntry | None | Exception = cached if cached is not None else read_wal_entry(storage, region_id, pos)
         if result is None:
-            break
+            result = _end_or_gap(storage, region_id, pos)
+            if result is None:
+                break
         if isinstance(result, Exception):
             following = read_wal_entry(storage, region_id, pos + 1)
             path = storage.child_uri(wal_entry_path(region_id, pos))

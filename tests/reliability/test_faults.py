@@ -103,6 +103,24 @@ def test_damaged_entry_followed_by_valid_ones_is_an_error(tmp_path: Path) -> Non
     assert region in text and "position 2" in text and bad.name in text
 
 
+def test_missing_entry_followed_by_others_is_an_error(tmp_path: Path) -> None:
+    """A gap in the WAL tail (a position gone while later ones exist) ended the replay: the
+    puts after it were left out without a word. An error names the missing position, as for
+    a damaged one; eventual reads (flushed generations) are unaffected; at the end of the
+    WAL a missing position is its end, as before."""
+    uri, region = _table(tmp_path)
+    _crash(uri, region, [1, 2, 3, 4], 7)  # positions 1..4
+    _wal(uri, region, 2).unlink()
+    with pytest.raises(mq.MemWalCorruptionError) as e:
+        mq.open_table(uri)
+    text = str(e.value)
+    assert region in text and "(position 2) is missing, but position 3 after it exists" in text
+    assert mq.open_table(uri, consistency="eventual").count_rows() == 3
+    for pos in (4, 3):  # the gap closed from the end: 2 is the WAL's end again
+        _wal(uri, region, pos).unlink()
+    assert dict(zip(*mq.open_table(uri).to_arrow().to_pydict().values(), strict=True)) == {0: 0, 1: 7, 2: 0}
+
+
 def test_stale_or_missing_version_hint(tmp_path: Path) -> None:
     uri, region = _table(tmp_path)
     for i in range(3):
