@@ -52,10 +52,11 @@ from datetime import datetime
 
 import pyarrow as pa
 
-from memwal_query.errors import InvalidArgumentError
+from memwal_query.errors import InvalidArgumentError, MemWalCorruptionError
 from memwal_query.format.lance_open import open_lance
 from memwal_query.format.memwal_index import read_memwal_index
 from memwal_query.format.names import parse_bitrev64_name
+from memwal_query.format.paths import removable
 from memwal_query.format.storage import Storage
 from memwal_query.format.wal import WalEntry, read_wal_entry, wal_entry_path
 from memwal_query.snapshot.manifests import latest_region_manifest, list_regions
@@ -127,6 +128,10 @@ def collect_garbage(
             merged = min(then.merged_generation(region_id), now.merged_generation(region_id))
             if merged > 0:
                 removed += _region_garbage(storage, region_id, merged)
+    unsafe = next(((r, why) for r in removed if (why := removable(storage, r.region_id, r.path))), None)
+    if unsafe is not None:  # checked before anything is removed
+        msg = f"{storage.uri}: region {unsafe[0].region_id}: {unsafe[0].path} is not removed: {unsafe[1]}"
+        raise MemWalCorruptionError(msg)
     if not dry_run:
         for r in removed:
             storage.delete(r.path, directory=r.kind == "generation")

@@ -11,7 +11,8 @@ called wherever a path is built from metadata; it rejects, as
 * absolute paths, URLs and drive letters (``/x``, ``s3://b/x``, ``file:x``, ``C:x``);
 * backslashes, NUL and other control characters;
 * any of the above hidden behind percent-encoding (``%2e%2e``, also encoded twice);
-* on local disk, a symlink (of the region folder or below) that resolves elsewhere.
+* on local disk, a symlink (of the region folder or below) that resolves elsewhere, or one
+  inside a generation folder that resolves outside it.
 
 Region ids are directory names too: :func:`region_dir` accepts only canonical UUIDs.
 
@@ -35,7 +36,7 @@ from urllib.parse import unquote
 from memwal_query.errors import MemWalCorruptionError
 from memwal_query.format.storage import Storage
 
-__all__ = ["normalise_relative", "region_dir", "generation_rel", "shown"]
+__all__ = ["normalise_relative", "region_dir", "generation_rel", "removable", "shown"]
 
 _MAX_CHARS: Final = 1024
 _MAX_DECODE_ROUNDS: Final = 4
@@ -138,7 +139,8 @@ def _inside(path: str, folder: str) -> bool:
 
 
 def _symlink_escape(storage: Storage, region: str, rel: str) -> str | None:
-    """Why ``rel`` resolves outside the region folder on local disk, or None."""
+    """Why ``rel`` resolves outside the region folder on local disk, or a symlink below it
+    resolves outside ``rel`` itself (Lance would read or write there), or None."""
     root = storage.local_path("")
     if root is None:
         return None
@@ -149,7 +151,40 @@ def _symlink_escape(storage: Storage, region: str, rel: str) -> str | None:
     real = os.path.realpath(storage.local_path(rel) or root)
     if not _inside(real, real_region) or real == real_region:
         return f"a symlink resolves it to {real}, outside the region folder"
+    return _link_out_of(real)
+
+
+def _link_out_of(folder: str) -> str | None:
+    """Why a symlink below ``folder`` (a real path; none when it is a file or missing)
+    resolves outside it, or None."""
+    stack = [folder]
+    while stack:
+        try:
+            entries = list(os.scandir(stack.pop()))
+        except OSError:  # not a folder, or gone: whoever opens it says so
+            continue
+        for e in entries:
+            if e.is_symlink():
+                real = os.path.realpath(e.path)
+                if not _inside(real, folder):
+                    return f"a symlink in it ({e.path}) resolves to {real}, outside it"
+            elif e.is_dir(follow_symlinks=False):
+                stack.append(e.path)
     return None
+
+
+def removable(storage: Storage, region_id: str, rel: str) -> str | None:
+    """Why deleting ``rel`` (a region's generation folder or WAL file) could delete anything
+    but what lies in the region folder on local disk (it, or a folder above it up to the
+    table, is a symlink), or None."""
+    region = region_dir(region_id, table=storage.uri)
+    local = storage.local_path(rel)
+    if local is not None and os.path.islink(local):
+        return f"{local} is a symlink"
+    try:
+        return _symlink_escape(storage, region, rel)
+    except ValueError as err:
+        return str(err)
 
 
 def generation_rel(storage: Storage, region_id: str, path: str, *, what: str) -> str:

@@ -19,7 +19,7 @@ import memwal_query as mq
 from memwal_query.cli import main
 from memwal_query.format.paths import normalise_relative
 
-from hostile import Hostile, build_hostile, edit_mem_wal_details, inline_snapshot_bytes, set_generation_path
+from hostile import SECRET_ROW, Hostile, build_hostile, edit_mem_wal_details, inline_snapshot_bytes, set_generation_path
 
 
 @pytest.fixture(scope="module")
@@ -232,3 +232,52 @@ def test_s3_generation_path_escapes_are_refused(
     finally:
         _put_s3(s3_options, f"h/t/{manifest_rel}", (pristine.table / manifest_rel).read_bytes())
     assert mq.open_table(uri, storage_options=s3_options).count_rows() == 25
+
+
+def _generations(h: Hostile) -> list[Path]:
+    return sorted(p for p in h.region_dir.iterdir() if "_gen_" in p.name)
+
+
+def test_symlinks_inside_a_generation_pointing_outside_are_refused(copy: Hostile) -> None:
+    """The generation folder is real but its ``data`` and ``_versions`` link to another dataset:
+    readers returned its row and the merger committed it into the base for good."""
+    from memwal_write import merge_generations
+
+    gen = _generations(copy)[0]
+    for sub in ("data", "_versions"):
+        shutil.rmtree(gen / sub)
+        os.symlink(copy.secret / sub, gen / sub)
+    for act in (lambda: mq.open_table(str(copy.table)).to_arrow(), lambda: merge_generations(str(copy.table))):
+        with pytest.raises(mq.MemWalCorruptionError, match="leaves the region folder: a symlink in it"):
+            act()
+    assert SECRET_ROW not in lance.dataset(str(copy.table)).to_table().to_pylist()
+
+
+def test_garbage_collection_never_deletes_through_a_symlink(copy: Hostile, tmp_path: Path) -> None:
+    """A region folder linked to another table's region: collect_garbage deleted that table's
+    unmerged generations and WAL entries; a merged generation's folder that links to an
+    unmerged one would have deleted it. Refused before anything is removed."""
+    from memwal_write import collect_garbage, merge_generations
+
+    victim = build_hostile(tmp_path / "victim")
+    before = mq.open_table(str(victim.table)).to_arrow()
+    files = sorted(p for p in victim.region_dir.rglob("*"))
+    merge_generations(str(copy.table))  # the hostile table's generations are merged ...
+    shutil.rmtree(copy.region_dir)
+    os.symlink(victim.region_dir, copy.region_dir)  # ... and its region folder is the victim's
+    with pytest.raises(mq.MemWalCorruptionError, match="region folder is a symlink"):
+        collect_garbage(str(copy.table), older_than=0)
+    assert sorted(p for p in victim.region_dir.rglob("*")) == files
+    assert mq.open_table(str(victim.table)).to_arrow().equals(before)
+
+
+def test_garbage_collection_keeps_a_generation_a_merged_one_links_to(copy: Hostile) -> None:
+    from memwal_write import collect_garbage, merge_generations
+
+    first, second = _generations(copy)[:2]
+    merge_generations(str(copy.table), max_generations=1)  # generation 1 merged, 2 not
+    shutil.rmtree(first)
+    os.symlink(second, first)
+    with pytest.raises(mq.MemWalCorruptionError, match="is a symlink"):
+        collect_garbage(str(copy.table), older_than=0)
+    assert second.is_dir() and any(second.iterdir())
