@@ -62,6 +62,7 @@ from memwal_query.format.model import FlushedGeneration, MemWalIndex
 from memwal_query.format.nested import as_schema
 from memwal_query.format.paths import generation_rel
 from memwal_query.format.storage import Storage
+from memwal_query.format.wal import TOMBSTONE
 from memwal_query.snapshot.evolution import conformed_rows, field_paths, stale_columns, tagged_schema
 from memwal_query.snapshot.manifests import latest_region_manifest, list_regions
 from memwal_query.snapshot.model import primary_key_of
@@ -128,6 +129,10 @@ def _generation_rows(
     try:
         # deletion vectors hide rows superseded inside the generation: one row per key
         data = lance.dataset(path, storage_options=dict(storage.storage_options) or None)
+        lacking = [c for c in (*pk, TOMBSTONE) if c not in data.schema.names]
+        if lacking:  # not a generation pylance wrote (the reader rebuilds it from the WAL too)
+            msg = f"it has no column(s) {lacking}"
+            raise ValueError(msg)
         if stale_columns(data, field_paths(base)):  # written before the base's columns changed
             what = f"region {region_id} flushed generation {gen.generation} ({path})"
             return conformed_rows(data, tagged_schema(base), base.schema, pk, what)
@@ -269,7 +274,7 @@ def _commit_generation(
 ) -> tuple[int, int]:
     """Commit one generation's deletes, then its upserts with the mark: (rows upserted, deleted)."""
     on: str | list[str] = pk[0] if len(pk) == 1 else list(pk)
-    deletes = data.filter(data.column("_tombstone")).select(list(pk))
+    deletes = data.filter(data.column(TOMBSTONE)).select(list(pk))
     clean = True
     if deletes.num_rows:
         paths = field_paths(ds)
@@ -277,7 +282,7 @@ def _commit_generation(
         if field_paths(ds) != paths:  # a column change committed beside the deletes (no conflict)
             data = _generation_rows(storage, region_id, gen, pk, ds)
     before = ds.version
-    upserts = data.filter(pc.invert(data.column("_tombstone"))).drop_columns(["_tombstone"])
+    upserts = data.filter(pc.invert(data.column(TOMBSTONE))).drop_columns([TOMBSTONE])
     schema = ds.schema
     _check_not_null(upserts, schema, storage.uri, region_id, gen.generation)
     (
