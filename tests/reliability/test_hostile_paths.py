@@ -235,7 +235,8 @@ def test_s3_generation_path_escapes_are_refused(
 
 
 def _generations(h: Hostile) -> list[Path]:
-    return sorted(p for p in h.region_dir.iterdir() if "_gen_" in p.name)
+    """The region's generation folders, oldest first (``{random}_gen_{n}``)."""
+    return sorted((p for p in h.region_dir.iterdir() if "_gen_" in p.name), key=lambda p: int(p.name.split("_")[-1]))
 
 
 def test_symlinks_inside_a_generation_pointing_outside_are_refused(copy: Hostile) -> None:
