@@ -236,8 +236,9 @@ def _stored_as(
         if lost:  # pyarrow's struct cast would drop them without a word
             msg = f"{what}: struct field(s) {lost} are not in the table schema ({f.name!r} is {f.type})"
             raise error(msg)
-        other = kind_change(col.type, f.type, f.name)
-        if other is not None:  # pyarrow's cast reads "12" as 12, True as 1.0, 5 as "5"
+        # pyarrow's cast reads "12" as 12, True as 1.0, 5 as "5" (a column of NULLs alone has no kind)
+        other = kind_change(col.type, f.type, f.name) if col.null_count < len(col) else None
+        if other is not None:
             msg = f"{what}: column {other}: values of another kind are not converted (cast them first)"
             raise error(msg)
     if col.type != f.type:
@@ -263,7 +264,8 @@ def _stored_as(
 
 def _changed_by_cast(before: pa.ChunkedArray, after: pa.ChunkedArray) -> str | None:
     """Why a cast pyarrow's safe mode lets through changed values (None: it did not):
-    floats out of a narrower float's range become infinite; floats into decimals are rounded.
+    floats out of a narrower float's range become infinite; floats into decimals are rounded;
+    timestamps into dates lose their time of day.
 
     Example:
         >>> x = pa.chunked_array([[1.5, 1e300]])
@@ -273,6 +275,10 @@ def _changed_by_cast(before: pa.ChunkedArray, after: pa.ChunkedArray) -> str | N
         '1 value(s) would be rounded (e.g. 1.25)'
     """
     src, dst = before.type, after.type
+    if pa.types.is_timestamp(src) and pa.types.is_date(dst):  # the time of day would be dropped
+        bad = pc.not_equal(after.cast(src), before)
+        why = "would lose their time of day"
+        return _count_of(before, bad, why)
     if not pa.types.is_floating(src):
         return None
     if pa.types.is_floating(dst):
@@ -286,6 +292,10 @@ def _changed_by_cast(before: pa.ChunkedArray, after: pa.ChunkedArray) -> str | N
         why = "would be rounded"
     else:
         return None
+    return _count_of(before, bad, why)
+
+
+def _count_of(before: pa.ChunkedArray, bad: pa.ChunkedArray, why: str) -> str | None:
     count = pc.sum(pc.fill_null(bad, False).cast(pa.int64())).as_py() or 0
     if not count:
         return None

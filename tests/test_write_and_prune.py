@@ -528,3 +528,48 @@ def test_values_a_write_would_change_or_fail_on_late_are_refused_before_anything
     table = mq.open_table(uri)
     assert table.count_rows() == n + 2
     assert table.lookup([n]).column("d").to_pylist() == [pa.scalar(0.1).cast(pa.decimal128(10, 2)).as_py()]
+
+
+def test_writes_take_every_form_of_the_same_kind(tmp_path: Path) -> None:
+    """The kind check refused what Arrow stores exactly: views of strings and bytes, a
+    dictionary column's plain values, an extension type's storage (uuid), a pandas column of
+    NaN alone (NULLs); a timestamp with a time of day into a date column lost it silently."""
+    import datetime as dt
+
+    import pandas as pd
+
+    pk = {"lance-schema:unenforced-primary-key": "true"}
+    schema = pa.schema(
+        [
+            pa.field("id", pa.int64(), nullable=False, metadata=pk),
+            pa.field("s", pa.string()),
+            pa.field("b", pa.binary()),
+            pa.field("c", pa.dictionary(pa.int32(), pa.string())),
+            pa.field("u", pa.uuid()),
+            pa.field("d", pa.date32()),
+        ]
+    )
+    uri = str(tmp_path / "t")
+    lance.write_dataset(schema.empty_table(), uri).initialize_mem_wal(unsharded=True)
+    given = pa.table(
+        {
+            "id": [1, 2],
+            "s": pa.array(["x", "y"], pa.string_view()),
+            "b": pa.array([b"\x00", b"\x01"], pa.binary_view()),
+            "c": ["p", "q"],
+            "u": pa.array([b"0" * 16, b"1" * 16], pa.binary(16)),
+            "d": pa.array([dt.datetime(2024, 1, 2), None], pa.timestamp("us")),
+        }
+    )
+    write_arrow(uri, given)
+    write_arrow(uri, pa.Table.from_pandas(pd.DataFrame({"id": [3], "s": [np.nan]}), preserve_index=False))
+    got = mq.open_table(uri).lookup([1, 2, 3]).to_pylist()
+    assert [(r["s"], r["b"], r["c"], r["d"]) for r in got] == [
+        ("x", b"\x00", "p", dt.date(2024, 1, 2)),
+        ("y", b"\x01", "q", None),
+        (None, None, None, None),
+    ]
+    assert got[0]["u"].bytes == b"0" * 16
+    late = pa.table({"id": [4], "d": pa.array([dt.datetime(2024, 1, 2, 3, 4)], pa.timestamp("us"))})
+    with pytest.raises(mq.InvalidArgumentError, match="'d' .* 1 value\\(s\\) would lose their time of day"):
+        write_arrow(uri, late)

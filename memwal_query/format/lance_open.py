@@ -119,9 +119,10 @@ def _latest_version(storage: Storage) -> str:
 
 def fragment_file_names(frag: lance.fragment.LanceFragment) -> list[str]:
     """The files of a Lance fragment under its dataset's root: its data files and its deletion
-    file (not one kept in another dataset, a ``base_id``), relative to the root."""
+    file (not those kept under another base path, a ``base_id``: a shallow clone's, or data
+    written to ``target_bases``), relative to the root."""
     meta = frag.metadata
-    names = [f"data/{f.path}" for f in meta.files]
+    names = [f"data/{f.path}" for f in meta.files if getattr(f, "base_id", None) is None]
     d = meta.deletion_file
     if d is not None and getattr(d, "base_id", None) is None:
         names.append(d.path(meta.id))
