@@ -506,6 +506,22 @@ def test_verify_reads_the_footer_of_every_lance_file_version(
     assert code == 0 and out.startswith("ok: "), out
 
 
+def test_verify_of_data_files_under_another_base_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Data files written to another base path (``target_bases``; a shallow clone's) were
+    looked for under the table's root: "missing", exit 2, while the table read fine."""
+    from lance import DatasetBasePath
+
+    uri = str(tmp_path / "t")
+    pk = {"lance-schema:unenforced-primary-key": "true"}
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=pk)])
+    other = DatasetBasePath(str(tmp_path / "other"), name="b2", is_dataset_root=False)
+    data = pa.table({"id": list(range(10))}, schema=schema)
+    lance.write_dataset(data, uri, initial_bases=[other], target_bases=["b2"]).initialize_mem_wal(unsharded=True)
+    code, out, _ = run(capsys, "verify", uri)
+    assert code == 0 and out.startswith("ok: "), out
+    assert mq.open_table(uri).count_rows() == 10
+
+
 def test_verify_warns_of_a_base_data_file_grown(copy: str, capsys: pytest.CaptureFixture[str]) -> None:
     """Lance reads the bytes of a data file the manifest records: bytes added after them
     change no read (a warning, not a problem)."""
