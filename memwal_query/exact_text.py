@@ -56,8 +56,8 @@ def exact_values(arr: pa.Array) -> pa.Array:
     t = arr.type
     if not needs_text(t):
         return arr
-    if arr.offset:  # children below are taken whole: a slice starts again at 0
-        arr = arr.take(pa.array(np.arange(len(arr))))
+    if _T.is_nested(t) or _T.is_dictionary(t):  # children below are read whole: a slice is copied out
+        arr = arr.take(pa.array(np.arange(len(arr), dtype=np.int64)))
     mask = arr.is_null() if arr.null_count else None
     if _T.is_dictionary(t):
         return exact_values(arr.dictionary_decode())

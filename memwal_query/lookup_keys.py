@@ -69,7 +69,14 @@ def _same_kind(src: pa.DataType, dst: pa.DataType) -> bool:
         return True
     if pa.types.is_integer(dst):
         return bool(pa.types.is_integer(src) or pa.types.is_floating(src) or pa.types.is_decimal(src))
-    texts = (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary, pa.types.is_large_binary)
+    texts = (
+        pa.types.is_string,
+        pa.types.is_large_string,
+        pa.types.is_string_view,
+        pa.types.is_binary,
+        pa.types.is_large_binary,
+        pa.types.is_binary_view,
+    )
     if pa.types.is_string(dst) or pa.types.is_large_string(dst):
         return any(t(src) for t in texts)
     if pa.types.is_binary(dst) or pa.types.is_large_binary(dst) or pa.types.is_fixed_size_binary(dst):
@@ -172,7 +179,7 @@ def normalize_keys(keys: Any, schema: pa.Schema, pk: Sequence[str]) -> pa.Table:
         if out.column(k).null_count:
             out = out.filter(pc.is_valid(out.column(k)))
     if out.num_rows > 1:  # each key once, where it first appears
-        i = scratch("_i", pk)
+        i = scratch("_i", pk, ["_min"])
         numbered = out.append_column(i, pa.array(np.arange(out.num_rows, dtype=np.int64)))
         first = numbered.group_by(list(pk), use_threads=False).aggregate([(i, "min")])
         out = first.sort_by(f"{i}_min").select(list(pk))

@@ -631,6 +631,27 @@ def test_sql_outputs_durations_times_and_names_exactly(
     assert err.startswith("memwal: error: column name(s) ['id'] repeat") and err.count("\n") == 1
 
 
+def test_exact_text_of_sliced_nested_values() -> None:
+    """A slice of a fixed-size list of durations came out with every row of the array behind
+    it (rows of other rows shown, or a ValueError from the JSON and CSV writers)."""
+    from memwal_query.display import format_text_table, python_values
+
+    t = pa.table(
+        {
+            "id": [0, 1, 2],
+            "c": pa.array([[0, 1], [2, 3], [4, 5]], pa.list_(pa.duration("s"), 2)),
+            "m": pa.array([[("k", 1)], [("k", 2)], [("k", 3)]], pa.map_(pa.string(), pa.time64("ns"))),
+            "s": pa.array([{"d": 1}, {"d": 2}, {"d": 3}], pa.struct([("d", pa.duration("ns"))])),
+        }
+    )
+    for part in (t.slice(0, 1), t.slice(1, 1), t.slice(2)):
+        first = part.column("id")[0].as_py()
+        assert python_values(part.column("c"), "c") == [[f"PT{2 * first}S", f"PT{2 * first + 1}S"]]
+        assert python_values(part.column("m"), "m") == [[("k", f"00:00:00.00000000{first + 1}")]]
+        assert python_values(part.column("s"), "s") == [{"d": f"PT0.00000000{first + 1}S"}]
+        assert format_text_table(part).count("\n") == 5
+
+
 def test_import_and_help_load_no_engine() -> None:
     """``import memwal_query`` and ``memwal --help`` took ~1 s loading Lance, DataFusion and
     pandas; they load on first use now (and Lance's known log noise is still set aside first)."""

@@ -660,7 +660,7 @@ def test_catchup_plan_of_an_index_built_before_the_memwal_after_another_index_re
     assert sorted(got, key=lambda r: r["id"]) == sorted(want, key=lambda r: r["id"])
 
 
-@pytest.mark.parametrize("name", ["_row", "_i", "_at", "_krow", "_nrow", "_idx"])
+@pytest.mark.parametrize("name", ["_row", "_i", "_i_min", "_at", "_krow", "_nrow", "_idx"])
 @pytest.mark.parametrize("composite", [False, True])
 def test_key_columns_named_like_the_readers_scratch_columns(tmp_path: Path, name: str, composite: bool) -> None:
     """Lookups number the keys beside the key columns (``_row``, ``_i``, ``_at`` ...): a key

@@ -3,8 +3,8 @@ number, say): never one of the key's own names, whatever the user called them (a
 named ``_row`` made lookups fail).
 
 Example:
-    >>> scratch("_row", ["id"]), scratch("_row", ["_row", "__row"])
-    ('_row', '___row')
+    >>> scratch("_row", ["id"]), scratch("_row", ["_row", "__row"]), scratch("_i", ["_i_min"], ["_min"])
+    ('_row', '___row', '__i')
 """
 
 from __future__ import annotations
@@ -14,9 +14,11 @@ from collections.abc import Iterable
 __all__ = ["scratch"]
 
 
-def scratch(name: str, taken: Iterable[str]) -> str:
-    """``name``, with underscores in front until no name of ``taken`` is the same."""
+def scratch(name: str, taken: Iterable[str], derived: Iterable[str] = ()) -> str:
+    """``name``, with underscores in front until no name of ``taken`` is the same, nor one
+    of the names an aggregation derives from it (``derived``: suffixes, e.g. ``"_min"``)."""
     used = set(taken)
-    while name in used:
+    suffixes = ["", *derived]
+    while any(name + s in used for s in suffixes):
         name = f"_{name}"
     return name

@@ -296,6 +296,6 @@ def wal_generation_rows(
         raise GenerationLostError(msg)
     rows = rebuild_rows(found, region_id, schema, primary_key, field_ids)
     order = pa.array(np.arange(rows.num_rows, dtype=np.int64))
-    i = scratch("_i", primary_key)
+    i = scratch("_i", primary_key, ["_max"])
     newest = rows.select(list(primary_key)).append_column(i, order).group_by(list(primary_key)).aggregate([(i, "max")])
     return rows.take(pa.array(np.sort(newest.column(f"{i}_max").to_numpy())))
