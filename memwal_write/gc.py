@@ -150,12 +150,20 @@ def _committed_at(timestamp: object) -> float:
 
 def _region_garbage(storage: Storage, region_id: str, merged: int) -> list[_Removed]:
     """What of region ``region_id`` no reader or writer reads again, its merged generation being ``merged``."""
+    manifest = latest_region_manifest(storage, region_id)
+    flushed = [g.generation for g in manifest.flushed_generations] if manifest is not None else []
+    top = max(flushed, default=manifest.current_generation - 1 if manifest is not None else 0)
+    if merged > top:  # what memwal verify reports: the index cannot be trusted to remove by
+        msg = (
+            f"{storage.uri}: region {region_id}: the MemWAL index says generation {merged} is merged, but the "
+            f"region flushed only up to generation {top}: nothing of it is removed (memwal verify)"
+        )
+        raise MemWalCorruptionError(msg)
     out = []
     for name, is_dir in storage.list_dir(f"_mem_wal/{region_id}"):
         found = _GENERATION_DIR.fullmatch(name)
         if is_dir and found and int(found.group(1)) <= merged:
             out.append(_Removed(region_id, "generation", int(found.group(1)), f"_mem_wal/{region_id}/{name}"))
-    manifest = latest_region_manifest(storage, region_id)
     if manifest is None:
         return out
     names = storage.list_dir(f"_mem_wal/{region_id}/wal")

@@ -12,7 +12,8 @@ called wherever a path is built from metadata; it rejects, as
 * backslashes, NUL and other control characters;
 * any of the above hidden behind percent-encoding (``%2e%2e``, also encoded twice);
 * on local disk, a symlink (of the region folder or below) that resolves elsewhere, or one
-  inside a generation folder that resolves outside it.
+  inside a generation folder that resolves outside it; region manifests and WAL files are not
+  read through any symlink (:func:`check_unlinked`).
 
 Region ids are directory names too: :func:`region_dir` accepts only canonical UUIDs.
 
@@ -36,7 +37,7 @@ from urllib.parse import unquote
 from memwal_query.errors import MemWalCorruptionError
 from memwal_query.format.storage import Storage
 
-__all__ = ["normalise_relative", "region_dir", "generation_rel", "removable", "shown"]
+__all__ = ["check_unlinked", "normalise_relative", "region_dir", "generation_rel", "linked", "removable", "shown"]
 
 _MAX_CHARS: Final = 1024
 _MAX_DECODE_ROUNDS: Final = 4
@@ -173,16 +174,35 @@ def _link_out_of(folder: str) -> str | None:
     return None
 
 
+def linked(storage: Storage, rel: str) -> str | None:
+    """On local disk, why ``rel`` may not be what the table holds: it, or a folder above it up
+    to the table root, is a symlink (pylance writes none); None elsewhere, or when none is."""
+    path = storage.local_path("")
+    if path is None:
+        return None
+    for part in (p for p in rel.split("/") if p):
+        path = os.path.join(path, part)
+        if os.path.islink(path):
+            return f"{path} is a symlink (to {os.path.realpath(path)})"
+    return None
+
+
+def check_unlinked(storage: Storage, region_id: str, rel: str, what: str) -> None:
+    """Raise :class:`MemWalCorruptionError` when ``rel`` (a region's manifest or WAL file)
+    lies under a symlink (:func:`linked`): a reader never reads another table's files."""
+    link = linked(storage, rel)
+    if link is not None:
+        msg = f"{storage.uri}: region {region_id}: {what} {storage.child_uri(rel)} is not read: {link}"
+        raise MemWalCorruptionError(msg)
+
+
 def removable(storage: Storage, region_id: str, rel: str) -> str | None:
     """Why deleting ``rel`` (a region's generation folder or WAL file) could delete anything
     but what lies in the region folder on local disk (it, or a folder above it up to the
-    table, is a symlink), or None."""
+    table, is a symlink; a symlink under it leaves it), or None."""
     region = region_dir(region_id, table=storage.uri)
-    local = storage.local_path(rel)
-    if local is not None and os.path.islink(local):
-        return f"{local} is a symlink"
     try:
-        return _symlink_escape(storage, region, rel)
+        return linked(storage, rel) or _symlink_escape(storage, region, rel)
     except ValueError as err:
         return str(err)
 

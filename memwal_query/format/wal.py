@@ -26,6 +26,7 @@ import pyarrow as pa
 
 from memwal_query.errors import MALFORMED, MemWalCorruptionError, one_line
 from memwal_query.format.decode import MAX_VERSION, MAX_WAL_POSITION, bitrev64_name, parse_bitrev64_name
+from memwal_query.format.paths import check_unlinked
 from memwal_query.format.storage import Storage
 
 __all__ = [
@@ -130,8 +131,13 @@ def decode_wal_entry(data: bytes, position: int) -> WalEntry:
 
 
 def read_wal_entry(storage: Storage, region_id: str, position: int) -> WalEntry | None | MemWalCorruptionError:
-    """Read one entry: the entry, ``None`` if absent, or the error naming the file if damaged."""
+    """Read one entry: the entry, ``None`` if absent, or the error naming the file if damaged.
+
+    Raises:
+        MemWalCorruptionError: The file lies under a symlink (local disk).
+    """
     rel = wal_entry_path(region_id, position)
+    check_unlinked(storage, region_id, rel, "WAL entry")
     data = storage.read_bytes(rel)
     if data is None:
         return None

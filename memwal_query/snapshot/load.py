@@ -16,12 +16,18 @@ from concurrent.futures import ThreadPoolExecutor
 import lance
 import pyarrow as pa
 
-from memwal_query.errors import InvalidArgumentError, MemWalError, NoPrimaryKeyError, TableNotFoundError
+from memwal_query.errors import (
+    InvalidArgumentError,
+    MemWalCorruptionError,
+    MemWalError,
+    NoPrimaryKeyError,
+    TableNotFoundError,
+)
 from memwal_query.format.inline_snapshots import InlineRegion, decode_inline_snapshots
 from memwal_query.format.lance_open import lance_dataset
 from memwal_query.format.layer_restart import restarted
 from memwal_query.format.memwal_index import manifest_digest, read_memwal_index, read_version
-from memwal_query.format.model import MemWalIndex
+from memwal_query.format.model import MemWalIndex, RegionManifest
 from memwal_query.format.names import lance_manifest_file_name
 from memwal_query.format.storage import Storage
 from memwal_query.format.wal import (
@@ -85,6 +91,25 @@ def _manifest_moved(storage: Storage, r: RegionSnapshot) -> bool:
     return r.manifest is not None and storage.exists(manifest_path(r.region_id, r.manifest.version + 1))
 
 
+def _check_generations(storage: Storage, region_id: str, manifest: RegionManifest, merged: int) -> None:
+    """Raise :class:`MemWalCorruptionError` where the region's manifest and the MemWAL index
+    contradict each other as ``memwal verify`` reports it: a flushed generation not below the
+    region's current one (it would outrank the newer WAL tail), or a merged generation above
+    every flushed one (the unmerged ones would be taken for merged and left out)."""
+    flushed = [g.generation for g in manifest.flushed_generations]
+    late = [g for g in flushed if g >= manifest.current_generation]
+    top = max(flushed, default=manifest.current_generation - 1)
+    if late:
+        why = f"its manifest lists flushed generation {late[0]}, not below its current generation"
+        why += f" {manifest.current_generation}"
+    elif merged > top:
+        why = f"the MemWAL index says generation {merged} is merged, but it flushed only up to generation {top}"
+    else:
+        return
+    msg = f"{storage.uri}: region {region_id}: {why} (memwal verify reports it)"
+    raise MemWalCorruptionError(msg)
+
+
 def _load_region(
     storage: Storage,
     region_id: str,
@@ -103,6 +128,8 @@ def _load_region(
         with cache.lock:
             cache.manifests[region_id] = manifest
     merged = index.merged_generation(region_id)
+    if manifest is not None:
+        _check_generations(storage, region_id, manifest, merged)
     gens: list[GenerationSource] = []
     skipped: list[SkippedGeneration] = []
     tail: WalTail | None = None

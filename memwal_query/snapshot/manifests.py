@@ -14,6 +14,7 @@ from memwal_query.errors import MALFORMED, ManifestError, one_line
 from memwal_query.format.decode import decode_region_manifest, decode_version_hint
 from memwal_query.format.model import MAX_HINT_BYTES, MAX_VERSION, RegionManifest
 from memwal_query.format.names import bitrev64_name, parse_bitrev64_name
+from memwal_query.format.paths import check_unlinked
 from memwal_query.format.storage import Storage
 
 __all__ = ["MAX_PROBES", "manifest_path", "latest_region_manifest", "list_regions"]
@@ -31,6 +32,7 @@ def manifest_path(region_id: str, version: int) -> str:
 
 def _read_region_manifest_version(storage: Storage, region_id: str, version: int) -> RegionManifest | None:
     rel = manifest_path(region_id, version)
+    check_unlinked(storage, region_id, rel, "region manifest")
     data = storage.read_bytes(rel)
     if data is None:
         return None
@@ -48,6 +50,7 @@ def _read_region_manifest_version(storage: Storage, region_id: str, version: int
 def _version_hint(storage: Storage, region_id: str) -> int:
     """The region's version hint, or 1 when it is missing or unreadable (a warning)."""
     rel = f"_mem_wal/{region_id}/manifest/version_hint.json"
+    check_unlinked(storage, region_id, rel, "version hint")
     data = storage.read_bytes(rel, limit=MAX_HINT_BYTES + 1)
     if data is None:
         return 1

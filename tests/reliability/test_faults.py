@@ -8,6 +8,7 @@ import multiprocessing as mp
 import shutil
 import uuid
 from pathlib import Path
+from typing import Any
 
 import lance
 import pyarrow as pa
@@ -245,3 +246,49 @@ def test_damaged_base_files_are_memwal_errors_naming_them(tmp_path: Path, damage
     assert main(["verify", uri, "--keys"]) == 2  # a problem line, not a traceback
     if damage == "missing":
         assert main(["verify", uri]) == 2  # the file's absence, found without reading keys
+
+
+def _merged_claim(uri: str, region: str, generation: int) -> None:
+    """Edit the newest base manifest's MemWAL index: ``region`` merged ``generation``."""
+    from memwal_query.format.decode import lance_manifest_file_name
+
+    from hostile import edit_mem_wal_details
+
+    def edit(d: Any) -> None:
+        c = d.compacted_sstables.add()
+        c.shard_id.uuid = uuid.UUID(region).bytes
+        c.generation = generation
+
+    edit_mem_wal_details(Path(uri, "_versions", lance_manifest_file_name(lance.dataset(uri).version)), edit)
+
+
+def test_an_index_or_manifest_that_contradicts_itself_is_an_error(tmp_path: Path) -> None:
+    """What memwal verify reports, readers trusted: a merged generation above every flushed
+    one left the unmerged ones out (10 rows of 16), a flushed generation renumbered above the
+    current one outranked the newer WAL tail; collect_garbage deleted the unmerged ones."""
+    from memwal_write import collect_garbage
+
+    from hostile import edit_region_manifest
+
+    uri, region = _table(tmp_path)
+    for i in range(2):
+        with lance.dataset(uri).mem_wal_writer(region) as w:  # two flushed generations
+            w.put(pa.table({"id": [10 + i], "v": [i]}, schema=SCHEMA))
+    want = mq.open_table(uri).to_arrow()
+    folders = sorted(p.name for p in Path(uri, "_mem_wal", region).iterdir())
+    _merged_claim(uri, region, 99)
+    for act in (lambda: mq.open_table(uri), lambda: collect_garbage(uri, older_than=0)):
+        with pytest.raises(
+            mq.MemWalCorruptionError, match="says generation 99 is merged, but .* only up to generation 2"
+        ):
+            act()
+    assert sorted(p.name for p in Path(uri, "_mem_wal", region).iterdir()) == folders
+    uri, region = _table(tmp_path / "b")
+    with lance.dataset(uri).mem_wal_writer(region) as w:
+        w.put(pa.table({"id": [10], "v": [0]}, schema=SCHEMA))
+    mdir = Path(uri, "_mem_wal", region, "manifest")
+    latest = sorted(mdir.glob("*.binpb"), key=lambda p: p.name[::-1])[-1]
+    edit_region_manifest(latest, lambda pb: setattr(pb.sstables[0], "generation", 7))
+    with pytest.raises(mq.MemWalCorruptionError, match="lists flushed generation 7, not below its current generation"):
+        mq.open_table(uri)
+    assert want.num_rows == 5  # the base's 3 rows and the 2 flushed ones, before the edit

@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 
 import lance
+import pyarrow as pa
 import pytest
 
 import memwal_query as mq
@@ -91,7 +92,7 @@ def test_symlinked_region_folder_pointing_outside_is_refused(copy: Hostile, caps
     outside = copy.root / "elsewhere"
     shutil.move(copy.region_dir, outside)
     os.symlink(outside, copy.region_dir)
-    with pytest.raises(mq.MemWalCorruptionError, match="region folder is a symlink"):
+    with pytest.raises(mq.MemWalCorruptionError, match="region folder is a symlink|is not read: .* is a symlink"):
         mq.open_table(str(copy.table)).to_arrow()
     assert main(["verify", str(copy.table)]) == 2
     capsys.readouterr()
@@ -266,7 +267,7 @@ def test_garbage_collection_never_deletes_through_a_symlink(copy: Hostile, tmp_p
     merge_generations(str(copy.table))  # the hostile table's generations are merged ...
     shutil.rmtree(copy.region_dir)
     os.symlink(victim.region_dir, copy.region_dir)  # ... and its region folder is the victim's
-    with pytest.raises(mq.MemWalCorruptionError, match="region folder is a symlink"):
+    with pytest.raises(mq.MemWalCorruptionError, match="is a symlink"):
         collect_garbage(str(copy.table), older_than=0)
     assert sorted(p for p in victim.region_dir.rglob("*")) == files
     assert mq.open_table(str(victim.table)).to_arrow().equals(before)
@@ -282,3 +283,59 @@ def test_garbage_collection_keeps_a_generation_a_merged_one_links_to(copy: Hosti
     with pytest.raises(mq.MemWalCorruptionError, match="is a symlink"):
         collect_garbage(str(copy.table), older_than=0)
     assert second.is_dir() and any(second.iterdir())
+
+
+def test_garbage_collection_never_deletes_through_a_region_linked_to_a_sibling(tmp_path: Path) -> None:
+    """Region B's folder linked to region A's (inside the same table): GC took A's unmerged
+    generations and WAL entries for B's merged ones and deleted them."""
+    from memwal_write import collect_garbage, merge_generations
+
+    from lsm_model import PK, ModelTable, sort_table  # noqa: I001
+
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("v", pa.int64())])
+    base = pa.Table.from_pylist([{"id": -1, "v": 0}], schema=schema)
+    t = ModelTable(str(tmp_path / "t"), schema, base, unsharded=True, max_memtable_rows=10)
+    a, b = "aaaaaaaa-0000-4000-8000-000000000000", "bbbbbbbb-0000-4000-8000-000000000000"
+    for g in range(3):
+        t.put([{"id": 100 + g * 10 + i, "v": g} for i in range(10)], region=a)
+        t.put([{"id": 200 + g * 10 + i, "v": g} for i in range(10)], region=b)
+    t.flush()
+    merge_generations(t.uri, regions=[b])
+    folders = Path(t.uri, "_mem_wal")
+    files = sorted((folders / a).rglob("*"))
+    shutil.rmtree(folders / b)
+    os.symlink(folders / a, folders / b)
+    with pytest.raises(mq.MemWalCorruptionError, match="is a symlink"):
+        collect_garbage(t.uri, older_than=0)
+    os.unlink(folders / b)
+    assert sorted((folders / a).rglob("*")) == files
+    assert sort_table(mq.open_table(t.uri).to_arrow(), ["id"]).equals(sort_table(t.expected(), ["id"]))
+
+
+def test_wal_files_and_region_folders_are_not_read_through_symlinks(copy: Hostile, tmp_path: Path) -> None:
+    """WAL entries linked to another table's: readers returned its rows, and the merger, for a
+    lost generation rebuilt from the WAL, committed them into the base."""
+    from memwal_write import merge_generations
+
+    other = build_hostile(tmp_path / "other")
+    wal = copy.region_dir / "wal"
+    for mine in copy.wal_files():
+        theirs = other.region_dir / "wal" / mine.name
+        if theirs.exists():
+            mine.unlink()
+            os.symlink(theirs, mine)
+    shutil.rmtree(_generations(copy)[0])  # lost: rebuilt from the WAL by readers and the merger
+    for act in (lambda: mq.open_table(str(copy.table)).to_arrow(), lambda: merge_generations(str(copy.table))):
+        with pytest.raises(mq.MemWalError, match="WAL entry .* is not read: .* is a symlink"):
+            act()
+    assert SECRET_ROW not in lance.dataset(str(copy.table)).to_table().to_pylist()
+    assert all(r["v"] in ("a", "b") for r in lance.dataset(str(copy.table)).to_table().to_pylist())
+    assert wal.is_dir()
+
+
+def test_a_region_folder_linked_to_another_tables_region_is_refused(copy: Hostile, tmp_path: Path) -> None:
+    other = build_hostile(tmp_path / "other")
+    region = copy.table / "_mem_wal" / other.region
+    os.symlink(other.region_dir, region)  # a region of its own, linked: WAL tail and all
+    with pytest.raises(mq.MemWalCorruptionError, match="is not read: .* is a symlink"):
+        mq.open_table(str(copy.table)).to_arrow()
