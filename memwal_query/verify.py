@@ -72,9 +72,10 @@ from memwal_query.format.inline_snapshots import decode_inline_snapshots
 from memwal_query.format.lance_open import lance_message, open_lance
 from memwal_query.format.paths import generation_rel
 from memwal_query.format.storage import Storage
-from memwal_query.format.wal import WalEntry, read_wal_entry, scan_generations, wal_entry_path
+from memwal_query.format.wal import TOMBSTONE, WalEntry, read_wal_entry, scan_generations, wal_entry_path
 from memwal_query.regionspec.spec import decode_field_value, lance_field_ids, parse_result_type
-from memwal_query.snapshot.generations import missing_data_file
+from memwal_query.snapshot.generations import missing_data_file, not_a_generation
+from memwal_query.snapshot.model import primary_key_of
 from memwal_query.verify_files import base_file_problems
 from memwal_query.verify_keys import repeated_key_problem
 from memwal_query.verify_report import Finding, VerifyReport
@@ -92,6 +93,7 @@ class _Checker:
     def __init__(self, storage: Storage, report: VerifyReport) -> None:
         self.storage = storage
         self.report = report
+        self.pk: list[str] = []  # the base's primary key (once the base is read)
 
     def problem(self, rel: str, message: str) -> None:
         self.report.problems.append(Finding(self.storage.child_uri(rel), message))
@@ -104,6 +106,7 @@ class _Checker:
         uri = self.storage.uri
         ds = open_lance(self.storage, uri)
         self.report.base_version = ds.version
+        self.pk = list(primary_key_of(ds.schema))
         rel = f"_versions/{lance_manifest_file_name(ds.version)}"
         data = self.storage.read_bytes(rel)
         if data is None:
@@ -321,9 +324,12 @@ class _Checker:
         try:  # every row, batch by batch: a data file cut short or a deletion file missing
             for _ in ds.to_batches():
                 pass
+            lacking = [c for c in [*self.pk, TOMBSTONE] if c not in ds.schema.names]
+            odd = f"it has no column(s) {lacking}" if lacking else None
+            odd = odd or not_a_generation(ds.to_table(columns=[*self.pk, TOMBSTONE]), self.pk)
         except (ValueError, OSError, RuntimeError) as err:
             return f"its rows cannot be read: {lance_message(err)}"
-        return None
+        return odd
 
     def lost_generations(self, region_id: str, merged: int, lost: list[tuple[FlushedGeneration, str]]) -> None:
         """One problem per lost generation (unmerged, unreadable), saying whether the WAL can rebuild it."""

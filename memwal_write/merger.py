@@ -64,6 +64,7 @@ from memwal_query.format.paths import generation_rel
 from memwal_query.format.storage import Storage
 from memwal_query.format.wal import TOMBSTONE
 from memwal_query.snapshot.evolution import conformed_rows, field_paths, stale_columns, tagged_schema
+from memwal_query.snapshot.generations import not_a_generation
 from memwal_query.snapshot.manifests import latest_region_manifest, list_regions
 from memwal_query.snapshot.model import primary_key_of
 from memwal_query.snapshot.recovery import wal_generation_rows
@@ -135,8 +136,13 @@ def _generation_rows(
             raise ValueError(msg)
         if stale_columns(data, field_paths(base)):  # written before the base's columns changed
             what = f"region {region_id} flushed generation {gen.generation} ({path})"
-            return conformed_rows(data, tagged_schema(base), base.schema, pk, what)
-        return data.to_table()
+            rows = conformed_rows(data, tagged_schema(base), base.schema, pk, what)
+        else:
+            rows = data.to_table()
+        odd = not_a_generation(rows, pk)
+        if odd is not None:  # a NULL tombstone would neither delete nor put: the key kept
+            raise ValueError(odd)
+        return rows
     except (ValueError, OSError) as err:
         return _rows_from_wal(storage, region_id, gen, pk, path, err, base)
 

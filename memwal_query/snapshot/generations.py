@@ -19,6 +19,7 @@ from memwal_query.snapshot.evolution import conformed_copy, conformed_uri, field
 from memwal_query.snapshot.model import GenerationSource, SkippedGeneration
 
 __all__ = [
+    "not_a_generation",
     "BaseColumns",
     "open_generation",
     "generation_intact",
@@ -136,9 +137,23 @@ def generation_keys(ds: lance.LanceDataset, pk: Sequence[str], cache: SnapshotCa
     if hit is not None:
         return hit
     t = ds.to_table(columns=[*pk, TOMBSTONE], with_row_address=True)
+    odd = not_a_generation(t, pk)
+    if odd is not None:
+        raise ValueError(odd)
     with cache.lock:
         cache.generation_keys[uri] = t
     return t
+
+
+def not_a_generation(rows: pa.Table, pk: Sequence[str]) -> str | None:
+    """Why ``rows`` (a flushed generation's, with its key and ``_tombstone`` columns) are not
+    rows pylance writes (a NULL key; a ``_tombstone`` NULL, or not boolean), or None. Such a
+    generation is lost: rebuilt from the WAL, or an error."""
+    flags = rows.schema.field(TOMBSTONE).type if TOMBSTONE in rows.column_names else None
+    if flags is None or not pa.types.is_boolean(flags):
+        return f"its {TOMBSTONE} column is {flags or 'missing'}, not boolean"
+    nulls = [c for c in [*pk, TOMBSTONE] if rows.column(c).null_count]
+    return f"its column(s) {nulls} hold NULLs (pylance writes none there)" if nulls else None
 
 
 def prefetch_generation_keys(
