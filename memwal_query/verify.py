@@ -75,6 +75,7 @@ from memwal_query.format.storage import Storage
 from memwal_query.format.wal import TOMBSTONE, WalEntry, read_wal_entry, scan_generations, wal_entry_path
 from memwal_query.regionspec.spec import decode_field_value, lance_field_ids, parse_result_type
 from memwal_query.snapshot.generations import missing_data_file, not_a_generation
+from memwal_query.snapshot.manifests import folder_generation, misnamed
 from memwal_query.snapshot.model import primary_key_of
 from memwal_query.verify_files import base_file_problems
 from memwal_query.verify_keys import repeated_key_problem
@@ -287,6 +288,8 @@ class _Checker:
                     mrel,
                     f"flushed generation {g.generation} is not below the current generation {m.current_generation}",
                 )
+            if folder_generation(g.path) not in (None, g.generation):
+                self.problem(mrel, misnamed(g))
             try:
                 rel = generation_rel(self.storage, region_id, g.path, what=f"flushed generation {g.generation}")
             except MemWalCorruptionError as err:

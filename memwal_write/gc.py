@@ -59,7 +59,7 @@ from memwal_query.format.names import parse_bitrev64_name
 from memwal_query.format.paths import removable
 from memwal_query.format.storage import Storage
 from memwal_query.format.wal import WalEntry, read_wal_entry, wal_entry_path
-from memwal_query.snapshot.manifests import latest_region_manifest, list_regions
+from memwal_query.snapshot.manifests import contradiction, latest_region_manifest, list_regions
 
 __all__ = ["collect_garbage"]
 
@@ -151,13 +151,9 @@ def _committed_at(timestamp: object) -> float:
 def _region_garbage(storage: Storage, region_id: str, merged: int) -> list[_Removed]:
     """What of region ``region_id`` no reader or writer reads again, its merged generation being ``merged``."""
     manifest = latest_region_manifest(storage, region_id)
-    flushed = [g.generation for g in manifest.flushed_generations] if manifest is not None else []
-    top = max(flushed, default=manifest.current_generation - 1 if manifest is not None else 0)
-    if merged > top:  # what memwal verify reports: the index cannot be trusted to remove by
-        msg = (
-            f"{storage.uri}: region {region_id}: the MemWAL index says generation {merged} is merged, but the "
-            f"region flushed only up to generation {top}: nothing of it is removed (memwal verify)"
-        )
+    why = contradiction(manifest, merged) if manifest is not None else None
+    if why is not None:  # what memwal verify reports: nothing is removed by what cannot be trusted
+        msg = f"{storage.uri}: region {region_id}: {why}: nothing of it is removed (memwal verify)"
         raise MemWalCorruptionError(msg)
     out = []
     for name, is_dir in storage.list_dir(f"_mem_wal/{region_id}"):

@@ -27,7 +27,7 @@ from memwal_query.format.inline_snapshots import InlineRegion, decode_inline_sna
 from memwal_query.format.lance_open import lance_dataset
 from memwal_query.format.layer_restart import restarted
 from memwal_query.format.memwal_index import manifest_digest, read_memwal_index, read_version
-from memwal_query.format.model import MemWalIndex, RegionManifest
+from memwal_query.format.model import MemWalIndex
 from memwal_query.format.names import lance_manifest_file_name
 from memwal_query.format.storage import Storage
 from memwal_query.format.wal import (
@@ -42,7 +42,7 @@ from memwal_query.format.wal import (
 from memwal_query.snapshot.cache import SnapshotCache
 from memwal_query.snapshot.evolution import merged_schema
 from memwal_query.snapshot.generations import BaseColumns, open_generation, prefetch_generation_keys
-from memwal_query.snapshot.manifests import latest_region_manifest, list_regions, manifest_path
+from memwal_query.snapshot.manifests import contradiction, latest_region_manifest, list_regions, manifest_path
 from memwal_query.snapshot.memtables import memtable_from_live, memtable_from_wal
 from memwal_query.snapshot.model import (
     IN_PROCESS,
@@ -91,25 +91,6 @@ def _manifest_moved(storage: Storage, r: RegionSnapshot) -> bool:
     return r.manifest is not None and storage.exists(manifest_path(r.region_id, r.manifest.version + 1))
 
 
-def _check_generations(storage: Storage, region_id: str, manifest: RegionManifest, merged: int) -> None:
-    """Raise :class:`MemWalCorruptionError` where the region's manifest and the MemWAL index
-    contradict each other as ``memwal verify`` reports it: a flushed generation not below the
-    region's current one (it would outrank the newer WAL tail), or a merged generation above
-    every flushed one (the unmerged ones would be taken for merged and left out)."""
-    flushed = [g.generation for g in manifest.flushed_generations]
-    late = [g for g in flushed if g >= manifest.current_generation]
-    top = max(flushed, default=manifest.current_generation - 1)
-    if late:
-        why = f"its manifest lists flushed generation {late[0]}, not below its current generation"
-        why += f" {manifest.current_generation}"
-    elif merged > top:
-        why = f"the MemWAL index says generation {merged} is merged, but it flushed only up to generation {top}"
-    else:
-        return
-    msg = f"{storage.uri}: region {region_id}: {why} (memwal verify reports it)"
-    raise MemWalCorruptionError(msg)
-
-
 def _load_region(
     storage: Storage,
     region_id: str,
@@ -128,8 +109,10 @@ def _load_region(
         with cache.lock:
             cache.manifests[region_id] = manifest
     merged = index.merged_generation(region_id)
-    if manifest is not None:
-        _check_generations(storage, region_id, manifest, merged)
+    why = contradiction(manifest, merged) if manifest is not None else None
+    if why is not None:
+        msg = f"{storage.uri}: region {region_id}: {why} (memwal verify reports it)"
+        raise MemWalCorruptionError(msg)
     gens: list[GenerationSource] = []
     skipped: list[SkippedGeneration] = []
     tail: WalTail | None = None

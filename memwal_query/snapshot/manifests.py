@@ -8,16 +8,25 @@ Shared by the reader (:mod:`memwal_query.snapshot.load`) and the writer side
 from __future__ import annotations
 
 import logging
+import re
 import uuid as uuidlib
 
 from memwal_query.errors import MALFORMED, ManifestError, one_line
 from memwal_query.format.decode import decode_region_manifest, decode_version_hint
-from memwal_query.format.model import MAX_HINT_BYTES, MAX_VERSION, RegionManifest
+from memwal_query.format.model import MAX_HINT_BYTES, MAX_VERSION, FlushedGeneration, RegionManifest
 from memwal_query.format.names import bitrev64_name, parse_bitrev64_name
 from memwal_query.format.paths import check_unlinked
 from memwal_query.format.storage import Storage
 
-__all__ = ["MAX_PROBES", "manifest_path", "latest_region_manifest", "list_regions"]
+__all__ = [
+    "MAX_PROBES",
+    "contradiction",
+    "folder_generation",
+    "manifest_path",
+    "misnamed",
+    "latest_region_manifest",
+    "list_regions",
+]
 
 log = logging.getLogger("memwal_query")
 
@@ -107,6 +116,48 @@ def latest_region_manifest(
         current = _highest_listed(storage, region_id) or current
     msg = f"region {region_id}: region manifests of {storage.uri} keep appearing faster than they can be probed"
     raise ManifestError(msg)
+
+
+_GENERATION_FOLDER = re.compile(r"[0-9a-f]{8}_gen_(\d+)")
+
+
+def folder_generation(path: str) -> int | None:
+    """The generation a folder is named for (``{8 hex}_gen_{g}``), or None (another name).
+
+    Example:
+        >>> folder_generation("0a1b2c3d_gen_12/"), folder_generation("elsewhere")
+        (12, None)
+    """
+    named = _GENERATION_FOLDER.fullmatch(path.strip("/").rsplit("/", 1)[-1])
+    return int(named.group(1)) if named else None
+
+
+def misnamed(g: FlushedGeneration) -> str:
+    """The contradiction of flushed generation ``g`` kept in a folder named for another."""
+    return f"its manifest lists flushed generation {g.generation} in folder {g.path!r}, named for another"
+
+
+def contradiction(manifest: RegionManifest, merged: int) -> str | None:
+    """How a region's manifest contradicts itself or the MemWAL index (``merged``: the
+    region's merged generation there), as ``memwal verify`` reports it, or None: a flushed
+    generation not below the current one (it would outrank the newer WAL tail), one kept in
+    a folder named for another generation (pylance names them ``{8 hex}_gen_{g}``: their
+    ranking would be swapped, and a collector removes merged ones by that name), or a merged
+    generation above every flushed one (the unmerged ones would be taken for merged)."""
+    flushed = [g.generation for g in manifest.flushed_generations]
+    late = [g for g in flushed if g >= manifest.current_generation]
+    if late:
+        return (
+            f"its manifest lists flushed generation {late[0]}, not below its current generation "
+            f"{manifest.current_generation}"
+        )
+    for g in manifest.flushed_generations:
+        if folder_generation(g.path) not in (None, g.generation):
+            return misnamed(g)
+    top = max(flushed, default=manifest.current_generation - 1)
+    if merged > top:
+        return f"the MemWAL index says generation {merged} is merged, but it flushed only up to generation {top}"
+    return None
 
 
 def list_regions(storage: Storage) -> list[str]:

@@ -291,4 +291,22 @@ def test_an_index_or_manifest_that_contradicts_itself_is_an_error(tmp_path: Path
     edit_region_manifest(latest, lambda pb: setattr(pb.sstables[0], "generation", 7))
     with pytest.raises(mq.MemWalCorruptionError, match="lists flushed generation 7, not below its current generation"):
         mq.open_table(uri)
+    # generations 1 and 2 listed in each other's folders: their ranking was swapped without a word
+    uri, region = _table(tmp_path / "c")
+    for i in range(2):
+        with lance.dataset(uri).mem_wal_writer(region) as w:
+            w.put(pa.table({"id": [10], "v": [i]}, schema=SCHEMA))
+    mdir = Path(uri, "_mem_wal", region, "manifest")
+    latest = sorted(mdir.glob("*.binpb"), key=lambda p: p.name[::-1])[-1]
+
+    def swap(pb: Any) -> None:
+        first, second = pb.sstables[0].path, pb.sstables[1].path
+        pb.sstables[0].path, pb.sstables[1].path = second, first
+
+    edit_region_manifest(latest, swap)
+    with pytest.raises(mq.MemWalCorruptionError, match="lists flushed generation 1 in folder .*, named for another"):
+        mq.open_table(uri)
+    from memwal_query.verify import verify_table
+
+    assert any("named for another" in p.message for p in verify_table(uri).problems)
     assert want.num_rows == 5  # the base's 3 rows and the 2 flushed ones, before the edit
