@@ -82,6 +82,10 @@ class WalTail:
     skipped_positions: tuple[int, ...]
     torn_position: int | None
     fenced_positions: tuple[int, ...] = ()
+    #: A position missing while a later one exists, where the replay stopped: entries a
+    #: collector removed after a newer manifest covered them (read the region again with it),
+    #: else a damaged WAL (:func:`gap_error`)
+    gap_position: int | None = None
 
     @property
     def num_rows(self) -> int:
@@ -152,21 +156,28 @@ def read_wal_entry(storage: Storage, region_id: str, position: int) -> WalEntry 
 
 def _end_or_gap(storage: Storage, region_id: str, pos: int) -> WalEntry | Exception | None:
     """After position ``pos`` was found missing: None at the WAL's end; the entry at ``pos``
-    when it was written meanwhile (one writer writes positions in order); an error when a
-    later position exists while ``pos`` still does not (a gap: replaying up to it would leave
-    out the entries after it without a word)."""
+    when it was written meanwhile (one writer writes positions in order); else, when a later
+    position exists, a :class:`_Gap`."""
     if read_wal_entry(storage, region_id, pos + 1) is None:
         return None
     again = read_wal_entry(storage, region_id, pos)
-    if again is not None:
-        return again
+    return again if again is not None else _Gap()
+
+
+class _Gap(Exception):
+    """A missing WAL position followed by an existing one."""
+
+
+def gap_error(storage: Storage, region_id: str, pos: int) -> MemWalCorruptionError:
+    """The error of a gap at ``pos`` that a newer region manifest does not explain: replaying
+    up to it would leave out the entries after it without a word."""
     path = storage.child_uri(wal_entry_path(region_id, pos))
     msg = (
         f"region {region_id}: WAL entry {path} (position {pos}) is missing, but position {pos + 1} after it "
         "exists: the WAL tail has a gap (its later entries would be left out); consistency='eventual' reads "
         "the flushed generations only"
     )
-    raise MemWalCorruptionError(msg)
+    return MemWalCorruptionError(msg)
 
 
 def replay_wal_tail(
@@ -190,12 +201,13 @@ def replay_wal_tail(
         The entries to replay, oldest first.
 
     Raises:
-        MemWalCorruptionError: A damaged entry is followed by a valid one, or a missing one
-            by any.
+        MemWalCorruptionError: A damaged entry is followed by a valid one. A missing one
+            followed by any ends the replay at :attr:`WalTail.gap_position`.
     """
     entries: list[WalEntry] = []
     skipped: list[int] = []
     torn: int | None = None
+    gap: int | None = None
     fenced: list[int] = []
     max_epoch = 0
     pos = replay_after + 1
@@ -205,6 +217,9 @@ def replay_wal_tail(
         if result is None:
             result = _end_or_gap(storage, region_id, pos)
             if result is None:
+                break
+            if isinstance(result, _Gap):
+                gap = pos
                 break
         if isinstance(result, Exception):
             following = read_wal_entry(storage, region_id, pos + 1)
@@ -239,7 +254,7 @@ def replay_wal_tail(
             entries.append(result)
         max_epoch = max(max_epoch, result.writer_epoch)
         pos += 1
-    return WalTail(tuple(entries), replay_after + 1, pos - 1, tuple(skipped), torn, tuple(fenced))
+    return WalTail(tuple(entries), replay_after + 1, pos - 1, tuple(skipped), torn, tuple(fenced), gap)
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from memwal_query.format.wal import (
     SEQ_COLUMN,
     TOMBSTONE,
     WalTail,
+    gap_error,
     replay_wal_tail,
     wal_entry_path,
 )
@@ -80,6 +81,9 @@ def _settled_region(read: Callable[[], RegionSnapshot], storage: Storage, consis
     for _ in range(_REGION_READS - 1):
         r = read()
         if consistency != "strong" or r.manifest is None or not _manifest_moved(storage, r):
+            gap = r.wal_tail.gap_position if r.wal_tail is not None else None
+            if gap is not None:  # no newer manifest explains it: not a collector's removal
+                raise gap_error(storage, r.region_id, gap)
             return r
     r = read()
     log.info("%s: region %s kept moving while it was read; reading it as of its last read", storage.uri, r.region_id)
