@@ -64,6 +64,10 @@ __all__ = ["MAX_CUT_ROUNDS", "load_snapshot"]
 
 log = logging.getLogger("memwal_query")
 
+#: Reads of a snapshot whose generations vanished (merged and collected meanwhile), while the
+#: base version keeps moving: a generation still missing from a read of an unmoved base is lost.
+_OPEN_ATTEMPTS = 10
+
 #: Passes that re-read the regions a writer moved while a strong snapshot was being read,
 #: before the snapshot settles for regions read at different moments.
 MAX_CUT_ROUNDS = 5
@@ -221,11 +225,13 @@ def load_snapshot(
     if storage.read_bytes("_versions/latest_version_hint.json") is None and not storage.exists("_versions"):
         msg = f"no Lance table at {storage.uri} (no _versions directory)"
         raise TableNotFoundError(msg)
-    attempts = 3 if version is None else 1
+    attempts = _OPEN_ATTEMPTS if version is None else 1
+    before: int | None = None
     for attempt in range(attempts):
         snap = _load_once(storage, version, consistency, live, cache, max_workers)
         gone = [s for r in snap.regions for s in r.skipped if s.missing]
-        if not gone or attempt == attempts - 1:
+        # again while merges move the base on (a busy merger and collector can outrun a few reads)
+        if not gone or attempt == attempts - 1 or snap.base_version == before:
             # Still unreadable and not merged by the newest base version: lost.
             pinned = version is not None
             since = _merged_since(storage, snap) if gone and pinned else None
@@ -235,6 +241,7 @@ def load_snapshot(
         # A generation disappears when a merger merged it and GC removed it after this
         # snapshot's base version was read: the newest base version holds its rows.
         log.info("generation(s) %s vanished while opening %s; retrying with the newest base version", gone, storage.uri)
+        before = snap.base_version
     raise AssertionError("unreachable")
 
 

@@ -483,3 +483,34 @@ def test_a_generation_with_rows_pylance_never_writes_is_lost(tmp_path: Path, odd
     )
     assert "merged" in merge_generations(t.uri).column("status").to_pylist()
     assert sort_table(mq.open_table(t.uri).to_arrow(), ["id"]).equals(want)
+
+
+def test_an_open_reads_again_while_merges_move_the_base_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A busy merger and collector (a soak: every 0.3 s) removed generations between each of the
+    3 reads an open made: GenerationLostError on a healthy table. An open reads again while the
+    base version keeps moving; a generation missing from two reads of one base version is lost."""
+    from types import SimpleNamespace
+
+    import memwal_query.snapshot.load as load
+
+    events = build_events(str(tmp_path / "events"))
+    missing = SimpleNamespace(missing=True)
+
+    def reads(versions: list[int], clean_at: int | None) -> tuple[list[int], list[bool]]:
+        seen: list[int] = []
+
+        def once(*args: Any, **kwargs: Any) -> Any:
+            i = len(seen)
+            seen.append(versions[i])
+            skipped = [] if clean_at is not None and i >= clean_at else [missing]
+            return SimpleNamespace(base_version=versions[i], regions=[SimpleNamespace(skipped=skipped)])
+
+        resolved: list[bool] = []
+        monkeypatch.setattr(load, "_load_once", once)
+        monkeypatch.setattr(load, "resolve_missing_generations", lambda snap, *a, **k: resolved.append(True) or snap)
+        load.load_snapshot(events.uri)
+        return seen, resolved
+
+    assert reads([5, 6, 7, 8, 9, 10], clean_at=5)[0] == [5, 6, 7, 8, 9, 10]  # base moving: read on
+    assert reads([5, 6, 6, 7], clean_at=None)[0] == [5, 6, 6]  # the base did not move: lost
+    events.flush()
