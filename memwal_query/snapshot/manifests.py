@@ -95,7 +95,8 @@ def latest_region_manifest(
     """The newest region manifest: version hint (or a known version), then probing.
 
     Probing is bounded: more than :data:`MAX_PROBES` versions past the start (a stale
-    hint), the manifest folder is listed once and probing resumes at its highest version.
+    hint), the manifest folder is listed once and probing resumes at its highest version;
+    when even that falls behind a writer, the highest listed one is read.
 
     Without a hint, or with one at a missing version, and no version 1, the manifest folder
     is listed. Returns ``None`` when the region has no manifest at all.
@@ -114,8 +115,10 @@ def latest_region_manifest(
         if newest is not None:
             return newest
         current = _highest_listed(storage, region_id) or current
-    msg = f"region {region_id}: region manifests of {storage.uri} keep appearing faster than they can be probed"
-    raise ManifestError(msg)
+    # a writer committing manifests faster than they are probed: the highest one listed was
+    # the newest while this read ran (what came after it came after the read began)
+    log.info("region %s: region manifests keep appearing; reading v%d, the newest listed", region_id, current.version)
+    return current
 
 
 _GENERATION_FOLDER = re.compile(r"[0-9a-f]{8}_gen_(\d+)")

@@ -310,3 +310,20 @@ def test_an_index_or_manifest_that_contradicts_itself_is_an_error(tmp_path: Path
 
     assert any("named for another" in p.message for p in verify_table(uri).problems)
     assert want.num_rows == 5  # the base's 3 rows and the 2 flushed ones, before the edit
+
+
+def test_a_writer_outrunning_the_manifest_probes_is_read_as_of_its_newest_listed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer committing region manifests faster than a reader probes them (a soak: 8,000
+    versions, tiny MemTables) made every open fail ("keep appearing faster than they can be
+    probed"); the highest one listed was the newest while the read ran: it is read."""
+    import memwal_query.snapshot.manifests as manifests
+
+    uri, region = _table(tmp_path)
+    for i in range(3):
+        with lance.dataset(uri).mem_wal_writer(region) as w:
+            w.put(pa.table({"id": [10 + i], "v": [i]}, schema=SCHEMA))
+    want = mq.open_table(uri).to_arrow().sort_by("id")
+    monkeypatch.setattr(manifests, "_probe_newer", lambda *args: None)  # always more than the probes reach
+    assert mq.open_table(uri).to_arrow().sort_by("id").equals(want)
