@@ -42,7 +42,7 @@ Example:
 from __future__ import annotations
 
 import uuid as uuidlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import lance
 import pyarrow as pa
@@ -88,6 +88,29 @@ Progress = Callable[[int, int, str], None]
 
 _TRANSFORMS = {"unsharded", "bucket", "multi_bucket", "identity", "truncate", "year", "month", "day", "hour"}
 _INT_PARAMS = {"bucket": "num_buckets", "multi_bucket": "num_buckets", "truncate": "width"}
+
+
+def generation_unreadable(storage: Storage, rel: str, pk: Sequence[str]) -> str | None:
+    """Why a generation directory cannot be read (None when it opens, has all its data files,
+    and holds rows pylance writes: keys ``pk`` and boolean tombstones, none NULL)."""
+    if not storage.exists(f"{rel}/_versions"):
+        return "directory missing"
+    try:
+        ds = lance.dataset(storage.child_uri(rel), storage_options=dict(storage.storage_options) or None)
+        ds.count_rows()
+    except (ValueError, OSError, RuntimeError) as err:
+        return f"does not open as a Lance dataset: {lance_message(err)}"
+    missing = missing_data_file(storage, rel, ds)
+    if missing is not None:
+        return f"data file {missing} missing"
+    try:  # every row, batch by batch: a data file cut short or a deletion file missing
+        for _ in ds.to_batches():
+            pass
+        lacking = [c for c in [*pk, TOMBSTONE] if c not in ds.schema.names]
+        odd = f"it has no column(s) {lacking}" if lacking else None
+        return odd or not_a_generation(ds.to_table(columns=[*pk, TOMBSTONE]), pk)
+    except (ValueError, OSError, RuntimeError) as err:
+        return f"its rows cannot be read: {lance_message(err)}"
 
 
 class _Checker:
@@ -298,7 +321,7 @@ class _Checker:
             if g.generation <= merged:
                 continue  # merged into the base: may be garbage-collected
             self.report.checked["generations"] += 1
-            why = self.generation_unreadable(rel)
+            why = generation_unreadable(self.storage, rel, self.pk)
             if why is not None:
                 lost.append((g, why))
                 continue
@@ -311,28 +334,6 @@ class _Checker:
                 f"MemWAL index says region {region_id} merged generation {merged}, but the "
                 f"region flushed only up to generation {top}",
             )
-
-    def generation_unreadable(self, rel: str) -> str | None:
-        """Why a generation directory cannot be read (None when it opens and has all its data files)."""
-        if not self.storage.exists(f"{rel}/_versions"):
-            return "directory missing"
-        try:
-            ds = lance.dataset(self.storage.child_uri(rel), storage_options=dict(self.storage.storage_options) or None)
-            ds.count_rows()
-        except (ValueError, OSError, RuntimeError) as err:
-            return f"does not open as a Lance dataset: {lance_message(err)}"
-        missing = missing_data_file(self.storage, rel, ds)
-        if missing is not None:
-            return f"data file {missing} missing"
-        try:  # every row, batch by batch: a data file cut short or a deletion file missing
-            for _ in ds.to_batches():
-                pass
-            lacking = [c for c in [*self.pk, TOMBSTONE] if c not in ds.schema.names]
-            odd = f"it has no column(s) {lacking}" if lacking else None
-            odd = odd or not_a_generation(ds.to_table(columns=[*self.pk, TOMBSTONE]), self.pk)
-        except (ValueError, OSError, RuntimeError) as err:
-            return f"its rows cannot be read: {lance_message(err)}"
-        return odd
 
     def lost_generations(self, region_id: str, merged: int, lost: list[tuple[FlushedGeneration, str]]) -> None:
         """One problem per lost generation (unmerged, unreadable), saying whether the WAL can rebuild it."""

@@ -6,6 +6,7 @@ with writers open across the collection and a lost unmerged generation rebuilt a
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -145,6 +146,34 @@ def test_a_base_restored_to_before_a_merge_keeps_its_generations(tmp_path: Path)
     assert verify_table(t.uri).ok
 
 
+def _racing_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, entries: int, collect: Callable[[ModelTable], None]
+) -> tuple[ModelTable, list[int]]:
+    """A table whose WAL tail holds ``entries`` puts, and a hook that, when an open first
+    replays a tail, flushes, merges and runs ``collect`` (the open read the older manifest)."""
+    import memwal_query.snapshot.load as load
+    from memwal_write import merge_generations
+
+    t = ModelTable(
+        str(tmp_path / "t"), SCHEMA, pa.Table.from_pylist(_rows(np.arange(3), 0), schema=SCHEMA), unsharded=True
+    )
+    for k in range(10, 10 + entries):  # acknowledged, in the WAL tail: one entry each
+        t.put(_rows(np.array([k]), 1))
+    real = load.replay_wal_tail
+    calls: list[int] = []
+
+    def racing(*args, **kwargs):  # type: ignore[no-untyped-def]
+        if not calls:
+            t.flush()
+            merge_generations(t.uri)
+            collect(t)
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(load, "replay_wal_tail", racing)
+    return t, calls
+
+
 @pytest.mark.parametrize("cut", [True, False])
 def test_a_strong_open_racing_a_flush_merge_and_collection_misses_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cut: bool
@@ -154,25 +183,11 @@ def test_a_strong_open_racing_a_flush_merge_and_collection_misses_nothing(
     the snapshot missed acknowledged rows, without an error. A newer manifest after the tail
     is read now makes the open read the region again."""
     import memwal_query.snapshot.load as load
-    from memwal_write import merge_generations
 
-    t = ModelTable(
-        str(tmp_path / "t"), SCHEMA, pa.Table.from_pylist(_rows(np.arange(3), 0), schema=SCHEMA), unsharded=True
-    )
-    for k in range(10, 14):  # acknowledged, in the WAL tail: one entry each (the newest is kept)
-        t.put(_rows(np.array([k]), 1))
-    real = load.replay_wal_tail
-    calls = []
+    def collect(t: ModelTable) -> None:  # the newest entry is kept
+        assert collect_garbage(t.uri, older_than=0).num_rows > 0
 
-    def racing(*args, **kwargs):  # type: ignore[no-untyped-def]
-        if not calls:
-            t.flush()
-            merge_generations(t.uri)
-            assert collect_garbage(t.uri, older_than=0).num_rows > 0
-        calls.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(load, "replay_wal_tail", racing)
+    t, _ = _racing_open(tmp_path, monkeypatch, 4, collect)
     if cut:  # the cross-region re-reads must catch it without the region's own re-read
         monkeypatch.setattr(load, "_settled_region", lambda read, storage, consistency: read())
     else:  # the region's own read must hold without the cross-region re-reads
@@ -186,28 +201,12 @@ def test_a_strong_open_racing_a_collection_half_done_is_no_gap(tmp_path: Path, m
     leaves holes in the tail an open with an older manifest replays. Such a hole was taken for a
     damaged WAL (a false MemWalCorruptionError in a soak); a newer manifest explains it: the
     region is read again with it."""
-    import memwal_query.snapshot.load as load
     from memwal_query.format.wal import wal_entry_path
-    from memwal_write import merge_generations
 
-    t = ModelTable(
-        str(tmp_path / "t"), SCHEMA, pa.Table.from_pylist(_rows(np.arange(3), 0), schema=SCHEMA), unsharded=True
-    )
-    for k in range(10, 16):  # one WAL entry each
-        t.put(_rows(np.array([k]), 1))
-    region = t.regions()[0]
-    real = load.replay_wal_tail
-    calls = []
+    def half_done(t: ModelTable) -> None:
+        Path(t.uri, wal_entry_path(t.regions()[0], 2)).unlink()
 
-    def racing(*args, **kwargs):  # type: ignore[no-untyped-def]
-        if not calls:
-            t.flush()
-            merge_generations(t.uri)
-            Path(t.uri, wal_entry_path(region, 2)).unlink()  # the collector, half done
-        calls.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(load, "replay_wal_tail", racing)
+    t, calls = _racing_open(tmp_path, monkeypatch, 6, half_done)
     got = mq.open_table(t.uri).to_arrow().cast(SCHEMA)
     assert sort_table(got, ["id"]).equals(sort_table(t.expected(), ["id"]))
     assert len(calls) >= 2  # read again
