@@ -306,7 +306,8 @@ def _in_key_order(rows: pa.Table, want: pa.Table, pk: list[str]) -> pa.Table:
     if len(pk) == 1:
         at = pc.index_in(rows.column(pk[0]), value_set=want.column(pk[0]).combine_chunks())
         return rows.take(pa.array(np.argsort(at.to_numpy(zero_copy_only=False), kind="stable")))
-    at, row = scratch("_at", [*pk, _row_column(pk)]), _row_column(pk)
+    row = _row_column(pk)
+    at = scratch("_at", [*pk, row])
     numbered = rows.select(pk).append_column(at, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
     pairs = numbered.join(want.select([*pk, row]), keys=pk, join_type="inner", use_threads=False)
     order = pc.take(pairs.column(at), pc.sort_indices(pairs.column(row)))

@@ -74,7 +74,7 @@ from memwal_query.format.paths import generation_rel
 from memwal_query.format.storage import Storage
 from memwal_query.format.wal import TOMBSTONE, WalEntry, read_wal_entry, scan_generations, wal_entry_path
 from memwal_query.regionspec.spec import decode_field_value, lance_field_ids, parse_result_type
-from memwal_query.snapshot.generations import missing_data_file, not_a_generation
+from memwal_query.snapshot.generations import lacking_columns, missing_data_file, not_a_generation
 from memwal_query.snapshot.manifests import folder_generation, misnamed
 from memwal_query.snapshot.model import primary_key_of
 from memwal_query.verify_files import base_file_problems
@@ -106,9 +106,8 @@ def generation_unreadable(storage: Storage, rel: str, pk: Sequence[str]) -> str 
     try:  # every row, batch by batch: a data file cut short or a deletion file missing
         for _ in ds.to_batches():
             pass
-        lacking = [c for c in [*pk, TOMBSTONE] if c not in ds.schema.names]
-        odd = f"it has no column(s) {lacking}" if lacking else None
-        return odd or not_a_generation(ds.to_table(columns=[*pk, TOMBSTONE]), pk)
+        lacking = lacking_columns(ds.schema.names, pk)
+        return lacking or not_a_generation(ds.to_table(columns=[*pk, TOMBSTONE]), pk)
     except (ValueError, OSError, RuntimeError) as err:
         return f"its rows cannot be read: {lance_message(err)}"
 

@@ -64,7 +64,7 @@ from memwal_query.format.paths import generation_rel
 from memwal_query.format.storage import Storage
 from memwal_query.format.wal import TOMBSTONE
 from memwal_query.snapshot.evolution import conformed_rows, field_paths, stale_columns, tagged_schema
-from memwal_query.snapshot.generations import not_a_generation
+from memwal_query.snapshot.generations import lacking_columns, not_a_generation
 from memwal_query.snapshot.manifests import latest_region_manifest, list_regions
 from memwal_query.snapshot.model import primary_key_of
 from memwal_query.snapshot.recovery import wal_generation_rows
@@ -130,10 +130,9 @@ def _generation_rows(
     try:
         # deletion vectors hide rows superseded inside the generation: one row per key
         data = lance.dataset(path, storage_options=dict(storage.storage_options) or None)
-        lacking = [c for c in (*pk, TOMBSTONE) if c not in data.schema.names]
-        if lacking:  # not a generation pylance wrote (the reader rebuilds it from the WAL too)
-            msg = f"it has no column(s) {lacking}"
-            raise ValueError(msg)
+        lacking = lacking_columns(data.schema.names, pk)
+        if lacking is not None:  # not a generation pylance wrote (the reader rebuilds it from the WAL too)
+            raise ValueError(lacking)
         if stale_columns(data, field_paths(base)):  # written before the base's columns changed
             what = f"region {region_id} flushed generation {gen.generation} ({path})"
             rows = conformed_rows(data, tagged_schema(base), base.schema, pk, what)

@@ -19,6 +19,7 @@ from memwal_query.snapshot.evolution import conformed_copy, conformed_uri, field
 from memwal_query.snapshot.model import GenerationSource, SkippedGeneration
 
 __all__ = [
+    "lacking_columns",
     "not_a_generation",
     "BaseColumns",
     "open_generation",
@@ -145,13 +146,23 @@ def generation_keys(ds: lance.LanceDataset, pk: Sequence[str], cache: SnapshotCa
     return t
 
 
+def lacking_columns(names: Sequence[str], pk: Sequence[str]) -> str | None:
+    """Why a flushed generation with columns ``names`` is not one pylance wrote (it lacks a key
+    column or ``_tombstone``), or None: checked before its rows are read."""
+    lacking = [c for c in [*pk, TOMBSTONE] if c not in names]
+    return f"it has no column(s) {lacking}" if lacking else None
+
+
 def not_a_generation(rows: pa.Table, pk: Sequence[str]) -> str | None:
     """Why ``rows`` (a flushed generation's, with its key and ``_tombstone`` columns) are not
-    rows pylance writes (a NULL key; a ``_tombstone`` NULL, or not boolean), or None. Such a
-    generation is lost: rebuilt from the WAL, or an error."""
-    flags = rows.schema.field(TOMBSTONE).type if TOMBSTONE in rows.column_names else None
-    if flags is None or not pa.types.is_boolean(flags):
-        return f"its {TOMBSTONE} column is {flags or 'missing'}, not boolean"
+    rows pylance writes (a column lacking, a NULL key; a ``_tombstone`` NULL, or not boolean),
+    or None. Such a generation is lost: rebuilt from the WAL, or an error."""
+    lacking = lacking_columns(rows.column_names, pk)
+    if lacking is not None:
+        return lacking
+    flags = rows.schema.field(TOMBSTONE).type
+    if not pa.types.is_boolean(flags):
+        return f"its {TOMBSTONE} column is {flags}, not boolean"
     nulls = [c for c in [*pk, TOMBSTONE] if rows.column(c).null_count]
     return f"its column(s) {nulls} hold NULLs (pylance writes none there)" if nulls else None
 
