@@ -152,7 +152,9 @@ class _Search:
         """Resolve ``rkeys`` against the region's newer levels, in memory (the merge's key index)."""
         pk = self.pk
         rows = np.asarray(rkeys.column(self.row).to_numpy())
-        open_ = self.remaining[rows]
+        # a key found in an earlier region is in no other, unless regions share keys: then
+        # every region's newest version is shown, as scans show them
+        open_ = self.remaining[rows] if not self.view.merge.cross_region_keys else np.ones(rows.size, dtype=bool)
         if not open_.any():
             return
         if not open_.all():

@@ -29,6 +29,7 @@ import pyarrow.dataset as pds
 
 from memwal_query.planner.nan_order import nan_ordered
 from memwal_query.scan.arrays import constant_filter
+from memwal_query.scan.lance_eval import memory_filtered
 
 __all__ = ["table_dataset"]
 
@@ -50,7 +51,7 @@ def _scan(table: pa.Table, columns: Sequence[str] | None, filt: pc.Expression | 
     if const is False:
         table = table.slice(0, 0)
     elif const is None and filt is not None:
-        table = table.filter(nan_ordered(filt, table.schema))  # DataFusion's order of NaN
+        table = memory_filtered(table, nan_ordered(filt, table.schema))  # DataFusion's order of NaN
     names = list(table.schema.names) if columns is None else list(columns)
     out = pa.schema([table.schema.field(c) for c in names])
     if not names:  # count(*): batches with row counts and no columns

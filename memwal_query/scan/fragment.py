@@ -27,7 +27,7 @@ from memwal_query.format.wal import GEN_COLUMN, SEQ_COLUMN
 from memwal_query.planner.nan_order import nan_ordered, reads_whole
 from memwal_query.scan.arrays import constant_filter, drop_mask, zero_column_batches
 from memwal_query.scan.filters import scan_columns
-from memwal_query.scan.lance_eval import lance_filtered
+from memwal_query.scan.lance_eval import lance_filtered, memory_filtered
 from memwal_query.scan_gate import guarded
 from memwal_query.snapshot.model import GenerationSource
 
@@ -359,7 +359,7 @@ class MemoryFragment(SourceFragment):
             data["_region"] = pa.chunked_array([pa.array([self.region] * n, pa.string())])
         full = pa.table(data)
         if filt is not None:
-            full = full.filter(filt)
+            full = memory_filtered(full, filt)
         sel = full.select(cols) if cols else full.select([])
         for b in sel.to_batches(max_chunksize=batch_size or SCAN_BATCH_ROWS):
             yield pa.RecordBatch.from_arrays(b.columns, schema=out) if cols else b

@@ -15,6 +15,7 @@ from memwal_query.format.nested import as_schema
 from memwal_query.scan.arrays import one_chunk
 from memwal_query.scan.filters import scan_columns
 from memwal_query.scan.fragment import SCAN_BATCH_ROWS, CompositeFragment, MemoryFragment, ScanContext, SourceFragment
+from memwal_query.scan.lance_eval import memory_filtered
 from memwal_query.scan.lance_fragment import LanceFragment
 
 __all__ = ["GroupFragment", "pack_small", "SMALL_SOURCE_ROWS", "GROUP_ROWS"]
@@ -84,7 +85,7 @@ class GroupFragment(CompositeFragment[SourceFragment]):
         rows = self._combined(scan_columns(cols, filt, self.context.data_schema.names), decode=filt is not None)
         if rows is not None and filt is not None:
             try:
-                rows = rows.filter(filt)
+                rows = memory_filtered(rows, filt)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError):
                 rows = None  # let each source evaluate it
         if rows is not None:

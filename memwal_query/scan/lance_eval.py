@@ -9,6 +9,13 @@ may answer differently there: a NaN compares as the largest number in DataFusion
 nothing in pyarrow, a NULL condition takes ``CASE``'s ELSE branch but makes ``if_else``
 NULL. :func:`lance_filtered` runs such a filter over in-memory rows through Lance too.
 
+A NaN with its sign bit set (what ``0/0``, ``inf - inf`` give on x86, in numpy and pyarrow)
+is the smallest value of all to Lance and DataFusion, which order floats by IEEE 754's total
+order, and not equal to ``'NaN'``; the rewrite of :mod:`memwal_query.planner.nan_order`
+cannot tell one NaN from the other (no pyarrow kernel reads a NaN's sign).
+:func:`memory_filtered` filters rows held in memory with pyarrow unless a float column the
+filter names holds such a NaN: then Lance filters them, with the user's filter as given.
+
 Example:
     >>> import pyarrow as pa, pyarrow.compute as pc
     >>> rows = pa.table({"f": [float("nan"), 0.5]})
@@ -20,15 +27,21 @@ Example:
 
 from __future__ import annotations
 
+import threading
 import uuid
+import weakref
 
 import lance
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from memwal_query.format.scratch import scratch
 from memwal_query.planner.lance_filter import for_lance
+from memwal_query.planner.nan_order import as_given
+from memwal_query.scan.filters import filter_columns
 
-__all__ = ["lance_filtered", "memory_dataset"]
+__all__ = ["lance_filtered", "memory_dataset", "memory_filtered", "negative_nan"]
 
 
 def memory_dataset(table: pa.Table) -> lance.LanceDataset:
@@ -36,13 +49,69 @@ def memory_dataset(table: pa.Table) -> lance.LanceDataset:
     return lance.write_dataset(table, f"memory://memwal-{uuid.uuid4().hex}")
 
 
-def lance_filtered(table: pa.Table, filt: pc.Expression) -> pa.Table:
-    """The rows of ``table`` that Lance keeps for ``filt``; pyarrow's answer where Lance cannot
-    hold these rows (a type its writer refuses) or refuses the filter (as a base scan then
-    filters each fragment's rows with pyarrow)."""
+def lance_filtered(table: pa.Table, filt: pc.Expression, otherwise: pc.Expression | None = None) -> pa.Table:
+    """The rows of ``table`` that Lance keeps for ``filt``; pyarrow's answer (to ``otherwise``,
+    ``filt`` by default) where Lance cannot hold these rows (a type its writer refuses) or
+    refuses the filter (as a base scan then filters each fragment's rows with pyarrow)."""
     if table.num_rows == 0:
         return table
     try:
         return memory_dataset(table).to_table(filter=for_lance(filt, table.schema))
     except (ValueError, OSError, RuntimeError, pa.ArrowException):
-        return table.filter(filt)
+        return table.filter(filt if otherwise is None else otherwise)
+
+
+def memory_filtered(rows: pa.Table, filt: pc.Expression) -> pa.Table:
+    """``rows.filter(filt)`` for a filter :func:`~memwal_query.planner.nan_order.nan_ordered`
+    rewrote: by Lance (the filter as the user gave it) where a float column it names holds a
+    NaN with its sign bit set, which only Lance orders as DataFusion does.
+
+    Example:
+        >>> import math
+        >>> from memwal_query.planner.nan_order import nan_ordered
+        >>> rows = pa.table({"f": [math.copysign(math.nan, -1.0), 2.0]})
+        >>> memory_filtered(rows, nan_ordered(pc.field("f") > 1, rows.schema)).column("f").to_pylist()
+        [2.0]
+    """
+    text = str(filt)
+    floats = [f.name for f in rows.schema if pa.types.is_floating(f.type) and f.name in text]
+    if not any(negative_nan(rows.column(name)) for name in floats):
+        return rows.filter(filt)
+    given = as_given(filt)
+    used = filter_columns(given, rows.column_names)  # Lance holds no `_rowaddr` column: only these
+    names = [c for c in rows.column_names if used is None or c in used]
+    at = scratch("_at", rows.column_names)
+    probe = rows.select(names).append_column(at, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
+    kept = lance_filtered(probe, given, otherwise=filt).column(at).to_numpy()
+    return rows.take(pa.array(np.sort(kept)))
+
+
+def negative_nan(column: pa.ChunkedArray | pa.Array) -> bool:
+    """Whether a float ``column`` holds a NaN with its sign bit set (remembered per array
+    while it lives: decoded columns are filtered by query after query).
+
+    Example:
+        >>> import math
+        >>> negative_nan(pa.array([1.0, math.nan])), negative_nan(pa.array([math.copysign(math.nan, -1.0)]))
+        (False, True)
+    """
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    return any(_chunk_negative_nan(c) for c in chunks)
+
+
+_seen: dict[int, bool] = {}
+_seen_lock = threading.Lock()
+
+
+def _chunk_negative_nan(chunk: pa.Array) -> bool:
+    key = id(chunk)
+    with _seen_lock:
+        if key in _seen:
+            return _seen[key]
+    values = chunk.to_numpy(zero_copy_only=False)  # a NULL: a (positive) NaN in the copy
+    nan = np.isnan(values)
+    found = bool(nan.any() and np.signbit(values[nan]).any())
+    with _seen_lock:
+        _seen[key] = found
+    weakref.finalize(chunk, _seen.pop, key, None)
+    return found

@@ -33,6 +33,7 @@ from memwal_query.scan.column_cache import (
 )
 from memwal_query.scan.filters import filter_columns, mentions_any, scan_columns
 from memwal_query.scan.fragment import HIDDEN_COLUMNS, ScanContext, SourceFragment, batch_rows
+from memwal_query.scan.lance_eval import memory_filtered
 from memwal_query.snapshot.cache import SnapshotCache
 
 __all__ = ["LanceFragment", "read_error"]
@@ -225,7 +226,7 @@ class LanceFragment(SourceFragment):
     ) -> Iterator[pa.RecordBatch] | None:
         if filt is not None:
             try:
-                rows = rows.filter(filt)
+                rows = memory_filtered(rows, filt)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError):
                 return None  # let Lance evaluate it
         return (
