@@ -28,7 +28,7 @@ from typing import Any
 import lance
 
 from memwal_query.errors import MemWalCorruptionError, StorageError
-from memwal_query.format.deletions import deleted_offsets
+from memwal_query.format.deletions import fragment_deletions
 from memwal_query.format.lance_open import fragment_file_names
 from memwal_query.format.storage import Storage
 
@@ -55,11 +55,7 @@ def base_file_problems(storage: Storage, ds: lance.LanceDataset) -> list[tuple[s
         data = {f"data/{f.path}": f for f in meta.files}
         for rel in fragment_file_names(frag):
             try:
-                why = (
-                    _data_file_problem(storage, rel, data[rel])
-                    if rel in data
-                    else _deletion_problem(storage, rel, meta)
-                )
+                why = _data_file_problem(storage, rel, data[rel]) if rel in data else _deletion_problem(storage, meta)
             except StorageError as err:
                 why = str(err)
             if why is not None:
@@ -87,16 +83,14 @@ def _data_file_problem(storage: Storage, rel: str, file: Any) -> str | None:
     return None
 
 
-def _deletion_problem(storage: Storage, rel: str, meta: Any) -> str | None:
-    d = meta.deletion_file
-    data = storage.read_bytes(rel)
-    if data is None:
-        return "it is missing"
+def _deletion_problem(storage: Storage, meta: Any) -> str | None:
     try:
-        deleted = deleted_offsets(data, d.file_type, rel).size
+        gone = fragment_deletions(storage, meta)
     except MemWalCorruptionError as err:
         return f"it does not decode: {err}"
-    recorded = d.num_deleted_rows
+    if gone is None:
+        return "it is missing"
+    deleted, recorded = gone.size, meta.deletion_file.num_deleted_rows
     if recorded and deleted != recorded:  # 0: not recorded (older writers)
         return f"it deletes {deleted:,} rows, the manifest says {recorded:,}"
     return None

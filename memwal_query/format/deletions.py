@@ -25,14 +25,16 @@ Example:
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.ipc
 
 from memwal_query.errors import MemWalCorruptionError, one_line
+from memwal_query.format.storage import Storage
 
-__all__ = ["deleted_offsets"]
+__all__ = ["deleted_offsets", "fragment_deletions"]
 
 _NO_RUNS = 12346
 _RUNS = 12347
@@ -145,3 +147,16 @@ def deleted_offsets(data: bytes, file_type: str, what: str) -> np.ndarray:
         return _arrow(data, what)
     msg = f"deletion file {what} has an unknown type {file_type!r}"
     raise MemWalCorruptionError(msg)
+
+
+def fragment_deletions(storage: Storage, meta: Any) -> np.ndarray | None:
+    """The row offsets fragment ``meta`` (its manifest entry, with a deletion file) deletes,
+    read from its deletion file under ``storage``; None when the file is missing.
+
+    Raises:
+        MemWalCorruptionError: The file is not a deletion file of the kind the manifest says.
+    """
+    d = meta.deletion_file
+    rel = d.path(meta.id)
+    data = storage.read_bytes(rel)
+    return None if data is None else deleted_offsets(data, d.file_type, rel)

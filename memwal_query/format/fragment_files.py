@@ -41,7 +41,7 @@ import pyarrow as pa
 from lance.file import LanceFileReader
 
 from memwal_query.errors import MemWalError, is_panic
-from memwal_query.format.deletions import deleted_offsets
+from memwal_query.format.deletions import fragment_deletions
 from memwal_query.format.storage import Storage
 
 __all__ = ["FragmentColumns", "read_columns", "read_live_columns"]
@@ -92,11 +92,9 @@ def _live(storage: Storage, meta: Any, rows: int) -> np.ndarray | None:
         return None
     if getattr(d, "base_id", None) is not None:
         raise _Fallback
-    rel = d.path(meta.id)
-    data = storage.read_bytes(rel)
-    if data is None:
+    gone = fragment_deletions(storage, meta)
+    if gone is None:
         raise _Fallback
-    gone = deleted_offsets(data, d.file_type, rel)
     if gone.size != int(d.num_deleted_rows) or (gone.size and int(gone[-1]) >= rows):
         raise _Fallback
     keep = np.ones(rows, dtype=bool)

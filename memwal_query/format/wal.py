@@ -18,6 +18,7 @@ is followed by a valid one is corruption and raises :class:`MemWalCorruptionErro
 
 from __future__ import annotations
 
+import enum
 import logging
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
@@ -154,18 +155,18 @@ def read_wal_entry(storage: Storage, region_id: str, position: int) -> WalEntry 
         return error
 
 
-def _end_or_gap(storage: Storage, region_id: str, pos: int) -> WalEntry | Exception | None:
+class _Missing(enum.Enum):
+    GAP = "a missing WAL position followed by an existing one"
+
+
+def _end_or_gap(storage: Storage, region_id: str, pos: int) -> WalEntry | Exception | _Missing | None:
     """After position ``pos`` was found missing: None at the WAL's end; the entry at ``pos``
-    when it was written meanwhile (one writer writes positions in order); else, when a later
-    position exists, a :class:`_Gap`."""
+    (or its decoding error) when it was written meanwhile (one writer writes positions in
+    order); else, when a later position exists, :attr:`_Missing.GAP`."""
     if read_wal_entry(storage, region_id, pos + 1) is None:
         return None
     again = read_wal_entry(storage, region_id, pos)
-    return again if again is not None else _Gap()
-
-
-class _Gap(Exception):
-    """A missing WAL position followed by an existing one."""
+    return again if again is not None else _Missing.GAP
 
 
 def gap_error(storage: Storage, region_id: str, pos: int) -> MemWalCorruptionError:
@@ -215,12 +216,12 @@ def replay_wal_tail(
         cached = cache.get((region_id, pos)) if cache is not None else None
         result: WalEntry | None | Exception = cached if cached is not None else read_wal_entry(storage, region_id, pos)
         if result is None:
-            result = _end_or_gap(storage, region_id, pos)
-            if result is None:
-                break
-            if isinstance(result, _Gap):
+            found = _end_or_gap(storage, region_id, pos)
+            if found is _Missing.GAP:
                 gap = pos
+            if found is None or found is _Missing.GAP:
                 break
+            result = found
         if isinstance(result, Exception):
             following = read_wal_entry(storage, region_id, pos + 1)
             path = storage.child_uri(wal_entry_path(region_id, pos))
