@@ -38,8 +38,9 @@ SCHEMA = pa.schema(
         pa.field("d", pa.date32()),
     ]
 )
-# the last NaN has its sign bit set (0/0 on x86): below every number to DataFusion and Lance
-FLOATS = [float("nan"), -0.0, 0.0, 1.5, -2.5, float("inf"), float("-inf"), 10.0, None, math.copysign(math.nan, -1.0)]
+# the second NaN has its sign bit set (0/0 on x86): below every number to DataFusion and Lance
+FLOATS = [float("nan"), -0.0, 0.0, 1.5, -2.5, float("inf"), float("-inf"), 10.0, None]
+FLOATS += [math.copysign(math.nan, -1.0), 0.1]
 STRINGS = ["a", "A", "b", "ab", "a_b", "a%b", "Ünï", "", "zz", None, "abc", "ABC"]
 
 
@@ -268,6 +269,10 @@ def test_is_null_counting_nan_stays_an_expression() -> None:
     assert for_lance((pc.field("u") > pa.scalar(5, pa.uint32())) | pc.field("f").is_null(), schema) == (
         "((`u` > 5) OR (`f` IS NULL))"
     )
+    # Lance reads SQL literals in the column's type: float32 values and float64 ones stay an expression
+    wide = pa.schema([("u", pa.uint32()), ("g", pa.float32())])
+    assert isinstance(for_lance(pc.field("g").isin([0.1]), wide), pc.Expression)
+    assert for_lance(pc.field("g").isin(pa.array([0.5], pa.float32())), wide) == "(`g` IS NOT NULL AND `g` IN (0.5))"
 
 
 def test_pyarrow_expressions_answer_alike_in_every_source(tmp_path: Path) -> None:
@@ -301,6 +306,11 @@ def test_pyarrow_expressions_answer_alike_in_every_source(tmp_path: Path) -> Non
         ~f.isin([0.0]),
         f.isin([0.0, float("nan")]),
         pc.field("g").isin(pa.array([-0.0], pa.float32())),
+        # values of another type: pyarrow casts them to the column's (0.1 to float32, a time of
+        # day dropped), Lance and DataFusion widen the column (float32 0.1 is not 0.1)
+        pc.field("g").isin([0.1, 1.5]),
+        pc.field("d").isin(pa.array([dt.datetime(2024, 1, 10, 12), dt.datetime(2024, 1, 11)], pa.timestamp("s"))),
+        pc.field("n").isin(pa.array([1, 2], pa.int64())),  # integers: the same answer either way
     ]
     for expr in exprs:
         want = sorted(plain.to_table(columns=["id"], filter=expr).column("id").to_pylist())

@@ -32,6 +32,7 @@ __all__ = [
     "expression_tree",
     "from_arrow_expression",
     "nan_is_null",
+    "same_kind",
     "value_set",
 ]
 
@@ -237,3 +238,26 @@ def from_arrow_expression(expr: pc.Expression | None, columns: Collection[str]) 
         return _pred(_ir(expression_tree(expr, columns)))
     except (IndexError, ValueError, KeyError, TypeError, pa.ArrowException):
         return Unknown(str(expr))
+
+
+def same_kind(arg: Tree, values: pa.DataType, types: dict[str, pa.DataType]) -> bool:
+    """Whether an ``is_in`` of ``values`` over ``arg`` (a column) answers in pyarrow, which
+    casts the values to the column's type, as in DataFusion and Lance, which compare in the
+    wider type: the same type, or both integers (values that do not fit fail the cast), both
+    strings or both binaries (a float32 column and float64 values, 0.1, do not; nor a date
+    column and timestamps)."""
+    column = types.get(arg.name) if isinstance(arg, Field) else None
+    if column is None:
+        return False
+    if pa.types.is_dictionary(column):
+        column = column.value_type
+    kinds = (pa.types.is_integer, _is_text, _is_binary)
+    return column == values or any(kind(column) and kind(values) for kind in kinds)
+
+
+def _is_text(t: pa.DataType) -> bool:
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t))
+
+
+def _is_binary(t: pa.DataType) -> bool:
+    return bool(pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t))

@@ -24,7 +24,17 @@ import math
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from memwal_query.planner.arrow_expr import COMPARISONS, Call, Field, Lit, Tree, expression_tree, nan_is_null, value_set
+from memwal_query.planner.arrow_expr import (
+    COMPARISONS,
+    Call,
+    Field,
+    Lit,
+    Tree,
+    expression_tree,
+    nan_is_null,
+    same_kind,
+    value_set,
+)
 
 __all__ = ["expression_runs", "for_lance", "needs_sql", "quote_name"]
 
@@ -36,7 +46,7 @@ def for_lance(filt: str | pc.Expression | None, schema: pa.Schema) -> str | pc.E
         return filt
     if expression_runs(filt, schema):
         return filt
-    sql = _sql(expression_tree(filt, schema.names))
+    sql = _sql(expression_tree(filt, schema.names), {f.name: f.type for f in schema})
     return sql if sql is not None else filt
 
 
@@ -85,14 +95,14 @@ def _unconvertible(t: pa.DataType) -> bool:
     return False
 
 
-def _sql(n: Tree) -> str | None:
+def _sql(n: Tree, types: dict[str, pa.DataType]) -> str | None:
     if isinstance(n, Field):
         return quote_name(n.name)
     if isinstance(n, Lit):
         return _literal(n.value.as_py())
     if not isinstance(n, Call):
         return None
-    args = [_sql(a) for a in n.args]
+    args = [_sql(a, types) for a in n.args]
     if any(a is None for a in args) or not args:
         return None
     if n.name in COMPARISONS and len(args) == 2:
@@ -107,6 +117,8 @@ def _sql(n: Tree) -> str | None:
         return f"({args[0]} IS {'NOT ' if n.name == 'is_valid' else ''}NULL)"
     if n.name == "is_in" and len(args) == 1:
         found = value_set(n.options)
+        if found is None or not same_kind(n.args[0], found.type, types):
+            return None  # Lance would read the literals in the column's type, as pyarrow does: not DataFusion's answer
         values = [_literal(v) for v in found.to_pylist()] if found is not None else []
         if not values or any(v is None for v in values):
             return None

@@ -43,6 +43,7 @@ from memwal_query.planner.arrow_expr import (
     expression_key,
     expression_tree,
     nan_is_null,
+    same_kind,
     value_set,
 )
 
@@ -85,11 +86,11 @@ def reads_whole(expr: pc.Expression, schema: pa.Schema) -> bool:
 
 def _rebuilt(expr: pc.Expression, schema: pa.Schema) -> pc.Expression | None:
     floats = tuple(f.name for f in schema if pa.types.is_floating(f.type))
-    key = (expression_key(expr), floats, tuple(schema.names))
+    key = (expression_key(expr), floats, tuple(str(f.type) + " " + f.name for f in schema))  # is_in reads types
     with _lock:
         if key in _cache:
             return _cache[key]
-    out = _rebuild(expression_tree(expr, schema.names), set(floats))
+    out = _rebuild(expression_tree(expr, schema.names), {f.name: f.type for f in schema})
     with _lock:
         _cache[key] = out
         if out is not None:  # a rewritten filter is one already: given again, it stays as it is
@@ -106,7 +107,7 @@ def _rebuilt(expr: pc.Expression, schema: pa.Schema) -> pc.Expression | None:
 _SWAP = {"less": "greater", "less_equal": "greater_equal"}
 
 
-def _rebuild(n: Tree, floats: set[str]) -> pc.Expression | None:
+def _rebuild(n: Tree, types: dict[str, pa.DataType]) -> pc.Expression | None:
     """``n`` as an Expression with DataFusion's float order (None: part of it is not understood)."""
     if isinstance(n, Field):
         return pc.field(n.name)
@@ -114,12 +115,12 @@ def _rebuild(n: Tree, floats: set[str]) -> pc.Expression | None:
         return pc.scalar(n.value)
     if not isinstance(n, Call):
         return None
-    args = [_rebuild(a, floats) for a in n.args]
+    args = [_rebuild(a, types) for a in n.args]
     if any(a is None for a in args):
         return None
     done = [a for a in args if a is not None]
     if n.name in COMPARISONS and len(n.args) == 2:
-        return _compare(n.name, n.args[0], n.args[1], floats)
+        return _compare(n.name, n.args[0], n.args[1], types)
     if n.name in ("and_kleene", "and") and done:
         return reduce(lambda a, b: a & b, done)
     if n.name in ("or_kleene", "or") and done:
@@ -132,7 +133,9 @@ def _rebuild(n: Tree, floats: set[str]) -> pc.Expression | None:
         return done[0].is_null(nan_is_null=nan_is_null(n.options))
     if n.name == "is_in" and len(done) == 1:
         values = value_set(n.options)
-        return _sql_in(done[0], values) if values is not None else None
+        if values is None or not same_kind(n.args[0], values.type, types):
+            return None  # pyarrow casts the values to the column's type; DataFusion widens the column
+        return _sql_in(done[0], values)
     return None
 
 
@@ -149,11 +152,12 @@ def _sql_in(x: pc.Expression, values: pa.Array) -> pc.Expression:
     return pc.if_else(x.isin(listed), pc.scalar(True), miss)
 
 
-def _compare(name: str, left: Tree, right: Tree, floats: set[str]) -> pc.Expression | None:
+def _compare(name: str, left: Tree, right: Tree, types: dict[str, pa.DataType]) -> pc.Expression | None:
     """One comparison in DataFusion's order: NaN above every number, equal to itself."""
     if isinstance(left, Lit) and isinstance(right, Field):  # the field first: c < f is f > c
-        return _compare(_FLIP[name], right, left, floats)
-    a, b = _rebuild(left, floats), _rebuild(right, floats)
+        return _compare(_FLIP[name], right, left, types)
+    floats = {name for name, t in types.items() if pa.types.is_floating(t)}
+    a, b = _rebuild(left, types), _rebuild(right, types)
     if a is None or b is None:
         return None
     plain = _CMP[name](a, b)
@@ -180,7 +184,7 @@ def _compare(name: str, left: Tree, right: Tree, floats: set[str]) -> pc.Express
     if not (isinstance(right, Field) and right.name in floats):
         return None
     if name in _SWAP:  # a < b is b > a
-        return _compare(_SWAP[name], right, left, floats)
+        return _compare(_SWAP[name], right, left, types)
     nan_b = pc.is_nan(b)
     if name == "greater":
         return plain | (nan_a & ~nan_b)
