@@ -20,13 +20,16 @@ traceback; a wrong command line too); 2 ``verify`` found problems.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
+import signal
 import sys
 from collections.abc import Sequence
 from typing import IO, TYPE_CHECKING, Any, NoReturn
 
+from memwal_query.terminal_text import shown
 from memwal_query.text import counted
 
 if TYPE_CHECKING:
@@ -39,6 +42,7 @@ __all__ = ["main", "build_parser", "parse_storage_options"]
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_PROBLEMS = 2
+EXIT_INTERRUPTED = 130
 _PRETTY_MAX_ROWS = 1000
 
 
@@ -259,6 +263,7 @@ def _cmd_sql(args: argparse.Namespace) -> int:
             raise InvalidArgumentError(f"cannot write {args.output}: {err.strerror or err}") from err
     else:
         fh = sys.stdout.buffer if binary else sys.stdout
+    written = False
     try:
         if args.format == "pretty":
             write_pretty(reader, fh, args.max_rows)
@@ -269,10 +274,12 @@ def _cmd_sql(args: argparse.Namespace) -> int:
         else:
             write_arrow(reader, fh)
         fh.flush()
+        written = True
     finally:
         ticker.stop()
         if args.output:
-            fh.close()
+            with contextlib.nullcontext() if written else contextlib.suppress(OSError):
+                fh.close()  # failing, it would hide what failed first
     return EXIT_OK
 
 
@@ -365,9 +372,10 @@ def _inspect_text(d: dict[str, Any]) -> str:
         )
         rows["MemTable live"].append(r["memtable_live_rows"])
     table = pa.table({k: pa.array([None if v is None else v for v in vs]) for k, vs in rows.items()})
+    lines = [shown(line, backslash=False) for line in lines]  # names and values the table holds
     lines.append(format_text_table(table, max_cell=60).rsplit("\n", 1)[0])
     lines.append(counted(len(d["regions"]), "region"))
-    return "\n".join(lines + _damage_lines(d))
+    return "\n".join(lines + [shown(line, backslash=False) for line in _damage_lines(d)])
 
 
 def _damage_lines(d: dict[str, Any]) -> list[str]:
@@ -435,9 +443,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         sys.stdout.write(report.to_json() + "\n")
     else:
         for p in report.problems:
-            sys.stdout.write(f"problem: {p}\n")
+            sys.stdout.write(f"problem: {shown(str(p), backslash=False)}\n")
         for w in report.warnings:
-            sys.stdout.write(f"warning: {w}\n")
+            sys.stdout.write(f"warning: {shown(str(w), backslash=False)}\n")
         sys.stdout.write(report.summary() + "\n")
     return EXIT_OK if report.ok else EXIT_PROBLEMS
 
@@ -457,24 +465,61 @@ def main(argv: Sequence[str] | None = None) -> int:
         The exit code: 0 ok, 1 error, 2 problems found by ``verify``.
     """
     args = build_parser().parse_args(argv)
-    from memwal_query.errors import MemWalError
+    from memwal_query.errors import InvalidArgumentError, MemWalError
 
     commands = {"sql": _cmd_sql, "inspect": _cmd_inspect, "verify": _cmd_verify}
     try:
-        return commands[args.command](args)
+        if sys.stdout is None and not getattr(args, "output", None):  # started with `>&-`
+            raise InvalidArgumentError(
+                "standard output is closed: nowhere to write" + (" (--output FILE)" if args.command == "sql" else "")
+            )
+        code = commands[args.command](args)
+        if sys.stdout is not None:
+            sys.stdout.flush()  # a full disk fails here, not in the interpreter's own flush at exit
+        return code
     except MemWalError as err:
-        text = " ".join(str(err).split()) or type(err).__name__
-        sys.stderr.write(f"memwal: error: {text}\n")
+        _say(f"error: {' '.join(str(err).split()) or type(err).__name__}")
         return EXIT_ERROR
     except BrokenPipeError:
         # The reader went away (`memwal sql ... | head`): not an error.
+        _drop_stdout()
+        return EXIT_OK
+    except OSError as err:  # writing the results (the query's own failures are MemWalErrors)
+        _say(f"error: cannot write the results: {err.strerror or err}")
+        _drop_stdout()
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        _say("interrupted")
+        return EXIT_INTERRUPTED
+
+
+def run() -> NoReturn:
+    """The ``memwal`` console script: :func:`main`, then an exit that a Ctrl-C cannot turn into
+    a traceback. Interrupted, the process ends at once (scans still running in DataFusion's
+    threads are not waited for); otherwise a Ctrl-C while the exit waits for them ends it
+    with 130 too."""
+    code = main()
+    if code == EXIT_INTERRUPTED:
+        os._exit(code)
+    signal.signal(signal.SIGINT, lambda *_: os._exit(EXIT_INTERRUPTED))
+    sys.exit(code)
+
+
+def _say(text: str) -> None:
+    """One line on stderr (names and values in it escaped), if there is a stderr."""
+    if sys.stderr is not None:
+        sys.stderr.write(f"memwal: {shown(text, backslash=False)}\n")
+        sys.stderr.flush()
+
+
+def _drop_stdout() -> None:
+    """Point stdout at the null device: what is left in its buffer goes nowhere at exit."""
+    if sys.stdout is None:
+        return
+    with contextlib.suppress(OSError, ValueError):
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-        return EXIT_OK
-    except KeyboardInterrupt:
-        sys.stderr.write("memwal: interrupted\n")
-        return 130
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run()

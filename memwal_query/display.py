@@ -34,6 +34,7 @@ from memwal_query.describe import describe_table, freshness
 from memwal_query.errors import InvalidArgumentError
 from memwal_query.exact_text import exact_values, needs_text
 from memwal_query.explain import render_explain
+from memwal_query.terminal_text import clip, pad, shown, width
 from memwal_query.text import counted
 from memwal_query.view.table_view import HasView
 
@@ -59,17 +60,6 @@ _MAX_CELL = 40
 # --------------------------------------------------------------------------- #
 
 
-#: Control characters shown escaped, and the backslash, so that what is shown tells them apart
-#: (a line break from a backslash and an ``n``; a carriage return does not move the cursor).
-_ESCAPES = {
-    **{c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F]},
-    ord("\\"): "\\\\",
-    ord("\n"): "\\n",
-    ord("\r"): "\\r",
-    ord("\t"): "\\t",
-}
-
-
 def _cell_text(value: Any) -> str:
     if value is None:
         return "NULL"
@@ -77,7 +67,7 @@ def _cell_text(value: Any) -> str:
         return repr(value)
     if isinstance(value, bytes):
         return "0x" + value.hex()
-    return str(value).translate(_ESCAPES)
+    return shown(str(value))
 
 
 def python_values(column: pa.Array | pa.ChunkedArray, name: str) -> list[Any]:
@@ -105,10 +95,6 @@ def python_values(column: pa.Array | pa.ChunkedArray, name: str) -> list[Any]:
         raise InvalidArgumentError(msg) from err
 
 
-def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
 def format_text_table(
     table: pa.Table | Iterable[pa.RecordBatch],
     *,
@@ -127,22 +113,20 @@ def format_text_table(
     """
     if not isinstance(table, pa.Table):
         table = pa.Table.from_batches(list(table))
-    names = [n.translate(_ESCAPES) for n in table.column_names]
+    names = [shown(n) for n in table.column_names]
     numeric = [
         pa.types.is_integer(f.type) or pa.types.is_floating(f.type) or pa.types.is_decimal(f.type) for f in table.schema
     ]
     columns = [
-        [_clip(_cell_text(v), max_cell) for v in python_values(table.column(i), table.column_names[i])]
+        [clip(_cell_text(v), max_cell) for v in python_values(table.column(i), table.column_names[i])]
         for i in range(len(names))
     ]
-    widths = [max([len(n)] + [len(c) for c in col]) for n, col in zip(names, columns, strict=True)]
+    widths = [max([width(n)] + [width(c) for c in col]) for n, col in zip(names, columns, strict=True)]
     rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
-    head = "| " + " | ".join(n.ljust(w) for n, w in zip(names, widths, strict=True)) + " |"
+    head = "| " + " | ".join(pad(n, w) for n, w in zip(names, widths, strict=True)) + " |"
     lines = [rule, head, rule]
     for r in range(table.num_rows):
-        cells = [
-            (col[r].rjust(w) if num else col[r].ljust(w)) for col, w, num in zip(columns, widths, numeric, strict=True)
-        ]
+        cells = [pad(col[r], w, right=num) for col, w, num in zip(columns, widths, numeric, strict=True)]
         lines.append("| " + " | ".join(cells) + " |")
     if table.num_rows:
         lines.append(rule)

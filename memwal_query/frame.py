@@ -25,9 +25,11 @@ Example:
 from __future__ import annotations
 
 import functools
+import html
 from typing import Any
 
 import datafusion
+import pyarrow as pa
 
 from memwal_query.engine_errors import engine_error
 from memwal_query.errors import MemWalError
@@ -56,3 +58,48 @@ class MemWalDataFrame(datafusion.DataFrame):
             return out
 
         return call
+
+    def __repr__(self) -> str:
+        """The first rows as memwal's text table (names and values escaped: a line break in a
+        value does not forge a row); DataFusion's own printed them as they are."""
+        from memwal_query.display import format_text_table
+
+        table, more = self._first_rows()
+        return format_text_table(table, footer="more rows not shown" if more else None)
+
+    def _repr_html_(self) -> str:
+        """Jupyter's view: DataFusion's HTML table (its formatter's settings) of the first rows,
+        every name and value HTML-escaped (DataFusion's own put them in the page as they are:
+        a value ``<script>...`` ran in the notebook)."""
+        from datafusion.dataframe_formatter import get_formatter
+
+        table, more = self._first_rows()
+        if table.num_rows == 0:
+            return get_formatter().format_html([], table.schema)
+        names = [html.escape(n) for n in table.column_names]
+        arrays = [
+            pa.array([_html_text(v) for v in _values(c, n)], pa.string())
+            for c, n in zip(table.columns, table.column_names, strict=True)
+        ]
+        escaped = pa.Table.from_arrays(arrays, names=names)
+        return get_formatter().format_html(escaped.to_batches(), escaped.schema, has_more=more)
+
+    def _first_rows(self) -> tuple[pa.Table, bool]:
+        from datafusion.dataframe_formatter import get_formatter
+
+        shown = get_formatter().max_rows
+        first = pa.Table.from_batches(self.limit(shown + 1).collect(), schema=self.schema())
+        return first.slice(0, shown), first.num_rows > shown
+
+
+def _values(column: pa.ChunkedArray, name: str) -> list[object]:
+    from memwal_query.display import python_values
+
+    try:
+        return python_values(column, name)
+    except MemWalError:  # a value Python cannot hold, nested: Arrow's text of it
+        return [str(v) for v in column]
+
+
+def _html_text(value: object) -> str | None:
+    return None if value is None else html.escape(str(value))

@@ -22,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import atexit
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -93,7 +94,21 @@ class ScanGate:
 
 #: The process's gate, closed at interpreter exit.
 GATE = ScanGate()
-atexit.register(GATE.close)
+
+
+def _close_at_exit() -> None:
+    """Close :data:`GATE`; a Ctrl-C while it waits (a KeyboardInterrupt printed as a traceback
+    in an exit hook) cuts the wait to :data:`_INTERRUPTED_WAIT_SECONDS`, a second one ends it."""
+    try:
+        GATE.close()
+    except KeyboardInterrupt:
+        with contextlib.suppress(KeyboardInterrupt):
+            GATE.close(_INTERRUPTED_WAIT_SECONDS)
+
+
+#: How long an exit interrupted by Ctrl-C still waits for scan calls in flight.
+_INTERRUPTED_WAIT_SECONDS = 2.0
+atexit.register(_close_at_exit)
 
 
 def guarded(batches: Iterator[T], gate: ScanGate = GATE) -> Iterator[T]:

@@ -265,7 +265,7 @@ def test_storage_options_parsing() -> None:
 
 def test_console_script_declared() -> None:
     text = (REPO / "pyproject.toml").read_text()
-    assert 'memwal = "memwal_query.cli:main"' in text
+    assert 'memwal = "memwal_query.cli:run"' in text
 
 
 # -- inspect -------------------------------------------------------------------------------

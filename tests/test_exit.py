@@ -157,3 +157,22 @@ def test_scan_generators_closed_after_module_teardown_stay_quiet(monkeypatch: py
     monkeypatch.setattr(spark_read, "MemWalError", None)
     for g in gens:
         g.close()  # raised AttributeError / TypeError before
+
+
+def test_ctrl_c_while_the_exit_waits_for_scans_is_not_a_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A KeyboardInterrupt in the exit hook (Ctrl-C while it waits for scan calls in flight)
+    came out as "Exception ignored in atexit callback" and a traceback: the wait is cut short."""
+    from memwal_query import scan_gate
+
+    waits: list[float] = []
+
+    class Interrupted(scan_gate.ScanGate):
+        def close(self, timeout: float = scan_gate.EXIT_WAIT_SECONDS) -> bool:
+            waits.append(timeout)
+            if len(waits) == 1:
+                raise KeyboardInterrupt
+            return True
+
+    monkeypatch.setattr(scan_gate, "GATE", Interrupted())
+    scan_gate._close_at_exit()  # noqa: SLF001 - the exit hook itself
+    assert waits == [scan_gate.EXIT_WAIT_SECONDS, 2.0]

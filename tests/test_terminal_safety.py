@@ -1,0 +1,172 @@
+"""What a terminal or a notebook shows of a table that holds anything: names and values that
+are escape sequences, line breaks, direction overrides or HTML; and the ``memwal`` process
+when its output goes nowhere (closed, a full disk) or it is interrupted while exiting."""
+
+from __future__ import annotations
+
+import html.parser
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import lance
+import pyarrow as pa
+import pytest
+
+import memwal_query as mq
+from memwal_query.cli import main
+from memwal_query.terminal_text import shown, width
+
+REPO = Path(__file__).resolve().parents[1]
+PK = {"lance-schema:unenforced-primary-key": "true"}
+HOSTILE = [
+    "\x1b[2J",  # clears the screen
+    "a\nFAKE ROW",  # a line break
+    "\x9b31m",  # the 8-bit CSI
+    "nel\x85x",  # next line (C1)
+    "ls\u2028x",  # line separator
+    "\u202egnp.exe",  # right-to-left override: shows as exe.png
+    "zw\u200dj",  # zero-width joiner
+]
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A table whose key column's name and values hold control and direction characters and HTML."""
+    uri = str(tmp_path_factory.mktemp("hostile") / "t")
+    key = "k\x1b[2J\nFAKE"
+    schema = pa.schema(
+        [
+            pa.field(key, pa.int64(), nullable=False, metadata=PK),
+            pa.field("v", pa.string()),
+            pa.field("<img src=x onerror=alert(2)>", pa.string()),
+            pa.field("日本", pa.string()),
+        ]
+    )
+    n = len(HOSTILE)
+    rows = {
+        key: list(range(n)),
+        "v": HOSTILE,
+        "<img src=x onerror=alert(2)>": ["<script>alert(1)</script>", "&amp;", *["x"] * (n - 2)],
+        "日本": ["語", "ab", *["日本語"] * (n - 2)],
+    }
+    lance.write_dataset(pa.table(rows, schema=schema), uri).initialize_mem_wal(unsharded=True)
+    return uri
+
+
+def _no_raw_controls(text: str) -> None:
+    raw = [c for c in text if c != "\n" and not c.isprintable()]
+    assert not raw, f"raw characters on the terminal: {raw!r}"
+
+
+def test_shown_escapes_what_is_not_printable() -> None:
+    for value in HOSTILE:
+        out = shown(value)
+        assert out.isprintable() and out.encode().decode("unicode_escape") == value, (value, out)
+    assert shown("a\\nb") == "a\\\\nb" and shown("a\\nb", backslash=False) == "a\\nb"
+    assert width("日本") == 4 and width("e\u0301") == 1
+
+
+def test_pretty_output_escapes_and_aligns(hostile: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["sql", hostile, "SELECT * FROM t ORDER BY 1"])
+    out, _ = capsys.readouterr()
+    assert code == 0
+    _no_raw_controls(out)
+    lines = out.splitlines()
+    assert len(lines) == 4 + len(HOSTILE) + 1  # rules, header, one line a row, the count
+    table = [line for line in lines if line.startswith(("+", "|"))]
+    assert len({width(line) for line in table}) == 1, "columns do not line up (double-width characters)"
+    assert "\\u202egnp.exe" in out and "\\x9b31m" in out and "k\\x1b[2J\\nFAKE" in out
+
+
+def test_inspect_and_verify_escape_names(hostile: str, capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["inspect", hostile], ["verify", hostile]):
+        code = main(argv)
+        out, err = capsys.readouterr()
+        assert code == 0 and err == "", argv
+        _no_raw_controls(out)
+    main(["inspect", hostile])
+    out, _ = capsys.readouterr()
+    assert "primary key: k\\x1b[2J\\nFAKE" in out
+
+
+class _Tags(html.parser.HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+
+def test_query_results_in_a_notebook_are_escaped(hostile: str) -> None:
+    """A ``Table.sql`` result rendered as DataFusion renders it put names and values into the
+    page as they were: a ``<script>`` value ran, an ``<img onerror>`` column name too."""
+    df = mq.open_table(hostile).sql("SELECT * FROM t ORDER BY 1")
+    page = _Tags()
+    page.feed(df._repr_html_())
+    assert "img" not in page.tags and page.tags.count("script") == 2  # DataFusion's own two
+    text = "".join(page.text)
+    assert "<script>alert(1)</script>" in text and "&amp;" in text and "<img src=x onerror=alert(2)>" in text
+    shown_text = repr(df)
+    _no_raw_controls(shown_text)
+    assert "k\\x1b[2J\\nFAKE" in shown_text and f"{len(HOSTILE)} rows" in shown_text
+    many = mq.open_table(hostile).sql("SELECT * FROM t CROSS JOIN t AS u")  # more rows than shown
+    assert "more rows not shown" in repr(many) and "Data truncated" in many._repr_html_()
+
+
+def _memwal(argv: list[str], stdout: object, closed: bool = False) -> subprocess.CompletedProcess[str]:
+    """``memwal ARGV`` in a process of its own (with its standard output closed: ``>&-``)."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    cmd = [sys.executable, "-c", "from memwal_query.cli import run; run()", *argv]
+    if closed:
+        cmd = ["sh", "-c", 'exec "$0" "$@" >&-', *cmd]
+    return subprocess.run(cmd, text=True, stdout=stdout, stderr=subprocess.PIPE, env=env, cwd=REPO, check=False)
+
+
+@pytest.mark.parametrize("format", ["pretty", "csv", "arrow"])
+def test_results_to_a_full_disk_or_a_closed_stdout(hostile: str, tmp_path: Path, format: str) -> None:
+    """``> /dev/full``, ``-o /dev/full`` and ``>&-`` printed tracebacks: one line, exit 1."""
+    query = ["sql", hostile, "SELECT * FROM t", "-f", format]
+    with open(os.devnull, "w") as null, open("/dev/full", "w") as full:
+        runs = {
+            "full stdout": _memwal(query, stdout=full),
+            "full file": _memwal([*query, "-o", "/dev/full"], stdout=null),
+            "closed stdout": _memwal(query, stdout=null, closed=True),
+        }
+    for what, proc in runs.items():
+        assert proc.returncode == 1 and proc.stderr.count("\n") == 1, (what, proc.stderr)
+        assert proc.stderr.startswith("memwal: error: "), (what, proc.stderr)
+    assert "No space left on device" in runs["full file"].stderr
+    assert "standard output is closed" in runs["closed stdout"].stderr
+    with open(os.devnull, "w") as null:
+        written = _memwal([*query, "-o", str(tmp_path / "out")], stdout=null, closed=True)
+    assert written.returncode == 0 and (tmp_path / "out").stat().st_size > 0  # -o needs no stdout
+
+
+def test_ctrl_c_while_exiting_ends_quietly(hostile: str) -> None:
+    """A Ctrl-C while the exit waits for DataFusion's scans (``ScanGate.close`` at exit) printed
+    a KeyboardInterrupt traceback ("Exception ignored in atexit callback") after the results."""
+    code = (
+        "import atexit, os, signal, sys, time\n"
+        "from memwal_query.cli import run\n"
+        "import memwal_query.scan_gate\n"  # its exit hook registered first: runs after this one
+        "atexit.register(lambda: (os.kill(os.getpid(), signal.SIGINT), time.sleep(2)))\n"
+        "run()\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "sql", hostile, "SELECT count(*) AS n FROM t"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        check=False,
+    )
+    assert proc.returncode == 130 and proc.stderr == "", proc.stderr
+    assert f"| {len(HOSTILE)} |" in proc.stdout
