@@ -394,4 +394,5 @@ def explanation(source: HasView, predicate: str | None = None) -> ExplainText:
     The snapshot is described once; the text and the HTML are both rendered from that value.
     """
     d = describe_table(source, predicate=predicate)
-    return ExplainText(render_explain(d), render_explain_html(d))
+    text = "\n".join(shown(line, backslash=False) for line in render_explain(d).split("\n"))  # names as shown
+    return ExplainText(text, render_explain_html(d))

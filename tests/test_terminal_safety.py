@@ -89,6 +89,9 @@ def test_inspect_and_verify_escape_names(hostile: str, capsys: pytest.CaptureFix
     main(["inspect", hostile])
     out, _ = capsys.readouterr()
     assert "primary key: k\\x1b[2J\\nFAKE" in out
+    table = mq.open_table(hostile)
+    for text in (str(table.explain()), str(table.explain("v = 'x'")), repr(table)):
+        _no_raw_controls(text)
 
 
 class _Tags(html.parser.HTMLParser):
