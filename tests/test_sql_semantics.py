@@ -273,6 +273,10 @@ def test_is_null_counting_nan_stays_an_expression() -> None:
     wide = pa.schema([("u", pa.uint32()), ("g", pa.float32())])
     assert isinstance(for_lance(pc.field("g").isin([0.1]), wide), pc.Expression)
     assert for_lance(pc.field("g").isin(pa.array([0.5], pa.float32())), wide) == "(`g` IS NOT NULL AND `g` IN (0.5))"
+    # an integer no int8 holds matches nothing (Lance refused the whole filter for it)
+    small = pa.schema([("u", pa.uint32()), ("i", pa.int8())])
+    assert for_lance(pc.field("i").isin([1, 300]), small) == "(`i` IS NOT NULL AND `i` IN (1))"
+    assert for_lance(pc.field("i").isin([-129, 128]), small) == "false"
 
 
 def test_pyarrow_expressions_answer_alike_in_every_source(tmp_path: Path) -> None:

@@ -119,12 +119,25 @@ def _sql(n: Tree, types: dict[str, pa.DataType]) -> str | None:
         found = value_set(n.options)
         if found is None or not same_kind(n.args[0], found.type, types):
             return None  # Lance would read the literals in the column's type, as pyarrow does: not DataFusion's answer
-        values = [_literal(v) for v in found.to_pylist()] if found is not None else []
+        listed = found.to_pylist()
+        column = types.get(n.args[0].name) if isinstance(n.args[0], Field) else None
+        if column is not None and pa.types.is_integer(column) and listed:
+            listed = [v for v in listed if v is None or _fits(v, column)]  # Lance refuses 300 for an int8
+            if not listed:
+                return "false"  # none can match
+        values = [_literal(v) for v in listed]
         if not values or any(v is None for v in values):
             return None
         # pyarrow's is_in is FALSE, not NULL, for a NULL input: so is this
         return f"({args[0]} IS NOT NULL AND {args[0]} IN ({', '.join(str(v) for v in values)}))"
     return None
+
+
+def _fits(v: int, t: pa.DataType) -> bool:
+    """Whether integer ``v`` is a value of integer type ``t``."""
+    bits = t.bit_width
+    low, high = (0, 2**bits - 1) if pa.types.is_unsigned_integer(t) else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+    return bool(low <= v <= high)
 
 
 def _literal(v: object) -> str | None:
