@@ -27,7 +27,7 @@ from memwal_query.format.wal import GEN_COLUMN, SEQ_COLUMN
 from memwal_query.planner.nan_order import nan_ordered, reads_whole
 from memwal_query.scan.arrays import constant_filter, drop_mask, zero_column_batches
 from memwal_query.scan.filters import scan_columns
-from memwal_query.scan.lance_eval import lance_filtered, memory_filtered
+from memwal_query.scan.lance_eval import NegativeNans, lance_filtered, memory_filtered
 from memwal_query.scan_gate import guarded
 from memwal_query.snapshot.model import GenerationSource
 
@@ -340,6 +340,7 @@ class MemoryFragment(SourceFragment):
         super().__init__(owner)
         self.table = table
         self.region = region
+        self.negative_nans = NegativeNans(table)
 
     def __repr__(self) -> str:
         return f"<memwal memtable region={self.region} rows={self.table.num_rows}>"
@@ -359,7 +360,7 @@ class MemoryFragment(SourceFragment):
             data["_region"] = pa.chunked_array([pa.array([self.region] * n, pa.string())])
         full = pa.table(data)
         if filt is not None:
-            full = memory_filtered(full, filt)
+            full = memory_filtered(full, filt, self.negative_nans)
         sel = full.select(cols) if cols else full.select([])
         for b in sel.to_batches(max_chunksize=batch_size or SCAN_BATCH_ROWS):
             yield pa.RecordBatch.from_arrays(b.columns, schema=out) if cols else b

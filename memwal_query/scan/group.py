@@ -42,6 +42,15 @@ class GroupFragment(CompositeFragment[SourceFragment]):
     def __repr__(self) -> str:
         return f"<memwal group of {len(self.parts)} small sources>"
 
+    def _holds_negative_nan(self, name: str) -> bool:
+        """Whether a part's column ``name`` holds a NaN with its sign bit set (as each knows it)."""
+        for p in self.parts:
+            if isinstance(p, MemoryFragment) and p.negative_nans(name):
+                return True
+            if isinstance(p, LanceFragment) and p.holds_negative_nan(name):
+                return True
+        return False
+
     def __getstate__(self) -> dict[str, object]:
         return {**self.__dict__, "_memo": None}
 
@@ -85,7 +94,7 @@ class GroupFragment(CompositeFragment[SourceFragment]):
         rows = self._combined(scan_columns(cols, filt, self.context.data_schema.names), decode=filt is not None)
         if rows is not None and filt is not None:
             try:
-                rows = memory_filtered(rows, filt)
+                rows = memory_filtered(rows, filt, self._holds_negative_nan)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError):
                 rows = None  # let each source evaluate it
         if rows is not None:

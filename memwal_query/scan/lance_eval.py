@@ -27,9 +27,8 @@ Example:
 
 from __future__ import annotations
 
-import threading
 import uuid
-import weakref
+from collections.abc import Callable
 
 import lance
 import numpy as np
@@ -41,7 +40,7 @@ from memwal_query.planner.lance_filter import for_lance
 from memwal_query.planner.nan_order import as_given
 from memwal_query.scan.filters import filter_columns
 
-__all__ = ["lance_filtered", "memory_dataset", "memory_filtered", "negative_nan"]
+__all__ = ["NegativeNans", "lance_filtered", "memory_dataset", "memory_filtered", "negative_nan"]
 
 
 def memory_dataset(table: pa.Table) -> lance.LanceDataset:
@@ -61,10 +60,18 @@ def lance_filtered(table: pa.Table, filt: pc.Expression, otherwise: pc.Expressio
         return table.filter(filt if otherwise is None else otherwise)
 
 
-def memory_filtered(rows: pa.Table, filt: pc.Expression) -> pa.Table:
+def memory_filtered(
+    rows: pa.Table, filt: pc.Expression, holds_negative_nan: Callable[[str], bool] | None = None
+) -> pa.Table:
     """``rows.filter(filt)`` for a filter :func:`~memwal_query.planner.nan_order.nan_ordered`
     rewrote: by Lance (the filter as the user gave it) where a float column it names holds a
     NaN with its sign bit set, which only Lance orders as DataFusion does.
+
+    Args:
+        rows: Rows held in memory.
+        filt: The rewritten filter.
+        holds_negative_nan: Whether a column of ``rows`` (by name) may hold such a NaN, as
+            the source holding them remembers it (a pass over the column otherwise).
 
     Example:
         >>> import math
@@ -75,7 +82,8 @@ def memory_filtered(rows: pa.Table, filt: pc.Expression) -> pa.Table:
     """
     text = str(filt)
     floats = [f.name for f in rows.schema if pa.types.is_floating(f.type) and f.name in text]
-    if not any(negative_nan(rows.column(name)) for name in floats):
+    holds = holds_negative_nan or (lambda name: negative_nan(rows.column(name)))
+    if not any(holds(name) for name in floats):
         return rows.filter(filt)
     given = as_given(filt)
     used = filter_columns(given, rows.column_names)  # Lance holds no `_rowaddr` column: only these
@@ -87,8 +95,7 @@ def memory_filtered(rows: pa.Table, filt: pc.Expression) -> pa.Table:
 
 
 def negative_nan(column: pa.ChunkedArray | pa.Array) -> bool:
-    """Whether a float ``column`` holds a NaN with its sign bit set (remembered per array
-    while it lives: decoded columns are filtered by query after query).
+    """Whether a float ``column`` holds a NaN with its sign bit set (one pass over it).
 
     Example:
         >>> import math
@@ -96,22 +103,24 @@ def negative_nan(column: pa.ChunkedArray | pa.Array) -> bool:
         (False, True)
     """
     chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
-    return any(_chunk_negative_nan(c) for c in chunks)
+    for chunk in chunks:
+        values = chunk.to_numpy(zero_copy_only=False)  # a NULL: a (positive) NaN in the copy
+        nan = np.isnan(values)
+        if nan.any() and np.signbit(values[nan]).any():
+            return True
+    return False
 
 
-_seen: dict[int, bool] = {}
-_seen_lock = threading.Lock()
+class NegativeNans:
+    """Which float columns of rows that never change (a MemTable) hold a NaN with its sign
+    bit set: one pass per column, remembered (a query filters them again and again)."""
 
+    def __init__(self, rows: pa.Table) -> None:
+        self._rows = rows
+        self._known: dict[str, bool] = {}
 
-def _chunk_negative_nan(chunk: pa.Array) -> bool:
-    key = id(chunk)
-    with _seen_lock:
-        if key in _seen:
-            return _seen[key]
-    values = chunk.to_numpy(zero_copy_only=False)  # a NULL: a (positive) NaN in the copy
-    nan = np.isnan(values)
-    found = bool(nan.any() and np.signbit(values[nan]).any())
-    with _seen_lock:
-        _seen[key] = found
-    weakref.finalize(chunk, _seen.pop, key, None)
-    return found
+    def __call__(self, name: str) -> bool:
+        found = self._known.get(name)
+        if found is None:
+            found = self._known[name] = negative_nan(self._rows.column(name))
+        return found

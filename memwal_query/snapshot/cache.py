@@ -84,6 +84,9 @@ class SnapshotCache:
     #: ``_rowaddr``. Fragments never change, so they are decoded once (bounded in size).
     fragment_columns: dict[tuple[object, ...], dict[str, pa.ChunkedArray]] = field(default_factory=dict)
     resident_bytes: int = 0
+    #: Whether a decoded float column of a fragment holds a NaN with its sign bit set, by
+    #: (fragment key, column): filters over it are then run by Lance (``scan.lance_eval``).
+    negative_nans: dict[tuple[tuple[object, ...], str], bool] = field(default_factory=dict)
     #: Fragments whose columns did not fit the budget: scanned through Lance.
     over_budget: set[tuple[object, ...]] = field(default_factory=set)
     #: Fragments a filtered scan has read through Lance once (the next scan decodes them).
@@ -199,5 +202,7 @@ class SnapshotCache:
                 self.resident_bytes -= sum(a.nbytes for a in self.fragment_columns.pop(key).values())
             for key in [k for k in self.survivors if k not in keys]:
                 del self.survivors[key]
+            for known in [k for k in self.negative_nans if k[0] not in keys]:
+                del self.negative_nans[known]
             self.over_budget &= keys
             self.touched &= keys
