@@ -20,6 +20,7 @@ from memwal_query.errors import MemWalError
 from memwal_query.mask_delta import absent, is_sorted
 from memwal_query.scan.arrays import drop_mask, one_chunk
 from memwal_query.scan.fragment import ScanContext
+from memwal_query.scan.lance_eval import negative_nan
 from memwal_query.snapshot.cache import SnapshotCache
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "cached_columns",
     "keep_while_streaming",
     "keeps_decoded",
+    "negative_nan_of",
     "store_columns",
     "survivor_entry",
 ]
@@ -114,6 +116,26 @@ def _fixed_width(typ: pa.DataType) -> int:
         return max(int(typ.bit_width) // 8, 1)
     except ValueError:
         return 0
+
+
+def negative_nan_of(
+    cache: SnapshotCache | None, key: tuple[object, ...], name: str, rows: pa.Table | None = None
+) -> bool:
+    """Whether fragment ``key``'s decoded column ``name`` (or ``rows``' when it is not kept)
+    holds a NaN with its sign bit set: one pass per decoded column, remembered in ``cache``
+    (fragments never change). Unknown (True) without either."""
+    if cache is not None:
+        with cache.lock:
+            known = cache.negative_nans.get((key, name))
+            whole = cache.fragment_columns.get(key, {}).get(name)
+        if known is not None:
+            return known
+        if whole is not None:  # every row: what a scan keeps of them holds no more
+            found = negative_nan(whole)
+            with cache.lock:
+                cache.negative_nans[(key, name)] = found
+            return found
+    return True if rows is None else negative_nan(rows.column(name))
 
 
 def keep_while_streaming(

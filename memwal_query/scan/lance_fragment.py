@@ -28,12 +28,13 @@ from memwal_query.scan.column_cache import (
     cached_columns,
     keep_while_streaming,
     keeps_decoded,
+    negative_nan_of,
     store_columns,
     survivor_entry,
 )
 from memwal_query.scan.filters import filter_columns, mentions_any, scan_columns
 from memwal_query.scan.fragment import HIDDEN_COLUMNS, ScanContext, SourceFragment, batch_rows
-from memwal_query.scan.lance_eval import memory_filtered, negative_nan
+from memwal_query.scan.lance_eval import memory_filtered
 from memwal_query.snapshot.cache import SnapshotCache
 
 __all__ = ["LanceFragment", "read_error"]
@@ -236,23 +237,9 @@ class LanceFragment(SourceFragment):
         )
 
     def holds_negative_nan(self, name: str, rows: pa.Table | None = None) -> bool:
-        """Whether this fragment's decoded column ``name`` (or ``rows``' when it is not kept)
-        holds a NaN with its sign bit set: one pass per decoded column, remembered in the
-        table's cache (fragments never change). Unknown (True) without either."""
-        cache = self.resident
-        if cache is not None:
-            key = (self._cache_key(), name)
-            with cache.lock:
-                known = cache.negative_nans.get(key)
-                whole = cache.fragment_columns.get(key[0], {}).get(name)
-            if known is not None:
-                return known
-            if whole is not None:  # every row: what a scan keeps of them holds no more
-                found = negative_nan(whole)
-                with cache.lock:
-                    cache.negative_nans[key] = found
-                return found
-        return True if rows is None else negative_nan(rows.column(name))
+        """Whether this fragment's column ``name`` holds a NaN with its sign bit set
+        (:func:`~memwal_query.scan.column_cache.negative_nan_of`)."""
+        return negative_nan_of(self.resident, self._cache_key(), name, rows)
 
     def index_serves(self, filt: pc.Expression | None, names: list[str]) -> bool:
         """Whether a base scalar index serves ``filt`` and ``names`` are not all decoded yet.
