@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memwal_query.errors import InvalidArgumentError, MemWalError
+from memwal_query.format.nested import has_leaf, map_leaves
 from memwal_query.value_kind import kind_change
 
 __all__ = ["conform", "FIELD_ID", "by_field_id", "field_id", "is_list_like", "with_item"]
@@ -218,12 +219,22 @@ def conform(
             arrays.append(pa.nulls(data.num_rows, f.type))
             continue
         col = data.column(f.name)
-        if pa.types.is_timestamp(col.type) and col.type.tz and pa.types.is_timestamp(f.type) and not f.type.tz:
-            # an instant into a column without a time zone: its wall-clock time where it was
-            # taken (as Spark, DuckDB and pandas cast; Arrow's cast would give the UTC time)
-            col = pc.local_timestamp(col)
+        if col.num_chunks and has_leaf(col.type, f.type, _instant_to_wall_clock):
+            # an instant into a column without a time zone (in a struct or a list too): its
+            # wall-clock time where it was taken (as Spark, DuckDB and pandas cast; Arrow's
+            # cast would give the UTC time)
+            chunks = [map_leaves(c, f.type, _wall_clock) for c in col.chunks]
+            col = pa.chunked_array(chunks, type=chunks[0].type)
         arrays.append(_stored_as(col, f, what=what, strict=strict, error=error))
     return pa.Table.from_arrays(arrays, schema=target)
+
+
+def _instant_to_wall_clock(src: pa.DataType, dst: pa.DataType) -> bool:
+    return bool(pa.types.is_timestamp(src) and src.tz and pa.types.is_timestamp(dst) and not dst.tz)
+
+
+def _wall_clock(values: pa.Array, target: pa.DataType) -> pa.Array:
+    return pc.local_timestamp(values) if _instant_to_wall_clock(values.type, target) else values
 
 
 def _stored_as(
@@ -241,6 +252,12 @@ def _stored_as(
         if other is not None:
             msg = f"{what}: column {other}: values of another kind are not converted (cast them first)"
             raise error(msg)
+    if strict and has_leaf(col.type, col.type, _is_text):
+        try:  # Spark hands over what a binary cast to a string makes; Lance could not read it back
+            col.validate(full=True)
+        except pa.ArrowInvalid as err:
+            msg = f"{what}: column {f.name!r} holds text that is not valid UTF-8 ({err})"
+            raise error(msg) from err
     if col.type != f.type:
         try:
             cast = col.cast(f.type)
@@ -260,6 +277,10 @@ def _stored_as(
         msg = f"{what}: {inner!r} (in column {f.name!r}, of type {f.type}) is not nullable but holds NULL value(s)"
         raise error(msg)
     return col
+
+
+def _is_text(t: pa.DataType, _: pa.DataType) -> bool:
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t))
 
 
 def _changed_by_cast(before: pa.ChunkedArray, after: pa.ChunkedArray) -> str | None:

@@ -6,8 +6,9 @@ binaries with 32-bit offsets. Batches handed to Spark (``read_spark`` tasks, the
 data source) are cast to :func:`spark_schema` of the table's schema; the values are the
 same. Unsigned integers widen as Spark reads Parquet's: uint8 -> short, uint16 -> int,
 uint32 -> long, uint64 -> decimal(20, 0); float16 -> float, date64 -> date. Spark holds
-timestamps and durations in microseconds (nanoseconds are truncated) and times in
-nanoseconds.
+timestamps and durations in microseconds (nanoseconds are dropped, towards the past: a
+nanosecond before 1970 is the microsecond before it) and times in nanoseconds; a time out of
+Spark's range is refused, naming the column.
 
 Example:
     >>> import pyarrow as pa
@@ -21,6 +22,10 @@ Example:
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.compute as pc
+
+from memwal_query.errors import InvalidArgumentError
+from memwal_query.format.nested import map_leaves
 
 __all__ = ["spark_schema", "spark_batch"]
 
@@ -60,18 +65,48 @@ def spark_schema(schema: pa.Schema) -> pa.Schema:
     return pa.schema([f.with_type(_spark_type(f.type)) for f in schema], metadata=schema.metadata)
 
 
-def _exact(t: pa.DataType) -> bool:
-    """Whether a cast to ``t`` must keep every value (nanoseconds truncate to Spark's microseconds,
-    a date64 to its day)."""
-    return not (pa.types.is_timestamp(t) or pa.types.is_duration(t) or pa.types.is_date(t))
-
-
 def spark_batch(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
-    """``batch`` cast to ``schema`` (a :func:`spark_schema`), column by column."""
+    """``batch`` cast to ``schema`` (a :func:`spark_schema`), column by column, at any depth:
+    nanoseconds dropped (towards the past: -1 ns is -1 µs, as for every earlier instant),
+    a time out of Spark's range refused.
+
+    Raises:
+        InvalidArgumentError: A value Spark cannot hold (names the column).
+    """
     if batch.schema.equals(schema):
         return batch
-    columns = [
-        c if c.type == f.type else c.cast(f.type, safe=_exact(f.type))
-        for c, f in zip(batch.columns, schema, strict=True)
-    ]
+    columns = []
+    for c, f in zip(batch.columns, schema, strict=True):
+        if c.type != f.type:
+            try:
+                c = map_leaves(c, f.type, _spark_leaf).cast(f.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+                msg = f"column {f.name!r} ({c.type}) cannot be handed to Spark as {f.type}: {err}"
+                raise InvalidArgumentError(msg) from err
+        columns.append(c)
     return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+_PER_DAY_MS = 86_400_000
+
+
+def _spark_leaf(values: pa.Array, target: pa.DataType) -> pa.Array:
+    """One value array as Spark's type ``target`` (see :func:`spark_batch`)."""
+    t = values.type
+    if t == target:
+        return values
+    temporal = (pa.types.is_timestamp(t) and pa.types.is_timestamp(target)) or (
+        pa.types.is_duration(t) and pa.types.is_duration(target)
+    )
+    if temporal and t.unit == "ns" and target.unit == "us":
+        return _floor_divided(values.cast(pa.int64()), 1000).cast(target)
+    if pa.types.is_date64(t) and pa.types.is_date32(target):
+        return _floor_divided(values.cast(pa.int64()), _PER_DAY_MS).cast(pa.int32()).cast(target)
+    return values.cast(target)  # safe: a value out of the target's range is refused
+
+
+def _floor_divided(values: pa.Array, by: int) -> pa.Array:
+    """Integer division of ``values`` by ``by``, rounding towards minus infinity."""
+    quotient = pc.divide(values, by)  # towards zero
+    behind = pc.less(pc.subtract(values, pc.multiply(quotient, by)), 0)
+    return pc.subtract(quotient, behind.cast(pa.int64()))

@@ -44,6 +44,7 @@ from typing import Any
 import pyarrow as pa
 
 from memwal_query.errors import InvalidArgumentError, MemWalError
+from memwal_query.format.nested import has_leaf, map_leaves
 from memwal_write.arrow_writer import RoutedWriter
 from memwal_write.spark_driver import write_on_driver
 from memwal_write.spark_routing import PKEY, SEED0_LITERAL, bucket_column, bucket_partition_seeds, spark_routing
@@ -83,10 +84,18 @@ def _in_session_zone(table: pa.Table, df: Any) -> pa.Table:
     """``toArrow``'s timestamps (UTC) in the session time zone, as Spark's tasks hand them over:
     written into a column without a time zone, a TIMESTAMP keeps its session-local time."""
     tz = str(df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC")
+
+    def other_zone(t: pa.DataType, _: pa.DataType) -> bool:
+        return bool(pa.types.is_timestamp(t) and t.tz and t.tz != tz)
+
+    def in_zone(values: pa.Array, _: pa.DataType) -> pa.Array:
+        return values.cast(pa.timestamp(values.type.unit, tz)) if other_zone(values.type, _) else values
+
     for i, f in enumerate(table.schema):
-        if pa.types.is_timestamp(f.type) and f.type.tz and f.type.tz != tz:
-            t = pa.timestamp(f.type.unit, tz)
-            table = table.set_column(i, f.with_type(t), table.column(i).cast(t))
+        col = table.column(i)
+        if col.num_chunks and has_leaf(f.type, f.type, other_zone):  # in structs and lists too
+            chunks = [map_leaves(c, f.type, in_zone) for c in col.chunks]
+            table = table.set_column(i, f.with_type(chunks[0].type), pa.chunked_array(chunks, type=chunks[0].type))
     return table
 
 

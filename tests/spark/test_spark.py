@@ -404,22 +404,32 @@ def test_time_types_spark_holds_otherwise(spark: Any, tmp_path: Path) -> None:
 
 def test_timestamps_into_a_column_without_a_time_zone_keep_the_session_local_time(spark: Any, tmp_path: Path) -> None:
     """Spark's cast of a TIMESTAMP to TIMESTAMP_NTZ keeps the session-local time: so does a
-    write into a Lance column without a time zone, on both write paths (UTC time before)."""
+    write into a Lance column without a time zone, on both write paths (UTC time before), in
+    a struct or a list too (their UTC time until this stop)."""
     import datetime as dt
 
-    schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("at", pa.timestamp("us"))])
+    naive = pa.timestamp("us")
+    schema = pa.schema(
+        [
+            pa.field("id", pa.int64(), nullable=False, metadata=PK),
+            pa.field("at", naive),
+            pa.field("s", pa.struct([("at", naive)])),
+            pa.field("l", pa.list_(naive)),
+        ]
+    )
     old = spark.conf.get("spark.sql.session.timeZone")
     spark.conf.set("spark.sql.session.timeZone", "America/New_York")
     try:
-        df = spark.sql("SELECT 1L AS id, timestamp'2024-01-01 00:00:00' AS at")
+        at = "timestamp'2024-01-01 00:00:00'"
+        df = spark.sql(f"SELECT 1L AS id, {at} AS at, named_struct('at', {at}) AS s, array({at}, NULL) AS l")
         for via in ("driver", "tasks"):
             uri = str(tmp_path / via)
-            lance.write_dataset(pa.table({"id": [0], "at": [None]}, schema=schema), uri).initialize_mem_wal(
-                bucket_column="id", num_buckets=2
-            )
+            empty = pa.table({"id": [0], "at": [None], "s": [None], "l": [None]}, schema=schema)
+            lance.write_dataset(empty, uri).initialize_mem_wal(bucket_column="id", num_buckets=2)
             memwal_write.write(df, uri, via=via)
-            got = mq.open_table(uri).to_arrow().sort_by("id").column("at").to_pylist()
-            assert got == [None, dt.datetime(2024, 1, 1)], via
+            got = mq.open_table(uri).to_arrow().sort_by("id").to_pylist()[1]
+            local = dt.datetime(2024, 1, 1)
+            assert got == {"id": 1, "at": local, "s": {"at": local}, "l": [local, None]}, via
     finally:
         spark.conf.set("spark.sql.session.timeZone", old)
 
