@@ -54,9 +54,29 @@ def expression_runs(filt: pc.Expression, schema: pa.Schema) -> bool:
     """Whether Lance can run ``filt`` as an expression over a dataset of ``schema``: it
     names no column Substrait cannot carry, and no column of the schema fails every one."""
     odd = {f.name for f in schema if needs_sql(f.type)}
-    if any(name in str(filt) for name in odd):
+    named = _field_names(expression_tree(filt, schema.names)) if odd else set()
+    if named is None:  # not read: by its text (a column named `u` is in any `is_in` text)
+        named = {name for name in odd if name in str(filt)}
+    if named & odd:
         return False
     return not any(_unconvertible(f.type) for f in schema)
+
+
+def _field_names(n: Tree) -> set[str] | None:
+    """The columns a call tree names (None: a part of it was not read)."""
+    if isinstance(n, Field):
+        return {n.name}
+    if isinstance(n, Lit):
+        return set()
+    if not isinstance(n, Call):
+        return None
+    out: set[str] = set()
+    for a in n.args:
+        got = _field_names(a)
+        if got is None:
+            return None
+        out |= got
+    return out
 
 
 def quote_name(name: str) -> str | None:

@@ -51,7 +51,9 @@ __all__ = ["as_given", "nan_ordered", "reads_whole"]
 
 _CACHE_ENTRIES = 256
 _cache: OrderedDict[tuple[bytes, tuple[str, ...], tuple[str, ...]], pc.Expression | None] = OrderedDict()
-_origin: OrderedDict[bytes, pc.Expression] = OrderedDict()
+#: The filters :func:`nan_ordered` wrote, by identity (id -> (rewritten, given)): a user's own
+#: expression that spells the same as one (``is_nan(f)``, the rewrite of ``f = NaN``) is not one.
+_origin: OrderedDict[int, tuple[pc.Expression, pc.Expression]] = OrderedDict()
 _lock = threading.Lock()
 
 
@@ -75,7 +77,8 @@ def as_given(filt: pc.Expression | None) -> pc.Expression | None:
     if filt is None:
         return None
     with _lock:
-        return _origin.get(expression_key(filt), filt)
+        found = _origin.get(id(filt))
+    return found[1] if found is not None and found[0] is filt else filt
 
 
 def reads_whole(expr: pc.Expression, schema: pa.Schema) -> bool:
@@ -88,15 +91,16 @@ def _rebuilt(expr: pc.Expression, schema: pa.Schema) -> pc.Expression | None:
     floats = tuple(f.name for f in schema if pa.types.is_floating(f.type))
     key = (expression_key(expr), floats, tuple(str(f.type) + " " + f.name for f in schema))  # is_in reads types
     with _lock:
+        written = _origin.get(id(expr))
+        if written is not None and written[0] is expr:
+            return expr  # one this module wrote: given again, it stays as it is
         if key in _cache:
             return _cache[key]
     out = _rebuild(expression_tree(expr, schema.names), {f.name: f.type for f in schema})
     with _lock:
         _cache[key] = out
-        if out is not None:  # a rewritten filter is one already: given again, it stays as it is
-            _cache[(expression_key(out), floats, key[2])] = out
-            if not out.equals(expr):
-                _origin[expression_key(out)] = expr
+        if out is not None and not out.equals(expr):
+            _origin[id(out)] = (out, expr)  # holding ``out``: its id is not reused meanwhile
         while len(_cache) > _CACHE_ENTRIES:
             _cache.popitem(last=False)
         while len(_origin) > _CACHE_ENTRIES:

@@ -284,9 +284,9 @@ class SourceFragment:
         if self.context.with_hidden:
             cols.setdefault("_gen", pa.array(np.full(n, gen, dtype=np.int64)))
             cols.setdefault("_region", pa.array([region] * n, pa.string()) if region else pa.nulls(n, pa.string()))
-        if post_filter is not None:
+        if post_filter is not None:  # a filter Lance refused, on the rows it read
             full = pa.RecordBatch.from_pydict(cols)
-            full = pa.Table.from_batches([full]).filter(post_filter).combine_chunks()
+            full = memory_filtered(pa.Table.from_batches([full]), post_filter).combine_chunks()
             if full.num_rows == 0:
                 return None
             batch = full.to_batches()[0]

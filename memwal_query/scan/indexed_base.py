@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memwal_query.errors import says_missing
+from memwal_query.planner.lance_filter import for_lance
 from memwal_query.planner.nan_order import as_given
 from memwal_query.scan.arrays import chain_first
 from memwal_query.scan.filters import filter_columns, scan_columns
@@ -73,7 +74,8 @@ class IndexedBaseFragment(CompositeFragment[LanceFragment]):
         try:
             it = first_part.dataset.scanner(
                 columns=[*read, *keys],
-                filter=as_given(filt),  # Lance orders NaN as DataFusion does itself; a plain IN is an index lookup
+                # Lance orders NaN as DataFusion does itself; a plain IN is an index lookup
+                filter=for_lance(as_given(filt), first_part.dataset.schema),
                 fragments=[p.fragment for p in served],
                 batch_size=batch_rows([p.fragment for p in served], batch_size),
             ).to_batches()

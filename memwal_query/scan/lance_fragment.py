@@ -22,6 +22,7 @@ from lance.dataset import serialize_row_addrs
 from memwal_query.base_mask import BaseMask
 from memwal_query.errors import MemWalError, says_missing
 from memwal_query.format.lance_open import base_read_error, lance_message, no_longer_readable
+from memwal_query.planner.lance_filter import for_lance
 from memwal_query.planner.nan_order import as_given, reads_whole
 from memwal_query.scan.arrays import chain_first, drop_mask, fragment_cache_key
 from memwal_query.scan.column_cache import (
@@ -351,8 +352,9 @@ class LanceFragment(SourceFragment):
             return
 
         def scan(f: pc.Expression | None, columns: list[str]) -> Iterator[pa.RecordBatch]:
+            given = for_lance(as_given(f), self.dataset.schema)  # as SQL where Substrait has no such type
             return self.fragment.scanner(
-                columns=columns, filter=as_given(f), with_row_address=need_addr, batch_size=size
+                columns=columns, filter=given, with_row_address=need_addr, batch_size=size
             ).to_batches()
 
         try:
