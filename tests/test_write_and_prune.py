@@ -573,3 +573,21 @@ def test_writes_take_every_form_of_the_same_kind(tmp_path: Path) -> None:
     late = pa.table({"id": [4], "d": pa.array([dt.datetime(2024, 1, 2, 3, 4)], pa.timestamp("us"))})
     with pytest.raises(mq.InvalidArgumentError, match="'d' .* 1 value\\(s\\) would lose their time of day"):
         write_arrow(uri, late)
+
+
+def test_bucket_regions_named_by_convention_are_found_at_any_bucket_count() -> None:
+    """A region without field entries gets its bucket from its name (pylance's writers name
+    bucket regions ``uuid5(ns, "bucket-{b}")``): that was one uuid5 per bucket per region per
+    snapshot (0.65 s at 256 regions x 256 buckets), and a hostile spec's bucket count was
+    looped over whole."""
+    from memwal_query.format.model import RegionSpec, ShardingFieldSpec
+    from memwal_query.planner import plan
+
+    def spec(n: int) -> RegionSpec:
+        field = ShardingFieldSpec("bucket", (0,), "bucket", None, "int32", {"num_buckets": str(n)})
+        return RegionSpec(1, (field,))
+
+    for n, b in ((4, 3), (1024, 1000), (10**15, 7)):
+        found = plan._bucket_convention(str(uuid.uuid5(NS, f"bucket-{b}")), spec(n))  # noqa: SLF001
+        assert found is not None and dict(found.values) == {"bucket": b}, n
+    assert plan._bucket_convention(str(uuid.uuid5(NS, "bucket-9")), spec(8)) is None  # noqa: SLF001
