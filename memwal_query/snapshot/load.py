@@ -154,7 +154,7 @@ def _load_region(
     origin = []
     positions = None
     if tail is not None and tail.entries:
-        wal_t = memtable_from_wal(region_id, tail, data_schema, columns.tagged if columns else None)
+        wal_t = memtable_from_wal(region_id, tail, data_schema, columns.tagged if columns else None, cache.wal_rows)
         if wal_t is not None:
             parts.append(wal_t)
             origin.append("WAL tail")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
 
 import pyarrow as pa
 
@@ -23,16 +23,26 @@ def _conform(table: pa.Table, schema: pa.Schema, what: str, field_ids: pa.Schema
 
 
 def memtable_from_wal(
-    region_id: str, tail: WalTail, data_schema: pa.Schema, field_ids: pa.Schema | None = None
+    region_id: str,
+    tail: WalTail,
+    data_schema: pa.Schema,
+    field_ids: pa.Schema | None = None,
+    done: MutableMapping[tuple[str, int], tuple[bytes, pa.Table]] | None = None,
 ) -> pa.Table | None:
     """The WAL tail's rows as MemTable rows (``_gen``, ``_seq`` = position << 32 | row).
 
     ``field_ids``: the base's schema with Lance field ids in its fields' metadata; entry
     columns are matched by the field ids they carry (columns renamed, added or dropped
-    since they were logged)."""
+    since they were logged). ``done``: entries' rows made before, by (region, position),
+    reused when made for the same schemas (entries never change)."""
+    target = data_schema.serialize().to_pybytes() + (field_ids.serialize().to_pybytes() if field_ids else b"")
     parts = []
     for e in tail.entries:
         if e.num_rows == 0:
+            continue
+        known = done.get((region_id, e.position)) if done is not None else None
+        if known is not None and known[0] == target:
+            parts.append(known[1])
             continue
         t = with_parent_nulls(
             _conform(e.table, data_schema, f"region {region_id} WAL position {e.position}", field_ids)
@@ -42,6 +52,8 @@ def memtable_from_wal(
         seq = pa.compute.add(seq, pa.scalar(e.position << 32, pa.uint64()))
         t = t.append_column(GEN_COLUMN, pa.array([e.generation] * n, pa.int64()))
         t = t.append_column(SEQ_COLUMN, seq)
+        if done is not None:
+            done[(region_id, e.position)] = (target, t)
         parts.append(t)
     return pa.concat_tables(parts) if parts else None
 
