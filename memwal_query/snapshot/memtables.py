@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import MutableMapping, Sequence
 
+import numpy as np
 import pyarrow as pa
 
 from memwal_query.conform import conform
 from memwal_query.errors import ManifestError
 from memwal_query.format.nested import with_parent_nulls
-from memwal_query.format.wal import GEN_COLUMN, SEQ_COLUMN, TOMBSTONE, WalTail
+from memwal_query.format.wal import GEN_COLUMN, SEQ_COLUMN, TOMBSTONE, WalEntry, WalTail
 from memwal_query.snapshot.model import LiveMemTable
 
 __all__ = ["memtable_from_wal", "memtable_from_live", "LIVE_SEQ"]
@@ -36,26 +37,55 @@ def memtable_from_wal(
     since they were logged). ``done``: entries' rows made before, by (region, position),
     reused when made for the same schemas (entries never change)."""
     target = data_schema.serialize().to_pybytes() + (field_ids.serialize().to_pybytes() if field_ids else b"")
-    parts = []
+    parts: list[pa.Table] = []
+    todo: list[WalEntry] = []  # consecutive entries of one schema: conformed at once
+
+    def conform_todo() -> None:
+        if not todo:
+            return
+        where = f"position {todo[0].position}" + (f"-{todo[-1].position}" if len(todo) > 1 else "")
+        rows = pa.concat_tables([e.table for e in todo]).combine_chunks() if len(todo) > 1 else todo[0].table
+        t = _ranked(with_parent_nulls(_conform(rows, data_schema, f"region {region_id} WAL {where}", field_ids)), todo)
+        parts.append(t)
+        if done is not None:
+            at = 0
+            for e in todo:
+                done[(region_id, e.position)] = (target, t.slice(at, e.num_rows))
+                at += e.num_rows
+        todo.clear()
+
     for e in tail.entries:
         if e.num_rows == 0:
             continue
         known = done.get((region_id, e.position)) if done is not None else None
         if known is not None and known[0] == target:
+            conform_todo()
             parts.append(known[1])
-            continue
-        t = with_parent_nulls(
-            _conform(e.table, data_schema, f"region {region_id} WAL position {e.position}", field_ids)
-        )
-        n = t.num_rows
-        seq = pa.array(range(n), pa.uint64())
-        seq = pa.compute.add(seq, pa.scalar(e.position << 32, pa.uint64()))
-        t = t.append_column(GEN_COLUMN, pa.array([e.generation] * n, pa.int64()))
-        t = t.append_column(SEQ_COLUMN, seq)
-        if done is not None:
-            done[(region_id, e.position)] = (target, t)
-        parts.append(t)
-    return pa.concat_tables(parts) if parts else None
+        else:
+            if todo and not todo[-1].table.schema.equals(e.table.schema, check_metadata=True):
+                conform_todo()
+            todo.append(e)
+    conform_todo()
+    if not parts:
+        return None
+    table = pa.concat_tables(parts)
+    return table.combine_chunks() if table.column(0).num_chunks > _MAX_CHUNKS else table
+
+
+#: Chunks a MemTable's columns may be in before they are laid end to end (one per WAL entry
+#: otherwise: every later filter and merge pays per chunk).
+_MAX_CHUNKS = 16
+
+
+def _ranked(t: pa.Table, entries: Sequence[WalEntry]) -> pa.Table:
+    """The conformed rows ``t`` of ``entries`` (in order) with their generation and ``_seq``
+    (position << 32 | row within the entry)."""
+    counts = np.array([e.num_rows for e in entries], dtype=np.int64)
+    starts = np.cumsum(counts) - counts
+    row = np.arange(int(counts.sum()), dtype=np.uint64) - np.repeat(starts, counts).astype(np.uint64)
+    seq = np.repeat(np.array([e.position << 32 for e in entries], dtype=np.uint64), counts) + row
+    gen = np.repeat(np.array([e.generation for e in entries], dtype=np.int64), counts)
+    return t.append_column(GEN_COLUMN, pa.array(gen)).append_column(SEQ_COLUMN, pa.array(seq))
 
 
 def memtable_from_live(live: Sequence[LiveMemTable], data_schema: pa.Schema) -> pa.Table | None:
