@@ -63,3 +63,17 @@ def test_duckdb_reads_a_projected_filtered_stream(events) -> None:  # type: igno
     got = duckdb.sql("SELECT id FROM reader WHERE qty > 25 ORDER BY id").fetchall()
     want = sorted(k[0] for k, row in events.model.items() if row["qty"] > 25)
     assert [r[0] for r in got] == want
+
+
+def test_duckdb_over_the_dataset_is_refused_with_what_to_use(events) -> None:  # type: ignore[no-untyped-def]
+    """``Table.dataset()`` is DataFusion's: DuckDB pushed its filters into it and read them
+    answered in DataFusion's order (a NaN with its sign bit set below every number; above in
+    DuckDB), and before that failed with an AttributeError. It is refused, naming the streams."""
+    import pytest
+
+    table = mq.open_table(events.uri)
+    ds = table.dataset()  # noqa: F841 - DuckDB finds the Python variable by name
+    with pytest.raises(duckdb.Error, match=r"hand DuckDB table\.to_stream\(\) or table\.to_reader\(\)"):
+        duckdb.sql("SELECT count(*) FROM ds").fetchall()
+    stream = table.to_stream()  # noqa: F841 - DuckDB finds the Python variable by name
+    assert duckdb.sql("SELECT count(*) FROM stream").fetchall() == [(table.count_rows(),)]

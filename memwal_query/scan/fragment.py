@@ -105,6 +105,17 @@ class Scan:
     def to_table(self) -> pa.Table:
         return pa.Table.from_batches(list(self.to_batches()), schema=self.projected_schema)
 
+    def to_reader(self) -> pa.RecordBatchReader:
+        """Refused: DuckDB scans a dataset through it, pushing its filters, which this dataset
+        answers as DataFusion does (a NaN with its sign bit set is below every number there,
+        above every number in DuckDB). ``Table.to_stream()`` / ``to_reader()`` leave DuckDB
+        every filter."""
+        msg = (
+            "Table.dataset() is DataFusion's: filters pushed into it are answered in DataFusion's order of NaN, "
+            "not DuckDB's; hand DuckDB table.to_stream() or table.to_reader() (it then filters every row itself)"
+        )
+        raise InvalidArgumentError(msg)
+
 
 @dataclass(frozen=True)
 class ScanContext:
