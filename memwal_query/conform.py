@@ -280,6 +280,8 @@ def _stored_as(
 
 
 def _is_text(t: pa.DataType, _: pa.DataType) -> bool:
+    if pa.types.is_dictionary(t):
+        return _is_text(t.value_type, _)
     return bool(pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t))
 
 

@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import functools
 import html
+import re
 from typing import Any
 
 import datafusion
 import pyarrow as pa
+from datafusion.dataframe_formatter import DataFrameHtmlFormatter
 
 from memwal_query.engine_errors import engine_error
 from memwal_query.errors import MemWalError
@@ -68,21 +70,20 @@ class MemWalDataFrame(datafusion.DataFrame):
         return format_text_table(table, footer="more rows not shown" if more else None)
 
     def _repr_html_(self) -> str:
-        """Jupyter's view: DataFusion's HTML table (its formatter's settings) of the first rows,
-        every name and value HTML-escaped (DataFusion's own put them in the page as they are:
-        a value ``<script>...`` ran in the notebook)."""
+        """Jupyter's view: DataFusion's HTML table of the first rows (its formatter, its
+        settings and type formatters), names and values HTML-escaped where they hold markup
+        (``<``, ``&``, quotes: DataFusion put them in the page as they are, and a value
+        ``<script>...`` ran in the notebook)."""
         from datafusion.dataframe_formatter import get_formatter
 
         table, more = self._first_rows()
+        formatter = get_formatter()
         if table.num_rows == 0:
-            return get_formatter().format_html([], table.schema)
-        names = [html.escape(n) for n in table.column_names]
-        arrays = [
-            pa.array([_html_text(v) for v in _values(c, n)], pa.string())
-            for c, n in zip(table.columns, table.column_names, strict=True)
-        ]
-        escaped = pa.Table.from_arrays(arrays, names=names)
-        return get_formatter().format_html(escaped.to_batches(), escaped.schema, has_more=more)
+            return formatter.format_html([], table.schema)
+        if _holds_markup(table):
+            formatter = _EscapingFormatter.like(formatter)
+            table = table.rename_columns([html.escape(n) for n in table.column_names])
+        return formatter.format_html(table.to_batches(), table.schema, has_more=more)
 
     def _first_rows(self) -> tuple[pa.Table, bool]:
         from datafusion.dataframe_formatter import get_formatter
@@ -101,5 +102,35 @@ def _values(column: pa.ChunkedArray, name: str) -> list[object]:
         return [str(v) for v in column]
 
 
-def _html_text(value: object) -> str | None:
-    return None if value is None else html.escape(str(value))
+_MARKUP = re.compile("[<>&\"']")
+
+
+def _holds_markup(table: pa.Table) -> bool:
+    """Whether a name or a value of ``table`` would be read as HTML: ``<``, ``>``, ``&`` or a
+    quote in its text (numbers, dates and times never hold one)."""
+    if any(_MARKUP.search(n) for n in table.column_names):
+        return True
+    for c, name in zip(table.columns, table.column_names, strict=True):
+        t = c.type
+        if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_temporal(t) or pa.types.is_boolean(t):
+            continue
+        if pa.types.is_decimal(t):
+            continue
+        if any(v is not None and _MARKUP.search(str(v)) for v in _values(c, name)):
+            return True
+    return False
+
+
+class _EscapingFormatter(DataFrameHtmlFormatter):
+    """DataFusion's HTML formatter whose cell text is HTML-escaped (after the type formatters).
+    The preview of a value longer than ``max_cell_length`` is cut from the escaped text."""
+
+    @classmethod
+    def like(cls, formatter: DataFrameHtmlFormatter) -> _EscapingFormatter:
+        """An escaping formatter with ``formatter``'s settings, type formatters and builders."""
+        out = cls.__new__(cls)
+        out.__dict__.update(vars(formatter))
+        return out
+
+    def _format_cell_value(self, value: Any) -> str:
+        return html.escape(str(super()._format_cell_value(value)))

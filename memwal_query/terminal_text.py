@@ -1,19 +1,19 @@
-"""Text of a table's values and names as a terminal shows it: every character that is not
-printable escaped, widths counted in terminal columns.
+"""Text of a table's values and names as a terminal shows it: the characters that act on a
+terminal escaped, widths counted in terminal columns.
 
 A value or a column name may hold anything: a line break or an escape sequence would forge
 rows or take over the terminal (``\\x1b[2J`` clears it), an 8-bit control (``\\x9b``, the
-one-byte CSI) or a line separator (``\\u2028``) act on some terminals, and a right-to-left
-override (``\\u202e``) shows ``gnp.exe`` as ``exe.png``. :func:`shown` writes every character
-Python does not call printable (controls, format characters such as the direction marks and
-zero-width joiners, line and paragraph separators, spaces other than the space itself,
-unassigned code points) as an escape, and the backslash doubled, so the text shown tells
-them apart; :func:`width` counts East Asian wide characters as two columns and combining
-marks as none, so columns line up.
+one-byte CSI) or a line separator (``\\u2028``) act on some terminals, and a direction
+override (``\\u202e``) shows ``gnp.exe`` as ``exe.png``. :func:`shown` writes control
+characters, line and paragraph separators, the bidirectional controls and unpaired
+surrogates as escapes, and the backslash doubled, so the text shown tells them apart; the
+characters text is written with stay as they are (joiners in emoji and in Persian, a
+no-break space, a soft hyphen). :func:`width` counts East Asian wide characters as two
+columns and combining marks and format characters as none, so columns line up.
 
 Example:
-    >>> shown("a\\nb"), shown("\\u202egnp.exe"), shown("C:\\\\x"), shown("日本")
-    ('a\\\\nb', '\\\\u202egnp.exe', 'C:\\\\\\\\x', '日本')
+    >>> shown("a\\nb"), shown("\\u202egnp.exe"), shown("C:\\\\x"), shown("日本"), shown("10\\xa0000")
+    ('a\\\\nb', '\\\\u202egnp.exe', 'C:\\\\\\\\x', '日本', '10\\xa0000')
     >>> width("日本"), width("e\\u0301"), pad("日本", 6) + "|"
     (4, 1, '日本  |')
 """
@@ -28,11 +28,24 @@ _NAMED = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
 def shown(text: str, *, backslash: bool = True) -> str:
-    """``text`` with every character that is not printable escaped (``\\x1b``, ``\\u202e``,
+    """``text`` with the characters that act on a terminal escaped (``\\x1b``, ``\\u202e``,
     ``\\n``) and, with ``backslash``, the backslash doubled."""
     if text.isprintable() and (not backslash or "\\" not in text):
         return text
+    if not backslash and not any(_acts(c) for c in text):
+        return text
     return "".join(_char(c, backslash) for c in text)
+
+
+#: Bidirectional controls: they reorder what follows them on the line.
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def _acts(c: str) -> bool:
+    """Whether ``c`` acts on a terminal (or cannot be written): shown escaped."""
+    if c.isprintable() or c == " ":
+        return False
+    return c in _BIDI or unicodedata.category(c) in ("Cc", "Zl", "Zp", "Cs")
 
 
 def _char(c: str, backslash: bool) -> str:
@@ -40,7 +53,7 @@ def _char(c: str, backslash: bool) -> str:
         return "\\\\" if backslash else c
     if c in _NAMED:
         return _NAMED[c]
-    if c.isprintable():
+    if not _acts(c):
         return c
     o = ord(c)
     return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}"
@@ -54,7 +67,7 @@ def width(text: str) -> int:
 
 
 def _columns(c: str) -> int:
-    if unicodedata.combining(c) or unicodedata.category(c) in ("Mn", "Me"):
+    if unicodedata.combining(c) or unicodedata.category(c) in ("Mn", "Me", "Cf"):
         return 0
     return 2 if unicodedata.east_asian_width(c) in ("W", "F") else 1
 

@@ -406,3 +406,21 @@ def test_table_level_schema_metadata_on_the_base(tmp_path: Path) -> None:
     assert sorted((r["id"], r["v"]) for r in table.to_arrow().to_pylist()) == want
     assert sorted((r["id"], r["v"]) for r in table.to_reader().read_all().to_pylist()) == want
     assert table.count_rows() == len(want)
+
+
+def test_a_scan_keeps_its_filter_as_given_while_hundreds_of_others_are_written(tmp_path: Path) -> None:
+    """A scan rewrites its filter when DataFusion asks for it and hands Lance the filter as
+    given when its batches are read; the rewrite's origin was forgotten after 256 others (a
+    NaN with its sign bit set then passed ``f = NaN``, rewritten ``is_nan(f)``)."""
+    import pyarrow.compute as pc
+
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("f", pa.float64())])
+    t = ModelTable(str(tmp_path / "t"), schema, pa.table({"id": [0, 1], "f": [0.0, 1.0]}, schema=schema))
+    t.put(pa.table({"id": [10, 11, 12], "f": [math.copysign(math.nan, -1.0), math.nan, 2.0]}, schema=schema))
+    ds = mq.open_table(t.uri).dataset()
+    scans = [part.scanner(filter=pc.field("f") == pc.scalar(math.nan)) for part in ds.get_fragments()]
+    for i in range(300):  # other queries meanwhile
+        ds.to_table(filter=pc.field("f") > float(i))
+    got = sorted(i for scan in scans for b in scan.to_batches() for i in b.column("id").to_pylist())
+    assert got == [11]
+    t.flush()

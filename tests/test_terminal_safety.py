@@ -8,6 +8,7 @@ import html.parser
 import os
 import subprocess
 import sys
+import unicodedata
 from pathlib import Path
 
 import lance
@@ -27,7 +28,15 @@ HOSTILE = [
     "nel\x85x",  # next line (C1)
     "ls\u2028x",  # line separator
     "\u202egnp.exe",  # right-to-left override: shows as exe.png
-    "zw\u200dj",  # zero-width joiner
+    "\u2067isolate",  # a direction isolate
+]
+#: Characters text is written with: shown as they are.
+KEPT = [
+    "می\u200cخواهم",
+    "👨\u200d👩\u200d👧",
+    "10\xa0000",
+    "soft\xadhyphen",
+    "🏴\U000e0067\U000e0062\U000e0073\U000e0063\U000e0074\U000e007f",
 ]
 
 
@@ -56,7 +65,8 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def _no_raw_controls(text: str) -> None:
-    raw = [c for c in text if c != "\n" and not c.isprintable()]
+    acting = {"Cc", "Zl", "Zp", "Cs"}
+    raw = [c for c in text if c != "\n" and (unicodedata.category(c) in acting or c in "\u202e\u2067")]
     assert not raw, f"raw characters on the terminal: {raw!r}"
 
 
@@ -64,6 +74,7 @@ def test_shown_escapes_what_is_not_printable() -> None:
     for value in HOSTILE:
         out = shown(value)
         assert out.isprintable() and out.encode().decode("unicode_escape") == value, (value, out)
+    assert all(shown(text) == text for text in KEPT), [shown(text) for text in KEPT]
     assert shown("a\\nb") == "a\\\\nb" and shown("a\\nb", backslash=False) == "a\\nb"
     assert width("日本") == 4 and width("e\u0301") == 1
 
@@ -173,3 +184,27 @@ def test_ctrl_c_while_exiting_ends_quietly(hostile: str) -> None:
     )
     assert proc.returncode == 130 and proc.stderr == "", proc.stderr
     assert f"| {len(HOSTILE)} |" in proc.stdout
+
+
+def test_notebook_view_keeps_datafusions_formatter(tmp_path: Path) -> None:
+    """The escaped notebook view went through text made beforehand: DataFusion's type
+    formatters were not applied and a short value with markup was cut inside an entity."""
+    from datafusion.dataframe_formatter import get_formatter, reset_formatter
+
+    uri = str(tmp_path / "t")
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("v", pa.string())])
+    value = 'it\'s "quoted" & <ok>'  # 20 characters: under max_cell_length (25), shown whole
+    lance.write_dataset(pa.table({"id": [1234567], "v": [value]}, schema=schema), uri).initialize_mem_wal(
+        unsharded=True
+    )
+    table = mq.open_table(uri)
+    try:
+        get_formatter().register_formatter(int, lambda v: f"{v:,}")
+        for query in ("SELECT id, v FROM t", "SELECT id FROM t"):  # with markup, and without
+            page = table.sql(query)._repr_html_()
+            assert "1,234,567" in page, query
+        page = _Tags()
+        page.feed(table.sql("SELECT v FROM t")._repr_html_())
+        assert value in "".join(page.text) and "button" not in page.tags
+    finally:
+        reset_formatter()

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import threading
+import weakref
 from collections import OrderedDict
 from functools import reduce
 
@@ -51,9 +52,11 @@ __all__ = ["as_given", "nan_ordered", "reads_whole"]
 
 _CACHE_ENTRIES = 256
 _cache: OrderedDict[tuple[bytes, tuple[str, ...], tuple[str, ...]], pc.Expression | None] = OrderedDict()
-#: The filters :func:`nan_ordered` wrote, by identity (id -> (rewritten, given)): a user's own
-#: expression that spells the same as one (``is_nan(f)``, the rewrite of ``f = NaN``) is not one.
-_origin: OrderedDict[int, tuple[pc.Expression, pc.Expression]] = OrderedDict()
+#: The filters :func:`nan_ordered` wrote, by identity (id -> (rewritten, given)), for as long as
+#: the rewritten one lives (a scan may hold it while hundreds of other filters are written): a
+#: user's own expression that spells the same as one (``is_nan(f)``, the rewrite of
+#: ``f = NaN``) is not one.
+_origin: dict[int, tuple[weakref.ref[pc.Expression], pc.Expression]] = {}
 _lock = threading.Lock()
 
 
@@ -78,7 +81,7 @@ def as_given(filt: pc.Expression | None) -> pc.Expression | None:
         return None
     with _lock:
         found = _origin.get(id(filt))
-    return found[1] if found is not None and found[0] is filt else filt
+    return found[1] if found is not None and found[0]() is filt else filt
 
 
 def reads_whole(expr: pc.Expression, schema: pa.Schema) -> bool:
@@ -92,20 +95,24 @@ def _rebuilt(expr: pc.Expression, schema: pa.Schema) -> pc.Expression | None:
     key = (expression_key(expr), floats, tuple(str(f.type) + " " + f.name for f in schema))  # is_in reads types
     with _lock:
         written = _origin.get(id(expr))
-        if written is not None and written[0] is expr:
+        if written is not None and written[0]() is expr:
             return expr  # one this module wrote: given again, it stays as it is
         if key in _cache:
             return _cache[key]
     out = _rebuild(expression_tree(expr, schema.names), {f.name: f.type for f in schema})
     with _lock:
         _cache[key] = out
-        if out is not None and not out.equals(expr):
-            _origin[id(out)] = (out, expr)  # holding ``out``: its id is not reused meanwhile
+        if out is not None and not out.equals(expr) and id(out) not in _origin:
+            _origin[id(out)] = (weakref.ref(out), expr)
+            weakref.finalize(out, _forget, id(out))  # gone with it: its id may be reused then
         while len(_cache) > _CACHE_ENTRIES:
             _cache.popitem(last=False)
-        while len(_origin) > _CACHE_ENTRIES:
-            _origin.popitem(last=False)
     return out
+
+
+def _forget(key: int) -> None:
+    # no lock: it runs when the last reference goes, which may be under ``_lock`` (a pop of ``_cache``)
+    _origin.pop(key, None)
 
 
 _SWAP = {"less": "greater", "less_equal": "greater_equal"}
