@@ -64,9 +64,11 @@ def test_text_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
     data = b"\xffa"
     bad = pa.Array.from_buffers(pa.string(), 1, [None, pa.py_buffer(b"\0\0\0\0\2\0\0\0"), pa.py_buffer(data)])
     nested = pa.ListArray.from_arrays(pa.array([0, 1], pa.int32()), bad)
+    encoded = pa.DictionaryArray.from_arrays(pa.array([0], pa.int32()), bad)
     for rows in (
         pa.table({"id": [2], "s": bad, "l": [["x"]]}),
         pa.table({"id": [3], "s": ["x"], "l": nested}),
+        pa.table({"id": [4], "s": encoded, "l": [["x"]]}),
     ):
         with pytest.raises(MemWalError, match=r"column '[sl]' holds text that is not valid UTF-8"):
             write_arrow(uri, rows)
