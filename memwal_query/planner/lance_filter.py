@@ -31,10 +31,12 @@ from memwal_query.planner.arrow_expr import (
     Lit,
     Tree,
     expression_tree,
+    from_arrow_expression,
     nan_is_null,
     same_kind,
     value_set,
 )
+from memwal_query.planner.predicates import needed_columns
 
 __all__ = ["expression_runs", "for_lance", "needs_sql", "quote_name"]
 
@@ -54,29 +56,12 @@ def expression_runs(filt: pc.Expression, schema: pa.Schema) -> bool:
     """Whether Lance can run ``filt`` as an expression over a dataset of ``schema``: it
     names no column Substrait cannot carry, and no column of the schema fails every one."""
     odd = {f.name for f in schema if needs_sql(f.type)}
-    named = _field_names(expression_tree(filt, schema.names)) if odd else set()
+    named = needed_columns(from_arrow_expression(filt, schema.names)) if odd else frozenset()
     if named is None:  # not read: by its text (a column named `u` is in any `is_in` text)
-        named = {name for name in odd if name in str(filt)}
+        named = frozenset(name for name in odd if name in str(filt))
     if named & odd:
         return False
     return not any(_unconvertible(f.type) for f in schema)
-
-
-def _field_names(n: Tree) -> set[str] | None:
-    """The columns a call tree names (None: a part of it was not read)."""
-    if isinstance(n, Field):
-        return {n.name}
-    if isinstance(n, Lit):
-        return set()
-    if not isinstance(n, Call):
-        return None
-    out: set[str] = set()
-    for a in n.args:
-        got = _field_names(a)
-        if got is None:
-            return None
-        out |= got
-    return out
 
 
 def quote_name(name: str) -> str | None:

@@ -238,8 +238,7 @@ class LanceFragment(SourceFragment):
         )
 
     def holds_negative_nan(self, name: str, rows: pa.Table | None = None) -> bool:
-        """Whether this fragment's column ``name`` holds a NaN with its sign bit set
-        (:func:`~memwal_query.scan.column_cache.negative_nan_of`)."""
+        """Whether column ``name`` holds a sign-bit NaN (:func:`.column_cache.negative_nan_of`)."""
         return negative_nan_of(self.resident, self._cache_key(), name, rows)
 
     def index_serves(self, filt: pc.Expression | None, names: list[str]) -> bool:
