@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memwal_query.errors import InvalidArgumentError, MemWalError
-from memwal_query.format.nested import has_leaf, map_leaves
+from memwal_query.format.nested import has_leaf, map_column_leaves
 from memwal_query.value_kind import kind_change
 
 __all__ = ["conform", "FIELD_ID", "by_field_id", "field_id", "is_list_like", "with_item"]
@@ -218,13 +218,10 @@ def conform(
                 raise error(msg)
             arrays.append(pa.nulls(data.num_rows, f.type))
             continue
-        col = data.column(f.name)
-        if col.num_chunks and has_leaf(col.type, f.type, _instant_to_wall_clock):
-            # an instant into a column without a time zone (in a struct or a list too): its
-            # wall-clock time where it was taken (as Spark, DuckDB and pandas cast; Arrow's
-            # cast would give the UTC time)
-            chunks = [map_leaves(c, f.type, _wall_clock) for c in col.chunks]
-            col = pa.chunked_array(chunks, type=chunks[0].type)
+        # an instant into a column without a time zone (in a struct or a list too): its
+        # wall-clock time where it was taken (as Spark, DuckDB and pandas cast; Arrow's
+        # cast would give the UTC time)
+        col = map_column_leaves(data.column(f.name), f.type, _instant_to_wall_clock, _wall_clock)
         arrays.append(_stored_as(col, f, what=what, strict=strict, error=error))
     return pa.Table.from_arrays(arrays, schema=target)
 

@@ -44,7 +44,7 @@ from typing import Any
 import pyarrow as pa
 
 from memwal_query.errors import InvalidArgumentError, MemWalError
-from memwal_query.format.nested import has_leaf, map_leaves
+from memwal_query.format.nested import map_column_leaves
 from memwal_write.arrow_writer import RoutedWriter
 from memwal_write.spark_driver import write_on_driver
 from memwal_write.spark_routing import PKEY, SEED0_LITERAL, bucket_column, bucket_partition_seeds, spark_routing
@@ -92,10 +92,10 @@ def _in_session_zone(table: pa.Table, df: Any) -> pa.Table:
         return values.cast(pa.timestamp(values.type.unit, tz)) if other_zone(values.type, _) else values
 
     for i, f in enumerate(table.schema):
-        col = table.column(i)
-        if col.num_chunks and has_leaf(f.type, f.type, other_zone):  # in structs and lists too
-            chunks = [map_leaves(c, f.type, in_zone) for c in col.chunks]
-            table = table.set_column(i, f.with_type(chunks[0].type), pa.chunked_array(chunks, type=chunks[0].type))
+        before = table.column(i)
+        col = map_column_leaves(before, f.type, other_zone, in_zone)  # in structs and lists too
+        if col is not before:
+            table = table.set_column(i, f.with_type(col.type), col)
     return table
 
 

@@ -26,7 +26,7 @@ from collections.abc import Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["with_parent_nulls", "as_schema", "map_leaves", "has_leaf"]
+__all__ = ["with_parent_nulls", "as_schema", "map_leaves", "map_column_leaves", "has_leaf"]
 
 
 def with_parent_nulls(table: pa.Table) -> pa.Table:
@@ -109,6 +109,17 @@ def _children(t: pa.DataType, target: pa.DataType) -> list[tuple[pa.DataType, pa
 
 def _is_list(t: pa.DataType) -> bool:
     return bool(pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t))
+
+
+def map_column_leaves(
+    col: pa.ChunkedArray, target: pa.DataType, wanted: Callable[[pa.DataType, pa.DataType], bool], leaf: Leaf
+) -> pa.ChunkedArray:
+    """Column ``col`` with :func:`map_leaves` applied to each chunk where a value type inside
+    it is ``wanted`` (:func:`has_leaf`); ``col`` itself otherwise."""
+    if not col.num_chunks or not has_leaf(col.type, target, wanted):
+        return col
+    chunks = [map_leaves(c, target, leaf) for c in col.chunks]
+    return pa.chunked_array(chunks, type=chunks[0].type)
 
 
 def map_leaves(arr: pa.Array, target: pa.DataType, leaf: Leaf) -> pa.Array:

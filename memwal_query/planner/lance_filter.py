@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -140,9 +141,8 @@ def _sql(n: Tree, types: dict[str, pa.DataType]) -> str | None:
 
 def _fits(v: int, t: pa.DataType) -> bool:
     """Whether integer ``v`` is a value of integer type ``t``."""
-    bits = t.bit_width
-    low, high = (0, 2**bits - 1) if pa.types.is_unsigned_integer(t) else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
-    return bool(low <= v <= high)
+    limits = np.iinfo(t.to_pandas_dtype())
+    return bool(limits.min <= v <= limits.max)
 
 
 def _literal(v: object) -> str | None:
