@@ -82,7 +82,10 @@ def inspect_text(d: dict[str, Any]) -> str:
         wal = r["wal"]
         rows["region"].append(r["region_id"])
         rows["spec values"].append(
-            "unknown" if vals is None else ", ".join(f"{k}={_spec_value(v)}" for k, v in vals.items()) or "-"
+            "unknown"
+            if vals is None
+            else (", ".join(f"{k}={_spec_value(v)}" for k, v in vals.items()) or "-")
+            + (f" ({r['rows_outside_spec_values']} rows outside)" if r["rows_outside_spec_values"] else "")
         )
         rows["manifest"].append("-" if r["manifest_version"] is None else f"v{r['manifest_version']}")
         rows["epoch"].append(r["writer_epoch"])

@@ -158,6 +158,7 @@ def _region_description(
         "spec_text": _spec_text(table, r.spec_id),
         "spec_values": dict(rv.values) if rv is not None else None,
         "spec_values_source": rv.source if rv is not None else None,
+        "rows_outside_spec_values": rv.outside if rv is not None else 0,
         "manifest_version": m.version if m is not None else None,
         "writer_epoch": m.writer_epoch if m is not None else None,
         "state": None if m is None else ("sealed" if m.sealed else "active"),

@@ -61,6 +61,12 @@ def _table_lines(d: Mapping[str, Any]) -> list[str]:
         lines.append(f"  WARNING: {lost}")
     if d["cross_region_keys"]:
         lines.append(f"  WARNING: {d['cross_region_keys']} keys have rows in more than one region")
+    for r in d["regions"]:
+        if r["rows_outside_spec_values"]:
+            lines.append(
+                f"  WARNING: region {r['region_id']} holds {counted(r['rows_outside_spec_values'], 'unmerged row')} "
+                "outside its spec values: never pruned"
+            )
     if d["maintained_indexes"] or d["maintain_all_indexes"]:
         lines.append(f"  maintained indexes: {maintained_text(d)}")
     for c in d["index_catchup_progress"]:

@@ -591,3 +591,45 @@ def test_bucket_regions_named_by_convention_are_found_at_any_bucket_count() -> N
         found = plan._bucket_convention(str(uuid.uuid5(NS, f"bucket-{b}")), spec(n))  # noqa: SLF001
         assert found is not None and dict(found.values) == {"bucket": b}, n
     assert plan._bucket_convention(str(uuid.uuid5(NS, "bucket-9")), spec(8)) is None  # noqa: SLF001
+
+
+def test_a_region_holding_rows_its_spec_values_exclude_is_never_pruned(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """pylance's ``mem_wal_writer(shard_id)`` puts rows in whichever region it is given: a key
+    written to bucket 1's region (named by the convention) though it hashes to bucket 0 was
+    invisible to ``lookup`` and ``WHERE id = k`` (pruned to bucket 0) while a scan showed it."""
+    from memwal_write import merge_generations
+
+    uri = str(tmp_path / "t")
+    rng = np.random.default_rng(5)
+    lance.write_dataset(_rows(range(100), rng, 0), uri).initialize_mem_wal(bucket_column="id", num_buckets=4)
+    ds = lance.dataset(uri)
+    spec = ds.mem_wal_index_details()["sharding_specs"][0]
+    candidates = pa.record_batch({"id": pa.array(range(1000, 1100), pa.int64())})
+    buckets = evaluate_sharding_spec(candidates, spec, ds.lance_schema).column(0).to_pylist()
+    keys = {b: 1000 + buckets.index(b) for b in range(4)}
+    stray = keys[0]  # hashes to bucket 0, written to bucket 1's region
+    write_arrow(uri, _rows([keys[b] for b in (1, 2, 3)], rng, 1))  # routed by the spec
+    writer = ds.mem_wal_writer(str(uuid.uuid5(NS, "bucket-1")))
+    writer.put(_rows([stray], rng, 2))
+    writer.close()
+
+    def answers(t: mq.Table) -> tuple[list[int], list[int], int]:
+        looked = t.lookup([stray]).column("id").to_pylist()
+        where = t.sql(f"SELECT id FROM t WHERE id = {stray}").to_pydict()["id"]
+        return looked, where, len(t.plan(f"id = {stray}").pruned)
+
+    with caplog.at_level("WARNING", logger="memwal_query"):
+        t = mq.open_table(uri)
+        assert answers(t) == ([stray], [stray], 2)  # buckets 2 and 3 still pruned
+        assert "holds keys its spec values exclude" in t.plan(f"id = {stray}").explain()
+        assert f"region {uuid.uuid5(NS, 'bucket-1')} holds 1 unmerged row outside its spec values" in t.explain()
+        t.refresh()
+        assert answers(t) == ([stray], [stray], 2)
+    region_1 = str(uuid.uuid5(NS, "bucket-1"))
+    warned = [r for r in caplog.records if region_1 in r.getMessage() and "outside its spec values" in r.getMessage()]
+    assert len(warned) == 1, caplog.text  # once, not per refresh
+    assert answers(mq.open_table(uri)) == ([stray], [stray], 2)  # a fresh table and cache
+    merge_generations(uri)  # merged into the base: every region prunes again
+    assert answers(mq.open_table(uri)) == ([stray], [stray], 3)

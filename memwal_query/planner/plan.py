@@ -43,6 +43,7 @@ class Plan:
         pruned_regions: Region UUID strings that cannot (skipped).
         pruned: The pruned regions with reasons.
         unknown_values: Regions read because their spec values are unknown.
+        keys_outside: Regions read because they hold keys their spec values exclude.
     """
 
     predicate: Predicate
@@ -50,6 +51,7 @@ class Plan:
     pruned_regions: tuple[str, ...]
     pruned: tuple[PrunedRegion, ...]
     unknown_values: tuple[str, ...]
+    keys_outside: tuple[str, ...] = ()
 
     def explain(self) -> str:
         """Readable summary of the pruning decision."""
@@ -59,6 +61,8 @@ class Plan:
         ]
         for r in self.regions:
             note = " (spec values unknown: never pruned)" if r in self.unknown_values else ""
+            if r in self.keys_outside:
+                note = " (holds keys its spec values exclude: never pruned)"
             lines.append(f"  read   {r}{note}")
         for p in self.pruned:
             lines.append(f"  pruned {p.region_id}: {p.reason}")
@@ -130,13 +134,14 @@ def plan_regions(
     keep: list[str] = []
     pruned: list[PrunedRegion] = []
     unknown: list[str] = []
+    outside: list[str] = []
     schema: pa.Schema = snapshot.schema
     for r in snapshot.regions:
         spec = snapshot.index.spec(r.manifest.spec_id) if r.manifest is not None else None
         rv = values.get(r.region_id)
-        if rv is None:
+        if rv is None or rv.outside:
             keep.append(r.region_id)
-            unknown.append(r.region_id)
+            (unknown if rv is None else outside).append(r.region_id)
             continue
         if isinstance(predicate, Unknown) or region_might_match(
             spec, rv, predicate, field_names, schema, transform, allow_expressions=allow_expressions
@@ -145,4 +150,6 @@ def plan_regions(
         else:
             vals = ", ".join(f"{k}={v!r}" for k, v in rv.values.items())
             pruned.append(PrunedRegion(r.region_id, f"spec values {vals} cannot match (learned from the {rv.source})"))
-    return Plan(predicate, tuple(keep), tuple(p.region_id for p in pruned), tuple(pruned), tuple(unknown))
+    return Plan(
+        predicate, tuple(keep), tuple(p.region_id for p in pruned), tuple(pruned), tuple(unknown), tuple(outside)
+    )

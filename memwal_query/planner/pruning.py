@@ -49,11 +49,14 @@ Transform = Callable[[ShardingFieldSpec, pa.Array], pa.Array]
 class RegionValues:
     """The spec value of each field of one region (``None`` = the NULL value).
 
-    ``source`` says where they were learned (field entries, naming convention).
+    ``source`` says where they were learned (field entries, naming convention);
+    ``outside``: how many of the region's unmerged keys the values exclude (a writer
+    that did not route by the spec put them there): such a region is never pruned.
     """
 
     values: Mapping[str, Any]
     source: str
+    outside: int = 0
 
 
 def _lossless_cast(value: pa.Scalar, to: pa.DataType) -> pa.Scalar | None:

@@ -96,6 +96,11 @@ class SnapshotCache:
     touched: set[tuple[object, ...]] = field(default_factory=set)
     #: Lost generations rebuilt from the WAL, by (directory URI, WAL positions).
     rebuilt: dict[tuple[str, tuple[int, ...]], GenerationSource] = field(default_factory=dict)
+    #: How many rows of a flushed generation its region's spec values exclude, by (generation
+    #: URI, spec id, values): a region holding any is never pruned (``planner.routing``).
+    routing_checks: dict[tuple[str, int, str], int] = field(default_factory=dict)
+    #: Regions already reported for holding rows their spec values exclude (warned once).
+    misrouted_regions: set[str] = field(default_factory=set)
     #: Whole rows (with ``_rowaddr``) of small unmerged generations, for point lookups
     #: (``memwal_query.lookup``), bounded by ``LOOKUP_ROWS_BUDGET`` bytes in all.
     generation_rows: dict[str, pa.Table] = field(default_factory=dict)
@@ -146,6 +151,8 @@ class SnapshotCache:
                     del d[uri]
             for key in [k for k, g in self.rebuilt.items() if g.uri not in uris]:
                 del self.rebuilt[key]
+            for check in [k for k in self.routing_checks if k[0] not in uris]:
+                del self.routing_checks[check]
             for part in [k for k in self.vector_parts if k[0] == "part" and k[1] not in uris]:
                 del self.vector_parts[part]
             for region in [r for r, m in self.region_rows.items() if not set(getattr(m, "uris", ())) <= uris]:

@@ -42,6 +42,7 @@ from memwal_query.planner.datafusion_expr import predicate_for_table
 from memwal_query.planner.plan import Plan, plan_regions, region_values_of
 from memwal_query.planner.predicates import Predicate, Unknown, columns_of, needed_columns
 from memwal_query.planner.pruning import RegionValues
+from memwal_query.planner.routing import checked_values
 from memwal_query.regionspec.spec import decode_field_value, evaluate_field, lance_field_ids, parse_result_type
 from memwal_query.scan.dataset import MergedDataset, ScanPlan
 from memwal_query.scan.filters import decoded
@@ -144,12 +145,11 @@ class TableView:
 
     # -- region pruning ---------------------------------------------------------
     def region_values(self) -> dict[str, RegionValues | None]:
-        """Each region's spec values (``None`` = unknown: the region is never pruned)."""
+        """Each region's spec values (``None`` = unknown; ``outside`` rows: the region is never pruned)."""
         memo = self._memo
         if memo.region_values is None:
-            memo.region_values = region_values_of(
-                self.snapshot, lambda raw, rt: decode_field_value(raw, parse_result_type(rt))
-            )
+            values = region_values_of(self.snapshot, lambda raw, rt: decode_field_value(raw, parse_result_type(rt)))
+            memo.region_values = checked_values(self.snapshot, values, self.field_names(), self.cache)
         return memo.region_values
 
     def field_names(self) -> dict[int, str]:
