@@ -8,7 +8,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import lance
 import numpy as np
@@ -25,6 +25,8 @@ __all__ = [
     "constant_filter",
     "zero_column_batches",
     "chain_first",
+    "struct_in_struct",
+    "unsliced",
 ]
 
 COUNT_CHUNK = 1 << 20
@@ -98,3 +100,50 @@ def chain_first(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterat
     """``first``, then the rest of the batches."""
     yield first
     yield from rest
+
+
+def struct_in_struct(t: pa.DataType) -> bool:
+    """Whether a struct inside ``t`` (at any depth) has a struct field."""
+    if pa.types.is_struct(t):
+        return any(pa.types.is_struct(f.type) or struct_in_struct(f.type) for f in t)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return struct_in_struct(t.value_type)
+    if pa.types.is_map(t):
+        return struct_in_struct(t.key_type) or struct_in_struct(t.item_type)
+    return False
+
+
+def _offset_inside(arr: pa.Array) -> bool:
+    if arr.offset:
+        return True
+    t = arr.type
+    if pa.types.is_struct(t):
+        return any(_offset_inside(arr.field(i)) for i in range(t.num_fields))
+    if pa.types.is_map(t):
+        return _offset_inside(arr.keys) or _offset_inside(arr.items)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _offset_inside(arr.values)
+    return False
+
+
+def unsliced(batch: pa.RecordBatch, columns: Sequence[int]) -> pa.RecordBatch:
+    """``batch`` with those of ``columns`` (each with :func:`struct_in_struct` types) that are
+    slices somewhere inside copied whole.
+
+    DataFusion 54's arrow-rs panics (``assertion failed: end <= self.len()``) on a struct
+    array with a struct field that is a slice of a longer one (what a cached column cut
+    by a refreshed snapshot's drop list, or batched, is), also under a list.
+
+    Example:
+        >>> s = pa.array([{"a": {"x": i}} for i in range(4)]).slice(1, 2)
+        >>> b = unsliced(pa.record_batch([s], names=["s"]), [0])
+        >>> b.column(0).offset, b.column(0).to_pylist()
+        (0, [{'a': {'x': 1}}, {'a': {'x': 2}}])
+    """
+    arrays = list(batch.columns)
+    changed = False
+    for i in columns:
+        if _offset_inside(arrays[i]):
+            arrays[i] = pa.concat_arrays([arrays[i]])
+            changed = True
+    return pa.RecordBatch.from_arrays(arrays, schema=batch.schema) if changed else batch

@@ -25,7 +25,7 @@ from memwal_query.engine_errors import recorded
 from memwal_query.errors import InvalidArgumentError
 from memwal_query.format.wal import GEN_COLUMN, SEQ_COLUMN
 from memwal_query.planner.nan_order import nan_ordered, reads_whole
-from memwal_query.scan.arrays import constant_filter, drop_mask, zero_column_batches
+from memwal_query.scan.arrays import constant_filter, drop_mask, struct_in_struct, unsliced, zero_column_batches
 from memwal_query.scan.filters import scan_columns
 from memwal_query.scan.lance_eval import NegativeNans, lance_filtered, memory_filtered
 from memwal_query.scan_gate import guarded
@@ -100,7 +100,11 @@ class Scan:
         # DataFusion pulls these on its own threads: guarded, so none is left running
         # Python when the interpreter exits (see scan_gate); our errors are recorded
         # so they come back out of DataFusion as raised (see engine_errors).
-        return guarded(recorded(self._batches)) if self._batches is not None else iter(())
+        if self._batches is None:
+            return iter(())
+        nested = [i for i, f in enumerate(self.projected_schema) if struct_in_struct(f.type)]
+        batches = (unsliced(b, nested) for b in self._batches) if nested else self._batches
+        return guarded(recorded(batches))
 
     def to_table(self) -> pa.Table:
         return pa.Table.from_batches(list(self.to_batches()), schema=self.projected_schema)
