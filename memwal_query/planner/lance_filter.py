@@ -84,6 +84,7 @@ def needs_sql(t: pa.DataType) -> bool:
         or pa.types.is_large_string(t)
         or pa.types.is_large_binary(t)
         or pa.types.is_fixed_size_list(t)
+        or pa.types.is_float16(t)
     )
 
 
@@ -154,7 +155,9 @@ def _literal(v: object) -> str | None:
             return f"({-(2**63) + 1} - 1)"
         return str(v) if -(2**63) < v < 2**64 else None
     if isinstance(v, float):
-        return repr(v) if math.isfinite(v) else None
+        if math.isnan(v):  # the positive NaN; a NaN with its sign bit set has no text
+            return None if math.copysign(1.0, v) < 0 else "CAST('NaN' AS DOUBLE)"
+        return repr(v) if math.isfinite(v) else f"CAST('{'' if v > 0 else '-'}Infinity' AS DOUBLE)"
     if isinstance(v, str) and v.isprintable() and "\\" not in v:
         return "'" + v.replace("'", "''") + "'"
     if isinstance(v, bytes):

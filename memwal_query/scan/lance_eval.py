@@ -48,7 +48,7 @@ def memory_dataset(table: pa.Table) -> lance.LanceDataset:
     return lance.write_dataset(table, f"memory://memwal-{uuid.uuid4().hex}")
 
 
-def lance_filtered(table: pa.Table, filt: pc.Expression, otherwise: pc.Expression | None = None) -> pa.Table:
+def lance_filtered(table: pa.Table, filt: pc.Expression | str, otherwise: pc.Expression | None = None) -> pa.Table:
     """The rows of ``table`` that Lance keeps for ``filt``; pyarrow's answer (to ``otherwise``,
     ``filt`` by default) where Lance cannot hold these rows (a type its writer refuses) or
     refuses the filter (as a base scan then filters each fragment's rows with pyarrow)."""
@@ -65,7 +65,8 @@ def memory_filtered(
 ) -> pa.Table:
     """``rows.filter(filt)`` for a filter :func:`~memwal_query.planner.nan_order.nan_ordered`
     rewrote: by Lance (the filter as the user gave it) where a float column it names holds a
-    NaN with its sign bit set, which only Lance orders as DataFusion does.
+    NaN with its sign bit set, which only Lance orders as DataFusion does, or is a float16
+    (pyarrow compares none; Lance gets them as float32, the same values).
 
     Args:
         rows: Rows held in memory.
@@ -81,17 +82,29 @@ def memory_filtered(
         [2.0]
     """
     text = str(filt)
-    floats = [f.name for f in rows.schema if pa.types.is_floating(f.type) and f.name in text]
+    floats = [f for f in rows.schema if pa.types.is_floating(f.type) and f.name in text]
     holds = holds_negative_nan or (lambda name: negative_nan(rows.column(name)))
-    if not any(holds(name) for name in floats):
+    half = any(pa.types.is_float16(f.type) for f in floats)  # pyarrow has no float16 comparison
+    if not half and not any(holds(f.name) for f in floats):
         return rows.filter(filt)
     given = as_given(filt)
     used = filter_columns(given, rows.column_names)  # Lance holds no `_rowaddr` column: only these
     names = [c for c in rows.column_names if used is None or c in used]
     at = scratch("_at", rows.column_names)
-    probe = rows.select(names).append_column(at, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
-    kept = lance_filtered(probe, given, otherwise=filt).column(at).to_numpy()
+    probe = rows.select(names)
+    lance_filter = for_lance(given, probe.schema)  # by the column types as stored (SQL for a float16)
+    probe = _float16_widened(probe).append_column(at, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
+    kept = lance_filtered(probe, lance_filter, otherwise=filt).column(at).to_numpy()
     return rows.take(pa.array(np.sort(kept)))
+
+
+def _float16_widened(rows: pa.Table) -> pa.Table:
+    """``rows`` with float16 columns as float32 (the same values, NaN signs kept): Lance
+    refuses a literal such as ``'NaN'`` compared with a float16 column."""
+    for i, f in enumerate(rows.schema):
+        if pa.types.is_float16(f.type):
+            rows = rows.set_column(i, f.with_type(pa.float32()), rows.column(i).cast(pa.float32()))
+    return rows
 
 
 def negative_nan(column: pa.ChunkedArray | pa.Array) -> bool:
