@@ -123,7 +123,8 @@ def _holds_markup(table: pa.Table) -> bool:
 
 class _EscapingFormatter(DataFrameHtmlFormatter):
     """DataFusion's HTML formatter whose cell text is HTML-escaped (after the type formatters).
-    The preview of a value longer than ``max_cell_length`` is cut from the escaped text."""
+    The preview of a value longer than ``max_cell_length`` is cut from the text, then escaped
+    (cut from the escaped text, it could end inside an entity: ``&am``)."""
 
     @classmethod
     def like(cls, formatter: DataFrameHtmlFormatter) -> _EscapingFormatter:
@@ -134,3 +135,9 @@ class _EscapingFormatter(DataFrameHtmlFormatter):
 
     def _format_cell_value(self, value: Any) -> str:
         return html.escape(str(super()._format_cell_value(value)))
+
+    def _build_expandable_cell(self, formatted_value: str, row_count: int, col_idx: int, table_uuid: str) -> str:
+        cell = super()._build_expandable_cell(formatted_value, row_count, col_idx, table_uuid)
+        cut = str(formatted_value)[: self.max_cell_length]  # what DataFusion previews
+        preview = html.escape(html.unescape(formatted_value)[: self.max_cell_length])
+        return cell.replace(f">{cut}</span>", f">{preview}</span>", 1)

@@ -208,3 +208,19 @@ def test_notebook_view_keeps_datafusions_formatter(tmp_path: Path) -> None:
         assert value in "".join(page.text) and "button" not in page.tags
     finally:
         reset_formatter()
+
+
+def test_a_long_value_with_markup_is_previewed_from_its_text(tmp_path: Path) -> None:
+    """A value longer than ``max_cell_length`` is previewed cut: cut from the escaped text, the
+    preview showed entities half-written (``&am``) and fewer characters than asked."""
+    from datafusion.dataframe_formatter import get_formatter
+
+    uri = str(tmp_path / "t")
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("v", pa.string())])
+    value = "&&&&&&&&&&&&&&&&&&&&&&&&<b>long</b> and more"  # over max_cell_length (25)
+    lance.write_dataset(pa.table({"id": [1], "v": [value]}, schema=schema), uri).initialize_mem_wal(unsharded=True)
+    page = _Tags()
+    page.feed(mq.open_table(uri).sql("SELECT v FROM t")._repr_html_())
+    limit = get_formatter().max_cell_length
+    assert "button" in page.tags and "b" not in page.tags
+    assert value[:limit] in page.text and value in page.text  # the preview, then the whole value
