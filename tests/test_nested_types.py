@@ -168,3 +168,30 @@ def test_a_struct_inside_a_struct_reads_after_a_refresh_cut_its_cached_rows(tmp_
     looked = table.sql("SELECT id, ss FROM memwal_lookup('t', [101, 5]) ORDER BY id").to_arrow_table().to_pylist()
     assert looked == [{"id": r["id"], "ss": r["ss"]} for r in want if r["id"] in (5, 101)]
     t.flush()
+
+
+def _slice_sensitive_arrays() -> dict[str, pa.Array]:
+    point = pa.struct([("x", pa.int32()), ("y", pa.string())])
+    rows = [{"x": i, "y": f"y{i}"} for i in range(40)]
+    nested = pa.array([{"p": r, "z": r["x"]} for r in rows])
+    pairs = pa.array([[r, r] for r in rows], pa.list_(point, 2))
+    over_sliced = pa.ListArray.from_arrays(pa.array(range(0, 21), pa.int32()), nested.slice(3, 20))
+    held = pa.StructArray.from_arrays([pa.array(range(40), pa.int32()), pairs], names=["k", "f"])
+    return {"struct<struct>": nested, "fsl<struct>": pairs, "list over sliced values": over_sliced, "struct<fsl>": held}
+
+
+@pytest.mark.parametrize("shape", sorted(_slice_sensitive_arrays()))
+def test_slices_datafusion_cannot_read_are_copied(shape: str) -> None:
+    """DataFusion's arrow-rs panics ("end <= self.len()") on slices of these shapes (a MemTable
+    over 8,192 rows reaches it in batches, a refreshed snapshot with cut cached columns)."""
+    from memwal_query.scan.arrays import slice_sensitive, unsliced
+
+    arr = _slice_sensitive_arrays()[shape]
+    sliced = arr.slice(3, 15)
+    batch = pa.record_batch([pa.array(range(15)), sliced], names=["id", "c"])
+    assert slice_sensitive(sliced.type)
+    copied = unsliced(batch, [1])
+    got = datafusion.SessionContext().from_arrow(pa.Table.from_batches([copied])).to_arrow_table()
+    assert got.column("c").to_pylist() == sliced.to_pylist()
+    assert unsliced(copied, [1]) is copied  # nothing sliced: not copied again
+    assert not slice_sensitive(pa.list_(pa.struct([("x", pa.int32())])))  # a list of structs is fine sliced

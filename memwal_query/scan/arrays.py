@@ -25,7 +25,7 @@ __all__ = [
     "constant_filter",
     "zero_column_batches",
     "chain_first",
-    "struct_in_struct",
+    "slice_sensitive",
     "unsliced",
 ]
 
@@ -102,14 +102,17 @@ def chain_first(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterat
     yield from rest
 
 
-def struct_in_struct(t: pa.DataType) -> bool:
-    """Whether a struct inside ``t`` (at any depth) has a struct field."""
+def slice_sensitive(t: pa.DataType) -> bool:
+    """Whether ``t`` holds (at any depth) a struct with a struct field, or a fixed-size list
+    of structs: types whose slices DataFusion cannot read (see :func:`unsliced`)."""
     if pa.types.is_struct(t):
-        return any(pa.types.is_struct(f.type) or struct_in_struct(f.type) for f in t)
+        return any(pa.types.is_struct(f.type) or slice_sensitive(f.type) for f in t)
+    if pa.types.is_fixed_size_list(t) and pa.types.is_struct(t.value_type):
+        return True
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        return struct_in_struct(t.value_type)
+        return slice_sensitive(t.value_type)
     if pa.types.is_map(t):
-        return struct_in_struct(t.key_type) or struct_in_struct(t.item_type)
+        return slice_sensitive(t.key_type) or slice_sensitive(t.item_type)
     return False
 
 
@@ -127,12 +130,13 @@ def _offset_inside(arr: pa.Array) -> bool:
 
 
 def unsliced(batch: pa.RecordBatch, columns: Sequence[int]) -> pa.RecordBatch:
-    """``batch`` with those of ``columns`` (each with :func:`struct_in_struct` types) that are
+    """``batch`` with those of ``columns`` (each of a :func:`slice_sensitive` type) that are
     slices somewhere inside copied whole.
 
-    DataFusion 54's arrow-rs panics (``assertion failed: end <= self.len()``) on a struct
-    array with a struct field that is a slice of a longer one (what a cached column cut
-    by a refreshed snapshot's drop list, or batched, is), also under a list.
+    DataFusion's arrow-rs panics (``assertion failed: end <= self.len()``) on a slice of a
+    longer array (what a cached column cut by a refreshed snapshot's drop list, or a
+    MemTable in batches, is) of a struct with a struct field, also under a list, or of a
+    fixed-size list of structs.
 
     Example:
         >>> s = pa.array([{"a": {"x": i}} for i in range(4)]).slice(1, 2)

@@ -25,7 +25,7 @@ from memwal_query.engine_errors import recorded
 from memwal_query.errors import InvalidArgumentError
 from memwal_query.format.wal import GEN_COLUMN, SEQ_COLUMN
 from memwal_query.planner.nan_order import nan_ordered, reads_whole
-from memwal_query.scan.arrays import constant_filter, drop_mask, struct_in_struct, unsliced, zero_column_batches
+from memwal_query.scan.arrays import constant_filter, drop_mask, slice_sensitive, unsliced, zero_column_batches
 from memwal_query.scan.filters import scan_columns
 from memwal_query.scan.lance_eval import NegativeNans, lance_filtered, memory_filtered
 from memwal_query.scan_gate import guarded
@@ -102,7 +102,7 @@ class Scan:
         # so they come back out of DataFusion as raised (see engine_errors).
         if self._batches is None:
             return iter(())
-        nested = [i for i, f in enumerate(self.projected_schema) if struct_in_struct(f.type)]
+        nested = [i for i, f in enumerate(self.projected_schema) if slice_sensitive(f.type)]
         batches = (unsliced(b, nested) for b in self._batches) if nested else self._batches
         return guarded(recorded(batches))
 
