@@ -54,13 +54,15 @@ def open_generation(
 
     ``columns``: when the generation was written with other columns than these (the base's
     changed since), its rows are read into a copy with these columns (:mod:`.evolution`)."""
-    rel = generation_rel(storage, region_id, path, what=f"flushed generation {gen}")
+    what = f"flushed generation {gen}"
+    rel = generation_rel(storage, region_id, path, what=what, links=False)
     uri = storage.child_uri(rel)
     gone = SkippedGeneration(region_id, gen, "directory missing", uri, missing=True)
     with cache.lock:
         ds = cache.generations.get(uri)
     fresh = ds is None
-    if ds is None:
+    if ds is None:  # its symlinks are checked before Lance opens it (kept open: checked once)
+        generation_rel(storage, region_id, path, what=what)
         if not storage.exists(f"{rel}/_versions"):
             # Merged and garbage-collected since the base version was read, or lost:
             # load_snapshot retries with the newest base version, then decides.
