@@ -212,3 +212,62 @@ def test_a_refresh_conforms_only_the_wal_entries_it_has_not_seen(
     newer = again.refresh()
     assert conformed == [1] and sort_table(newer.to_arrow(), ["id"]).equals(sort_table(t.expected(), ["id"]))
     t.flush()
+
+
+def test_a_refresh_ranks_again_only_the_regions_that_changed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A refresh ranked the keys of every unmerged generation of every region again (~0.14 ms
+    per generation, changed or not: 800 generations, ~110 ms per refresh); a region whose
+    generations and replayed WAL entries are the same keeps its merge."""
+    import memwal_query.region_merge as region_merge
+
+    rng = np.random.default_rng(5)
+    schema = events_schema()
+    base = pa.Table.from_pylist(rows(range(500), 0, rng), schema=schema)
+    t = ModelTable(str(tmp_path / "t"), schema, base, bucket=("id", 3))
+    t.put(rows(range(0, 800, 3), 1, rng))
+    t.flush()
+    t.put(rows(range(1, 800, 7), 2, rng))  # WAL tails
+    ranked: list[str] = []
+    real = region_merge._ranked_region  # noqa: SLF001
+
+    def counting(region: Any, *args: Any) -> Any:
+        ranked.append(region.region_id)
+        return real(region, *args)
+
+    monkeypatch.setattr(region_merge, "_ranked_region", counting)
+    table = mq.open_table(t.uri)
+    regions = len(table.view.snapshot.regions)
+    assert regions >= 2 and len(ranked) == regions
+
+    def step(change: Callable[[], None], ranked_again: int) -> None:
+        nonlocal table
+        ranked.clear()
+        change()
+        table = table.refresh()
+        assert len(ranked) == ranked_again
+        assert sort_table(table.to_arrow(), ["id"]).to_pylist() == sort_table(t.expected(), ["id"]).to_pylist()
+
+    step(lambda: None, 0)
+    step(lambda: t.put(rows([5], 3, rng)), 1)  # one key: one region's WAL tail grew
+    step(lambda: t.delete([(9,)]), 1)
+    step(t.flush, regions)  # every region's MemTable became a generation
+    step(lambda: None, 0)
+    region = t.regions()[0]
+    buffered = _Live(region, pa.Table.from_pylist(rows([11], 4, rng), schema=schema), 99)
+    live = mq.open_table(t.uri, live=[buffered])
+    ranked.clear()
+    live.refresh()
+    assert region in ranked  # rows handed in may change: never reused
+    t.flush()
+
+
+class _Live:
+    """A MemTable handed in with ``open_table(live=...)``."""
+
+    def __init__(self, region_id: str, rows: pa.Table, generation: int) -> None:
+        self.region_id = region_id
+        self.rows = rows
+        self.generation = generation
+
+    def to_batches(self) -> list[pa.RecordBatch]:
+        return self.rows.to_batches()

@@ -96,6 +96,9 @@ class SnapshotCache:
     touched: set[tuple[object, ...]] = field(default_factory=set)
     #: Lost generations rebuilt from the WAL, by (directory URI, WAL positions).
     rebuilt: dict[tuple[str, tuple[int, ...]], GenerationSource] = field(default_factory=dict)
+    #: Each region's last merge (``memwal_query.region_merge``), by region id: (what it was
+    #: computed from, the merge); a refresh reuses it when the region did not change.
+    region_merges: dict[str, tuple[object, object]] = field(default_factory=dict)
     #: How many rows of a flushed generation its region's spec values exclude, by (generation
     #: URI, spec id, values): a region holding any is never pruned (``planner.routing``).
     routing_checks: dict[tuple[str, int, str], int] = field(default_factory=dict)
