@@ -133,7 +133,7 @@ def _generation_rows(
         lacking = lacking_columns(data.schema.names, pk)
         if lacking is not None:  # not a generation pylance wrote (the reader rebuilds it from the WAL too)
             raise ValueError(lacking)
-        if stale_columns(data, field_paths(base)):  # written before the base's columns changed
+        if stale_columns(field_paths(data), field_paths(base)):  # written before the base's columns changed
             what = f"region {region_id} flushed generation {gen.generation} ({path})"
             rows = conformed_rows(data, tagged_schema(base), base.schema, pk, what)
         else:

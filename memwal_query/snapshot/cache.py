@@ -70,6 +70,8 @@ class SnapshotCache:
     wal_rows: dict[tuple[str, int], tuple[bytes, pa.Table]] = field(default_factory=dict)
     manifests: dict[str, RegionManifest] = field(default_factory=dict)
     generation_keys: dict[str, pa.Table] = field(default_factory=dict)
+    #: Each opened generation's Lance field paths and row count, by URI (read once).
+    generation_shapes: dict[str, tuple[Mapping[int, tuple[str, ...]], int]] = field(default_factory=dict)
     #: Key columns and ``_rowaddr`` of base fragments the lazy base mask read (or the key
     #: columns of every stored row and which are deleted, read from the data files), by
     #: fragment identity (``base_mask.fragment_identity``): a refresh reuses them.
@@ -149,7 +151,7 @@ class SnapshotCache:
     def keep_generations(self, uris: set[str]) -> None:
         """Forget what was cached for generations a snapshot no longer reads (merged ones)."""
         with self.lock:
-            for d in (self.generations, self.generation_keys, self.generation_rows):
+            for d in (self.generations, self.generation_keys, self.generation_rows, self.generation_shapes):
                 for uri in [u for u in d if u not in uris]:
                     del d[uri]
             for key in [k for k, g in self.rebuilt.items() if g.uri not in uris]:

@@ -17,7 +17,8 @@ own indexes are not carried over (it is searched flat until a merger folds it in
 Example:
     >>> import lance, tempfile, pyarrow as pa
     >>> gen = lance.write_dataset(pa.table({"id": [1], "x": [2.0], "_tombstone": [False]}), tempfile.mkdtemp())
-    >>> stale_columns(gen, {0: ("id",), 1: ("x",)}), stale_columns(gen, {0: ("id",), 1: ("x2",)})
+    >>> mine = field_paths(gen)
+    >>> stale_columns(mine, {0: ("id",), 1: ("x",)}), stale_columns(mine, {0: ("id",), 1: ("x2",)})
     (False, True)
 """
 
@@ -113,12 +114,12 @@ def generation_schema(schema: pa.Schema, primary_key: Sequence[str]) -> pa.Schem
     return pa.schema([*merged_schema(schema, primary_key), pa.field(TOMBSTONE, pa.bool_(), nullable=False)])
 
 
-def stale_columns(gen: lance.LanceDataset, paths: Mapping[int, tuple[str, ...]]) -> bool:
-    """Whether generation ``gen`` was written with other columns than the base's now
-    (``paths``: the base's :func:`field_paths`): a field it lacks or holds under another
-    name, or a field the base dropped from a column it reads (or whose name a newer base
-    column took)."""
-    mine = {i: p for i, p in field_paths(gen).items() if p[0] != TOMBSTONE}
+def stale_columns(generation: Mapping[int, tuple[str, ...]], paths: Mapping[int, tuple[str, ...]]) -> bool:
+    """Whether a generation whose :func:`field_paths` are ``generation`` was written with
+    other columns than the base's now (``paths``: the base's): a field it lacks or holds
+    under another name, or a field the base dropped from a column it reads (or whose name a
+    newer base column took)."""
+    mine = {i: p for i, p in generation.items() if p[0] != TOMBSTONE}
     if any(mine.get(i) != p for i, p in paths.items()):
         return True
     taken = set(paths.values())

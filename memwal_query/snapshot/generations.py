@@ -86,9 +86,15 @@ def open_generation(
             cache.generation_keys.pop(uri, None)
         log.info("region %s: flushed generation %d at %s is (partly) deleted", region_id, gen, uri)
         return replace(gone, reason="partly deleted (data files missing)")
-    if columns is not None and stale_columns(ds, columns.paths):
+    with cache.lock:
+        shape = cache.generation_shapes.get(uri)
+    if shape is None:  # a generation never changes: its columns and rows are read once
+        shape = (field_paths(ds), ds.count_rows())
+        with cache.lock:
+            cache.generation_shapes[uri] = shape
+    if columns is not None and stale_columns(shape[0], columns.paths):
         return _conformed(region_id, gen, uri, ds, columns, cache)
-    return GenerationSource(region_id, gen, uri, ds, ds.count_rows())
+    return GenerationSource(region_id, gen, uri, ds, shape[1])
 
 
 def _conformed(
