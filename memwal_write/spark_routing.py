@@ -140,6 +140,7 @@ def spark_routing(
 ) -> tuple[Any, Routing]:
     """Add the partition key column (and the bucket column, when native) to ``df``."""
     from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType, StructField, StructType
 
     spark_types = {f.name: f.dataType for f in df.schema.fields}
     if spec is None:
@@ -180,7 +181,9 @@ def spark_routing(
         return df.withColumn(PKEY, key), Routing(parts, True, False)
     # fallback: evaluate the spec with the shared Arrow code in a Python pass
     parts = num_partitions or int(df.sparkSession.conf.get("spark.sql.shuffle.partitions") or 8)
-    out_schema = df.schema.add(PKEY, "string", nullable=False)
+    # a new StructType: ``add`` changes the one it is called on, and ``df.schema`` is the
+    # DataFrame's own (cached): ``df`` then named a column its plan lacks
+    out_schema = StructType([*df.schema.fields, StructField(PKEY, StringType(), nullable=False)])
 
     def add_region(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:

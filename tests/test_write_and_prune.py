@@ -633,3 +633,31 @@ def test_a_region_holding_rows_its_spec_values_exclude_is_never_pruned(
     assert answers(mq.open_table(uri)) == ([stray], [stray], 2)  # a fresh table and cache
     merge_generations(uri)  # merged into the base: every region prunes again
     assert answers(mq.open_table(uri)) == ([stray], [stray], 3)
+
+
+def test_rows_routed_by_a_spec_over_another_column_are_not_flagged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bucket spec over a non-key column: rows pylance routes to their buckets' regions (a
+    delete, which carries only its key, among them) hold no row outside their values, also
+    after the column is dropped (it read as NULL, every row bucket 0: every other region
+    was flagged)."""
+    uri = str(tmp_path / "t")
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("c", pa.string())])
+    rows = pa.table({"id": pa.array(range(40), pa.int64()), "c": [f"c{i}" for i in range(40)]}, schema=schema)
+    lance.write_dataset(rows.slice(0, 1), uri).initialize_mem_wal(bucket_column="c", num_buckets=4)
+    ds = lance.dataset(uri)
+    spec = ds.mem_wal_index_details()["sharding_specs"][0]
+    buckets = evaluate_sharding_spec(rows.to_batches()[0], spec, ds.lance_schema).column(0).to_pylist()
+    for b in sorted(set(buckets)):
+        writer = ds.mem_wal_writer(str(uuid.uuid5(NS, f"bucket-{b}")))
+        writer.put(rows.filter(pa.array([x == b for x in buckets])))
+        if b == buckets[0]:
+            writer.delete(pa.table({"id": pa.array([39], pa.int64())}))
+        writer.close()
+    with caplog.at_level("WARNING", logger="memwal_query"):
+        values = mq.open_table(uri).region_values()
+        assert len(values) == len(set(buckets)) and all(v is not None and not v.outside for v in values.values())
+        lance.dataset(uri).drop_columns(["c"])
+        assert not any(v is not None and v.outside for v in mq.open_table(uri).region_values().values())
+    assert "outside its spec values" not in caplog.text

@@ -81,6 +81,8 @@ def checked_values(
         if rv is None or spec is None:
             continue
         sources = [names.get(int(i), "") for f in spec.fields for i in f.source_ids]
+        if not all(sources):  # a column the spec reads was dropped: no query can name it
+            continue
         n = sum(_outside_generation(g, spec, rv, names, sources, snap.primary_key, cache) for g in r.generations)
         if r.memtable is not None and r.memtable.table.num_rows:
             n += _outside(spec, rv, r.memtable.table, names, sources, snap.primary_key)

@@ -647,3 +647,20 @@ def test_spark_writes_to_a_missing_table_name_the_path(spark: Any, tmp_path: Pat
         with pytest.raises(TableNotFoundError, match=f"no Lance table at {missing}") as err:
             call()
         assert "\n" not in str(err.value) and ".rs:" not in str(err.value)
+
+
+@pytest.mark.parametrize("via", ["tasks", "driver"])
+def test_a_spec_spark_cannot_hash_is_routed_in_python(spark: Any, tmp_path: Path, via: str) -> None:
+    """A bucket over a uint32 key has no Spark expression: rows are routed by a Python pass
+    (``mapInArrow``), whose output schema was added to ``df.schema`` in place (PySpark keeps
+    it): ``via="tasks"`` then failed, ``UNRESOLVED_COLUMN __memwal_pkey``."""
+    from lsm_model import ModelTable
+
+    schema = pa.schema([pa.field("k", pa.uint32(), nullable=False, metadata=PK), pa.field("v", pa.int64())])
+    base = pa.table({"k": pa.array([1, 2], pa.uint32()), "v": [0, 0]}, schema=schema)
+    t = ModelTable(str(tmp_path / "t"), schema, base, bucket=("k", 7))
+    df = spark.createDataFrame([(i, i * 10) for i in range(1, 40)], "k long, v long")
+    memwal_write.write(df, t.uri, via=via)
+    table = mq.open_table(t.uri)
+    assert sort_table(table.to_arrow(), ["k"]).to_pylist() == [{"k": i, "v": i * 10} for i in range(1, 40)]
+    assert all(v is not None and not v.outside for v in table.region_values().values())  # routed by the spec
