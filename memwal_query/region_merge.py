@@ -2,7 +2,7 @@
 loses, and the reuse of that work by later snapshots of a region that did not change.
 
 A region's merge depends only on its unmerged generations (immutable, named by URI), the
-WAL entries its MemTable replays (immutable, by position) and the table's schema: a
+WAL entries its MemTable replays (immutable, by position) and the table's columns: a
 refresh reuses the merge of every region whose three are the same (ranking the keys of
 every generation again cost ~0.14 ms per generation per refresh, changed or not). Rows
 handed in with ``open_table(live=...)`` may change at any time: never reused.
@@ -174,16 +174,16 @@ def _ranked_region(
 
 
 def merge_region(
-    region: RegionSnapshot, pk: list[str], key_schema: pa.Schema, cache: SnapshotCache, schema_mark: bytes
+    region: RegionSnapshot, pk: list[str], key_schema: pa.Schema, cache: SnapshotCache, columns_mark: bytes
 ) -> RegionMerge | None:
-    """The region's merge, reused from an earlier snapshot of the same levels (``schema_mark``:
-    a digest of the table's schema, which the MemTable rows are conformed to)."""
+    """The region's merge, reused from an earlier snapshot of the same levels (``columns_mark``:
+    ``Snapshot.columns_mark``, the columns the MemTable rows are conformed to)."""
     mem = region.memtable
     reusable = mem is None or (not mem.live and mem.wal_positions is not None)
     mark = (
         tuple(g.uri for g in region.generations),
         None if mem is None else (mem.origin, mem.wal_positions, mem.table.num_rows),
-        schema_mark,
+        columns_mark,
     )
     if reusable:
         with cache.lock:

@@ -401,3 +401,32 @@ def test_a_column_renamed_while_a_generation_merges(tmp_path: Path, monkeypatch:
     want = [{"id": 1, "x2": 10}, {"id": 2, "x2": 21}, {"id": 3, "x2": 31}]
     assert _by_id(lance.dataset(uri).to_table()) == want
     assert _by_id(mq.open_table(uri).to_arrow()) == want
+
+
+def test_rows_in_memory_after_a_column_is_dropped_and_added_again(tmp_path: Path) -> None:
+    """A column dropped and added again has the schema it had (not the field): a refresh
+    reused the merge of a region whose WAL tail did not change, and a lost generation's rows
+    rebuilt from the WAL, both conformed to the old field, showing the dropped values."""
+    import shutil
+
+    schema = pa.schema(
+        [pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("a", pa.int64()), pa.field("b", pa.int64())]
+    )
+    for lost in (False, True):
+        t = ModelTable(str(tmp_path / f"t{lost}"), schema, pa.table({"id": [1], "a": [1], "b": [2]}, schema=schema))
+        t.put([{"id": 2, "a": 10, "b": 20}])
+        if lost:  # flushed, then its folder gone: rebuilt from the WAL
+            t.flush()
+            region = t.regions()[0]
+            ((_, path),) = t.flushed(region)
+            shutil.rmtree(Path(t.uri, "_mem_wal", region, path))
+        table = mq.open_table(t.uri)
+        assert table.lookup([2]).column("b").to_pylist() == [20]
+        lance.dataset(t.uri).drop_columns(["b"])
+        lance.dataset(t.uri).add_columns(pa.field("b", pa.int64()))
+        refreshed = table.refresh()
+        assert refreshed.to_arrow().sort_by("id").column("b").to_pylist() == [None, None], lost
+        assert refreshed.lookup([2]).column("b").to_pylist() == [None], lost
+        assert refreshed.sql("SELECT count(*) AS n FROM t WHERE b IS NULL").to_pydict()["n"] == [2], lost
+        if not lost:
+            t.flush()

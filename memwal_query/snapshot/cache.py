@@ -96,8 +96,8 @@ class SnapshotCache:
     over_budget: set[tuple[object, ...]] = field(default_factory=set)
     #: Fragments a filtered scan has read through Lance once (the next scan decodes them).
     touched: set[tuple[object, ...]] = field(default_factory=set)
-    #: Lost generations rebuilt from the WAL, by (directory URI, WAL positions).
-    rebuilt: dict[tuple[str, tuple[int, ...]], GenerationSource] = field(default_factory=dict)
+    #: Lost generations rebuilt from the WAL, by (directory URI, WAL positions, columns mark).
+    rebuilt: dict[tuple[str, tuple[int, ...], bytes], GenerationSource] = field(default_factory=dict)
     #: Each region's last merge (``memwal_query.region_merge``), by region id: (what it was
     #: computed from, the merge); a refresh reuses it when the region did not change.
     region_merges: dict[str, tuple[object, object]] = field(default_factory=dict)

@@ -11,7 +11,7 @@ import lance
 import pyarrow as pa
 
 from memwal_query.format.lance_open import lance_message
-from memwal_query.format.paths import generation_rel
+from memwal_query.format.paths import generation_rel, linked
 from memwal_query.format.storage import Storage
 from memwal_query.format.wal import TOMBSTONE
 from memwal_query.snapshot.cache import SnapshotCache
@@ -61,7 +61,9 @@ def open_generation(
     with cache.lock:
         ds = cache.generations.get(uri)
     fresh = ds is None
-    if ds is None:  # its symlinks are checked before Lance opens it (kept open: checked once)
+    if ds is None or linked(storage, rel) is not None:
+        # its symlinks are checked before Lance opens it; kept open, a folder on its path
+        # that became a symlink since (a few lstat calls) is checked again
         generation_rel(storage, region_id, path, what=what)
         if not storage.exists(f"{rel}/_versions"):
             # Merged and garbage-collected since the base version was read, or lost:

@@ -6,6 +6,7 @@ merge (:mod:`memwal_query.merge`), the planner and the access paths read them.
 
 from __future__ import annotations
 
+import hashlib
 import operator
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -183,6 +184,14 @@ class Snapshot:
     #: Which Lance field each column path of the base is (a digest): a column dropped and
     #: added again, or renamed, keeps its data files but not its field id.
     fields_tag: str = ""
+
+    @property
+    def columns_mark(self) -> bytes:
+        """A digest of the base's columns: their Arrow schema and which Lance field each is (a
+        column dropped and added again has the same schema, not the same field: what rows
+        conformed to the old one held is not the new one's)."""
+        schema = self.schema.serialize().to_pybytes()
+        return hashlib.sha1(self.fields_tag.encode() + schema, usedforsecurity=False).digest()
 
     @property
     def cache_source(self) -> str:

@@ -243,7 +243,7 @@ def _rebuilt_source(
     Its row addresses follow WAL order, so the merge ranks its rows as it ranks a flushed
     generation's (later position wins inside the generation).
     """
-    key = (lost.uri, tuple(e.position for e in found.entries))
+    key = (lost.uri, tuple(e.position for e in found.entries), snap.columns_mark)  # rows conformed to these columns
     with cache.lock:
         hit = cache.rebuilt.get(key)
     if hit is not None:

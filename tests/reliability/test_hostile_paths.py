@@ -339,3 +339,16 @@ def test_a_region_folder_linked_to_another_tables_region_is_refused(copy: Hostil
     os.symlink(other.region_dir, region)  # a region of its own, linked: WAL tail and all
     with pytest.raises(mq.MemWalCorruptionError, match="is not read: .* is a symlink"):
         mq.open_table(str(copy.table)).to_arrow()
+
+
+def test_a_generation_folder_linked_outside_after_it_was_opened_is_refused_on_refresh(copy: Hostile) -> None:
+    """A refresh keeps generations it opened: the symlink check of their folders ran only on
+    the first open, so a folder moved outside the table and linked back was read through."""
+    table = mq.open_table(str(copy.table))
+    gen = sorted(p for p in copy.region_dir.iterdir() if "_gen_" in p.name)[0]
+    outside = copy.root / "outside_gen"
+    shutil.move(gen, outside)
+    os.symlink(outside, gen)
+    for opened in (lambda: mq.open_table(str(copy.table)), table.refresh):
+        with pytest.raises(mq.MemWalCorruptionError, match="leaves the region folder"):
+            opened().to_arrow()
