@@ -134,7 +134,8 @@ def measure(a: argparse.Namespace, root: Path) -> dict[str, Any]:
         "ours": percentiles(lambda k: table.lookup(k), keys),
         "pylance": percentiles(lambda k: point.plan_lookup(pa.array([k], pa.int64())).to_table(), keys),
     }
-    batch = keys[:1000] if len(keys) >= 1000 else [int(k) for k in rng.choice(a.base_rows, 1000, replace=False)]
+    n = a.batch_keys
+    batch = keys[:n] if len(keys) >= n else [int(k) for k in rng.choice(a.base_rows, n, replace=False)]
     t0 = time.perf_counter()
     got = table.lookup(batch)
     one_call = (time.perf_counter() - t0) * 1000
@@ -212,6 +213,8 @@ def measure(a: argparse.Namespace, root: Path) -> dict[str, Any]:
         },
         a.lookups,
         a.batch_repeat,
+        a.batch_keys,
+        a.fresh_runs,
     )
     if a.lag_rows:
         lag = {
@@ -221,7 +224,9 @@ def measure(a: argparse.Namespace, root: Path) -> dict[str, Any]:
             "round_rows": a.lag_rows // a.lag_rounds,
             "tail_rows": a.tail_rows,
         }
-        res["lookup_lagging_merger"] = run_table(root, "lagging", lag, a.lookups, a.batch_repeat)
+        res["lookup_lagging_merger"] = run_table(
+            root, "lagging", lag, a.lookups, a.batch_repeat, a.batch_keys, a.fresh_runs
+        )
     return res
 
 
@@ -389,6 +394,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--level-rounds", type=int, default=3, help="flushed generations per region (levels table)")
     p.add_argument("--tail-rows", type=int, default=5_000, help="WAL tail rows (writers left open)")
     p.add_argument("--batch-repeat", type=int, default=15, help="timed 1,000-key lookups")
+    p.add_argument("--batch-keys", type=int, default=1000, help="keys of the one-call lookups (tests: fewer)")
+    p.add_argument("--fresh-runs", type=int, default=6, help="fresh processes per table and reader")
     p.add_argument("--lag-base-rows", type=int, default=200_000)
     p.add_argument("--lag-regions", type=int, default=4)
     p.add_argument("--lag-rounds", type=int, default=25, help="generations per region (lagging merger)")

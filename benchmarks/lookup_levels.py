@@ -197,8 +197,17 @@ def fresh(uri: str, keys: list[int]) -> dict[str, Any]:
     }
 
 
-def measure(uri: str, model: dict[int, Any], base_rows: int, lookups: int, batch_repeat: int) -> dict[str, Any]:
-    """Single keys, 1,000 keys and a fresh process, ours against the base's BTREE index."""
+def measure(
+    uri: str,
+    model: dict[int, Any],
+    base_rows: int,
+    lookups: int,
+    batch_repeat: int,
+    batch_keys: int = 1000,
+    fresh_runs: int = 6,
+) -> dict[str, Any]:
+    """Single keys, ``batch_keys`` keys in one call and ``fresh_runs`` fresh processes each,
+    ours against the base's BTREE index."""
     t0 = time.perf_counter()
     table = mq.open_table(uri)
     open_s = time.perf_counter() - t0
@@ -209,7 +218,7 @@ def measure(uri: str, model: dict[int, Any], base_rows: int, lookups: int, batch
     keys = [int(k) for k in rng.choice(newer, lookups // 2, replace=False)]
     keys += [int(k) for k in rng.choice(int(base_rows * 1.2), lookups - len(keys), replace=False)]
     keys = [int(k) for k in rng.permutation(keys)]
-    batch = [int(k) for k in rng.choice(int(base_rows * 1.2), 1000, replace=False)]
+    batch = [int(k) for k in rng.choice(int(base_rows * 1.2), batch_keys, replace=False)]
     check(table, base, model, keys[:200])
     check(table, base, model, batch)
     single = interleaved(
@@ -234,11 +243,19 @@ def measure(uri: str, model: dict[int, Any], base_rows: int, lookups: int, batch
         "batch_1000": many,
         "batch_ratio_p50": many["ours"]["p50_ms"] / many["base_btree_in"]["p50_ms"],
         "last_single_stats": {k: v for k, v in vars(stats).items() if k != "notes"} if stats else None,
-        "fresh_process": fresh(uri, keys[:6]),
+        "fresh_process": fresh(uri, keys[:fresh_runs]),
     }
 
 
-def run_table(root: Path, name: str, params: dict[str, int], lookups: int, batch_repeat: int) -> dict[str, Any]:
+def run_table(
+    root: Path,
+    name: str,
+    params: dict[str, int],
+    lookups: int,
+    batch_repeat: int,
+    batch_keys: int = 1000,
+    fresh_runs: int = 6,
+) -> dict[str, Any]:
     """Build (or reuse: the model is kept next to the table) and measure one table."""
     uri = str(root / (name + "_" + "_".join(str(v) for v in params.values())))
     model_file = Path(uri + ".model.json")
@@ -249,6 +266,6 @@ def run_table(root: Path, name: str, params: dict[str, int], lookups: int, batch
         print(f"built {uri} in {time.perf_counter() - t0:.1f} s", flush=True)
     else:  # the WAL tail stays in the WAL when its writers are gone: a reader replays it
         model = {int(k): v for k, v in json.loads(model_file.read_text()).items()}
-    out = measure(uri, model, params["base_rows"], lookups, batch_repeat)
+    out = measure(uri, model, params["base_rows"], lookups, batch_repeat, batch_keys, fresh_runs)
     out["params"] = params
     return out

@@ -23,7 +23,7 @@ CASES = {
         *("--base-rows", "5000", "--dim", "16", "--partitions", "4", "--newer-rows", "500"),
         *("--lookups", "20", "--queries", "3", "--catchup-rows", "2000"),
         *("--tail-rows", "200", "--batch-repeat", "2", "--lag-base-rows", "3000", "--lag-regions", "2"),
-        *("--lag-rounds", "3", "--lag-rows", "3000"),
+        *("--lag-rounds", "3", "--lag-rows", "3000", "--batch-keys", "100", "--fresh-runs", "1"),
     ],
     "bench_lookup_string.py": [
         *("--base-rows", "3000", "--regions", "2", "--rounds", "2", "--round-rows", "300"),

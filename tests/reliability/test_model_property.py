@@ -264,7 +264,7 @@ def test_merged_sql_equals_model_after_every_step(case: Any) -> None:
 
 @pytest.mark.slow
 @settings(
-    max_examples=int(os.environ.get("MEMWAL_PROPERTY_EXAMPLES", "120")),
+    max_examples=int(os.environ.get("MEMWAL_PROPERTY_EXAMPLES", "100")),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
