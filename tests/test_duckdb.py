@@ -77,3 +77,15 @@ def test_duckdb_over_the_dataset_is_refused_with_what_to_use(events) -> None:  #
         duckdb.sql("SELECT count(*) FROM ds").fetchall()
     stream = table.to_stream()  # noqa: F841 - DuckDB finds the Python variable by name
     assert duckdb.sql("SELECT count(*) FROM stream").fetchall() == [(table.count_rows(),)]
+
+
+def test_sql_text_as_a_dataset_filter_is_refused(events) -> None:  # type: ignore[no-untyped-def]
+    """``table.dataset().to_table(filter="id < 0")`` ignored the text and returned every row."""
+    import pyarrow.compute as pc
+    import pytest
+
+    ds = mq.open_table(events.uri).dataset()
+    for call in (lambda: ds.to_table(filter="id < 0"), lambda: ds.count_rows(filter="id < 0")):
+        with pytest.raises(mq.InvalidArgumentError, match=r"pyarrow\.compute expressions, not str .*to_reader"):
+            call()
+    assert ds.count_rows(filter=pc.field("id") < 0) == 0

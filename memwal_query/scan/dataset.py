@@ -38,6 +38,7 @@ from memwal_query.planner.plan import Plan
 from memwal_query.planner.predicates import Predicate
 from memwal_query.scan.arrays import constant_filter, in_fragment
 from memwal_query.scan.balance import balance, workers
+from memwal_query.scan.filters import expression_filter
 from memwal_query.scan.fragment import (
     HIDDEN_COLUMNS,
     MemoryFragment,
@@ -176,7 +177,8 @@ class MergedDataset(pds.Dataset):  # type: ignore[misc]
         :mod:`memwal_query.planner.pruning`) contribute no fragment; the plan is
         recorded in :attr:`last_scan`.
         """
-        filt = None if constant_filter(filter) is not None else filter  # a constant: each scan applies it
+        filt = expression_filter(filter)
+        filt = None if constant_filter(filt) is not None else filt  # a constant: each scan applies it
         frags = pack_small(self.source_fragments(filt), self._group_memo if self._resident is not None else None)
         frags = balance(join_indexed_base(frags, filt, self.context), workers())
         # DataFusion needs at least one partition (an empty table, or every source pruned).

@@ -20,10 +20,27 @@ from collections.abc import Sequence
 
 import pyarrow.compute as pc
 
+from memwal_query.errors import InvalidArgumentError
 from memwal_query.planner.arrow_expr import expression_key, from_arrow_expression
 from memwal_query.planner.predicates import Predicate, needed_columns
 
-__all__ = ["decoded", "filter_columns", "scan_columns", "mentions_any"]
+__all__ = ["decoded", "expression_filter", "filter_columns", "scan_columns", "mentions_any"]
+
+
+def expression_filter(filt: object) -> pc.Expression | None:
+    """``filt`` when it is a filter a dataset takes (a pyarrow expression, or None).
+
+    Raises:
+        InvalidArgumentError: Anything else (SQL text was ignored, every row returned).
+    """
+    if filt is None or isinstance(filt, pc.Expression):
+        return filt
+    msg = (
+        f"Table.dataset() filters are pyarrow.compute expressions, not {type(filt).__name__} ({filt!r:.80}): "
+        "for SQL text use Table.to_reader(filter=...) or Table.sql"
+    )
+    raise InvalidArgumentError(msg)
+
 
 _MEMO_SIZE = 256
 _memo: dict[tuple[bytes, tuple[str, ...]], Predicate] = {}

@@ -26,7 +26,7 @@ from memwal_query.errors import InvalidArgumentError
 from memwal_query.format.wal import GEN_COLUMN, SEQ_COLUMN
 from memwal_query.planner.nan_order import nan_ordered, reads_whole
 from memwal_query.scan.arrays import constant_filter, drop_mask, slice_sensitive, unsliced, zero_column_batches
-from memwal_query.scan.filters import scan_columns
+from memwal_query.scan.filters import expression_filter, scan_columns
 from memwal_query.scan.lance_eval import NegativeNans, lance_filtered, memory_filtered
 from memwal_query.scan_gate import guarded
 from memwal_query.snapshot.model import GenerationSource
@@ -240,7 +240,7 @@ class SourceFragment:
         """
         out = self._out_schema(columns)
         cols = list(out.names)
-        const = constant_filter(filter)
+        const = constant_filter(expression_filter(filter))
         if const is False:  # DataFusion folded the WHERE clause to false or NULL
             return Scan(out, iter(()))
         given = None if const else filter
