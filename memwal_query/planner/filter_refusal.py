@@ -125,8 +125,10 @@ _NO_SUBSTRAIT = re.compile(r"Substrait is only capable of representing[^.:]*|No 
 
 
 def _bind(filt: pc.Expression, schema: pa.Schema, what: str) -> None:
+    # float16 columns as float32: pyarrow compares no float16 (a scan filters them by Lance)
+    bound = pa.schema([f.with_type(pa.float32()) if pa.types.is_float16(f.type) else f for f in schema])
     try:
-        pds.dataset(schema.empty_table()).scanner(filter=filt, columns=[])
+        pds.dataset(bound.empty_table()).scanner(filter=filt, columns=[])
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as err:
         text = str(err)
         if m := _NO_FIELD.search(text):
