@@ -114,7 +114,7 @@ def _outside_generation(
     cache: SnapshotCache,
 ) -> int:
     """Rows of a flushed generation its region's values exclude (evaluated once per generation)."""
-    memo = (g.uri, spec.spec_id, repr(sorted(rv.values.items())))
+    memo = (g.uri, spec.spec_id, repr((sorted(rv.values.items()), sources)))  # a renamed source: checked again
     with cache.lock:
         hit = cache.routing_checks.get(memo)
     if hit is not None:
