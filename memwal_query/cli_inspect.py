@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from memwal_query.terminal_text import shown
-from memwal_query.text import counted
+from memwal_query.text import counted, skipped_runs
 
 __all__ = ["inspect_text"]
 
@@ -121,8 +121,8 @@ def _damage_lines(d: dict[str, Any]) -> list[str]:
         for g in r["unmerged_generations"]:
             if g["rebuilt_from_wal"] is not None:
                 out.append(f"  region {rid} generation {g['generation']}: {rebuilt_text(g, hint)}")
-        for s in r["skipped_generations"]:
-            out.append(f"  region {rid} generation {s['generation']}: skipped: {s['reason']}")
+        for which, why in skipped_runs(r["skipped_generations"]):
+            out.append(f"  region {rid} {which}: skipped: {why}")
         wal = r["wal"]
         if wal["fenced_positions"]:
             out.append(f"  region {rid}: WAL positions {wal['fenced_positions']} ignored: written by a fenced writer")

@@ -35,7 +35,7 @@ from memwal_query.errors import InvalidArgumentError
 from memwal_query.exact_text import exact_values, needs_text
 from memwal_query.explain import render_explain
 from memwal_query.terminal_text import clip, pad, shown, width
-from memwal_query.text import counted
+from memwal_query.text import counted, skipped_runs
 from memwal_query.view.table_view import HasView
 
 __all__ = [
@@ -295,11 +295,8 @@ def _region_source_rows(r: Mapping[str, Any], eventual: bool) -> list[list[tuple
                 (_e(f"REBUILT from the WAL: {g['lost_uri']} is lost" if rebuilt else "read"), False),
             ]
         )
-    for s in r["skipped_generations"]:
-        rows.append(
-            [(rid, False), (_e(f"generation {s['generation']}"), False), (_DIM, True), (_DIM, True)]
-            + [(_e(f"skipped: {s['reason']}"), False)]
-        )
+    for which, why in skipped_runs(r["skipped_generations"]):
+        rows.append([(rid, False), (_e(which), False), (_DIM, True), (_DIM, True), (_e(f"skipped: {why}"), False)])
     mt = r["memtable"]
     if mt is not None:
         rows.append(

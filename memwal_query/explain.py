@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from memwal_query.describe import describe_table
-from memwal_query.text import counted
+from memwal_query.text import counted, skipped_runs
 from memwal_query.view.table_view import HasView
 
 __all__ = ["explain_table", "lost_text", "maintained_text", "rebuilt_text", "render_explain"]
@@ -99,8 +99,8 @@ def _region_lines(r: Mapping[str, Any], *, eventual: bool, hint: str) -> list[st
                 "      written before the base's columns changed: read into memory with the current columns "
                 "(searched without its own indexes until merged)"
             )
-    for s in r["skipped_generations"]:
-        lines.append(f"    generation {s['generation']}: skipped: {s['reason']}")
+    for which, why in skipped_runs(r["skipped_generations"]):
+        lines.append(f"    {which}: skipped: {why}")
     mt = r["memtable"]
     if mt is not None:
         pos = mt["wal_positions"]

@@ -177,7 +177,26 @@ def test_merged_generations_are_skipped(events) -> None:  # type: ignore[no-unty
         assert r.merged_generation >= 1
         assert all(g.generation > r.merged_generation for g in r.generations)
         assert any("merged into base" in s.reason for s in r.skipped)
-    assert "skipped: merged into base" in table.explain()
+    assert "generation 1: skipped: merged into base" in table.explain()
+
+
+def test_merged_generations_are_one_line_per_region(tmp_path: Path) -> None:
+    """A region manifest lists every generation ever flushed: each merged one was a line of
+    ``explain()`` and ``memwal inspect`` (a long-lived table's explanation ran to thousands)."""
+    from memwal_query.cli import main
+
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("v", pa.int64())])
+    t = ModelTable(str(tmp_path / "t"), schema, pa.table({"id": [0], "v": [0]}, schema=schema), unsharded=True)
+    for g in range(3):
+        t.put([{"id": i, "v": g} for i in range(5)])
+        t.flush()
+    t.merge_all({})
+    t.put([{"id": 9, "v": 9}])
+    t.flush()
+    text = mq.open_table(t.uri).explain()
+    assert text.count("skipped: merged into base") == 1
+    assert "generations 1-3: skipped: merged into base (merged generation 3)" in text
+    assert main(["inspect", t.uri]) == 0
 
 
 def test_reader_never_writes(events) -> None:  # type: ignore[no-untyped-def]
