@@ -305,3 +305,30 @@ def test_searches_of_a_snapshot_whose_base_files_were_compacted_away(tmp_path: P
             search()
         assert "\n" not in str(err.value) and f"{uri} of {uri}" not in str(err.value)
     assert old.refresh().nearest("v", [0.5] * 4, k=3).num_rows == 3
+
+
+def test_a_search_filter_with_nan_as_text_says_how_to_write_it(tmp_path: Path) -> None:
+    """Lance's filters take no 'NaN' or 'Infinity' text for a float column (DataFusion's SQL
+    does): the refusal says to write CAST('NaN' AS DOUBLE), which answers as SQL's 'NaN'."""
+    from lsm_model import PK, ModelTable
+
+    schema = pa.schema(
+        [
+            pa.field("id", pa.int64(), nullable=False, metadata=PK),
+            pa.field("d", pa.float64()),
+            pa.field("vec", pa.list_(pa.float32(), 2)),
+        ]
+    )
+
+    def rows(ids: range) -> pa.Table:
+        values = [float("nan"), float("inf"), 1.0]
+        return pa.Table.from_pylist([{"id": i, "d": values[i % 3], "vec": [float(i), 0.0]} for i in ids], schema=schema)
+
+    t = ModelTable(str(tmp_path / "t"), schema, rows(range(30)), unsharded=True)
+    t.put(rows(range(20, 40)))
+    table = mq.open_table(t.uri)
+    with pytest.raises(mq.InvalidArgumentError, match=r"'Float64' \(write CAST\('NaN' AS DOUBLE\)\)"):
+        table.nearest("vec", [0.0, 0.0], k=100, filter="d = 'NaN'")
+    got = table.nearest("vec", [0.0, 0.0], k=100, filter="d = CAST('NaN' AS DOUBLE)").column("id").to_pylist()
+    assert sorted(got) == table.sql("SELECT id FROM t WHERE d = 'NaN' ORDER BY id").to_pydict()["id"]
+    t.flush()

@@ -11,7 +11,8 @@ against the dataset's schema, its internal columns included, so its refusals quo
 the user never wrote ("Error parsing statement: SELECT 1 FROM t WHERE amount > (sql parser
 error: ...)"), list ``_rowid``, ``_rowaddr`` and the like among the valid fields, and repeat
 "Invalid user input". :func:`refusal` keeps the reason and the user's own columns, and
-says how to write a date or timestamp literal, which Lance does not take as a string.
+says how to write a date or timestamp literal, or a NaN or infinity, which Lance does not
+take as a string.
 
 Example:
     >>> refusal("Invalid user input: Error parsing statement: SELECT 1 FROM t WHERE a > "
@@ -22,6 +23,9 @@ Example:
     >>> text = 'Received literal Utf8("May") and could not convert to literal of type ' + "'Date32'"
     >>> refusal("Invalid user input: " + text)[len(text) :]
     " (write DATE '2024-01-31')"
+    >>> nan = text.replace("May", "NaN").replace("Date32", "Float64")
+    >>> refusal("Invalid user input: " + nan)[len(nan) :]
+    " (write CAST('NaN' AS DOUBLE))"
     >>> refusal("Not found: t/data/x.lance") is None
     True
 """
@@ -52,6 +56,7 @@ _INTERNAL = {"_rowid", "_rowaddr", "_rowoffset", "_distance", "_score", "_tombst
     f"_row_{when}_at_version" for when in ("created", "last_updated")
 }
 _DATE = re.compile(r"\d{4}-\d\d-\d\d")
+_NON_FINITE = {"nan", "inf", "infinity"}
 _LITERALS = {"Timestamp": "TIMESTAMP", "Date32": "DATE", "Date64": "DATE", "Time64": "TIME", "Time32": "TIME"}
 
 
@@ -70,6 +75,8 @@ def refusal(text: str) -> str | None:
     if (m := _TEMPORAL.search(why)) and m.group("t") in _LITERALS:
         value = m.group("v") if _DATE.match(m.group("v")) else "2024-01-31"
         why += f" (write {_LITERALS[m.group('t')]} '{value}')"
+    elif m and m.group("t").startswith("Float") and m.group("v").strip("+-").lower() in _NON_FINITE:
+        why += f" (write CAST('{m.group('v')}' AS DOUBLE))"
     return why
 
 
