@@ -102,7 +102,7 @@ def generation_unreadable(storage: Storage, rel: str, pk: Sequence[str]) -> str 
         return f"does not open as a Lance dataset: {lance_message(err)}"
     missing = missing_data_file(storage, rel, ds)
     if missing is not None:
-        return f"data file {missing} missing"
+        return missing
     try:  # every row, batch by batch: a data file cut short or a deletion file missing
         for _ in ds.to_batches():
             pass

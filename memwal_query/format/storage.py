@@ -272,13 +272,20 @@ class Storage:
 
     def exists(self, rel: str) -> bool:
         """Whether ``rel`` exists (file or directory)."""
+        return bool(self._info(rel).type != pafs.FileType.NotFound)
+
+    def size(self, rel: str) -> int | None:
+        """The size of file ``rel`` in bytes (None: it does not exist or is no file)."""
+        info = self._info(rel)
+        return int(info.size) if info.type == pafs.FileType.File and info.size is not None else None
+
+    def _info(self, rel: str) -> pafs.FileInfo:
         self.stats.add(probes=1)
         try:
-            info = self._fs.get_file_info(self._path(rel))
+            return self._fs.get_file_info(self._path(rel))
         except (OSError, ValueError) as err:
             msg = f"cannot stat {self.child_uri(rel)}: {err}"
             raise StorageError(msg) from err
-        return bool(info.type != pafs.FileType.NotFound)
 
     def write_bytes_if_absent(self, rel: str, data: bytes) -> bool:
         """Create ``rel`` with ``data`` unless it exists; True if this call created it.

@@ -55,7 +55,7 @@ from memwal_query.format.storage import Storage
 from memwal_query.planner.base_history import edited_directly
 from memwal_query.region_merge import rank_levels
 from memwal_query.snapshot.cache import SnapshotCache
-from memwal_query.snapshot.generations import BaseColumns, generation_intact, open_generation
+from memwal_query.snapshot.generations import BaseColumns, generation_damage, open_generation
 from memwal_query.snapshot.model import GenerationSource, Snapshot
 
 __all__ = [
@@ -284,7 +284,7 @@ def still_readable(storage: Storage, plan: CatchupPlan) -> CatchupPlan:
     back to the base fragments if one is gone.
     """
     for src in plan.sources:
-        if not generation_intact(storage, src.path, src.generation.dataset, manifest_checked=False):
+        if generation_damage(storage, src.path, src.generation.dataset, manifest_checked=False) is not None:
             g = src.generation
             why = f"generation {g.generation} of region {g.region_id} was garbage-collected after the plan was made"
             log.info("%s: %s; reading the unindexed base fragments instead", storage.uri, why)

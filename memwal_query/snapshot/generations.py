@@ -23,7 +23,7 @@ __all__ = [
     "not_a_generation",
     "BaseColumns",
     "open_generation",
-    "generation_intact",
+    "generation_damage",
     "generation_keys",
     "missing_data_file",
     "prefetch_generation_keys",
@@ -82,12 +82,14 @@ def open_generation(
             cache.generations[uri] = ds
     # A merger may have merged and garbage-collected it since it was opened (a cached
     # dataset) or be deleting it right now (manifest still there, data files gone).
-    if not generation_intact(storage, rel, ds, manifest_checked=fresh):
+    damage = generation_damage(storage, rel, ds, manifest_checked=fresh)
+    if damage is not None:
         with cache.lock:
             cache.generations.pop(uri, None)
             cache.generation_keys.pop(uri, None)
-        log.info("region %s: flushed generation %d at %s is (partly) deleted", region_id, gen, uri)
-        return replace(gone, reason="partly deleted (data files missing)")
+            cache.generation_shapes.pop(uri, None)
+        log.info("region %s: flushed generation %d at %s is %s", region_id, gen, uri, damage)
+        return replace(gone, reason=damage)
     with cache.lock:
         shape = cache.generation_shapes.get(uri)
     if shape is None:  # a generation never changes: its columns and rows are read once
@@ -122,22 +124,32 @@ def _conformed(
     return GenerationSource(region_id, gen, name, copy, copy.count_rows(), conformed_from=uri)
 
 
-def generation_intact(storage: Storage, rel: str, ds: lance.LanceDataset, *, manifest_checked: bool) -> bool:
-    """Its manifest and every data file still exist (a handful of existence probes)."""
+def generation_damage(storage: Storage, rel: str, ds: lance.LanceDataset, *, manifest_checked: bool) -> str | None:
+    """Why a generation's manifest or data files are no longer whole (a SkippedGeneration's
+    reason), None when they are (a handful of probes)."""
     if not manifest_checked and not storage.exists(f"{rel}/_versions"):
-        return False
+        return "partly deleted (its manifest is gone)"
     if str(ds.uri).startswith("memory://"):
-        return True  # its rows were read into memory (a conformed copy)
-    return missing_data_file(storage, rel, ds) is None
+        return None  # its rows were read into memory (a conformed copy)
+    why = missing_data_file(storage, rel, ds)
+    if why is None:
+        return None
+    return f"partly deleted ({why})" if why.endswith(" missing") else f"unreadable: {why}"
 
 
 def missing_data_file(storage: Storage, rel: str, ds: lance.LanceDataset) -> str | None:
-    """The first data file of generation ``ds`` (directory ``rel``) that does not exist, as
-    ``data/<name>`` (None: all exist; one existence probe per file)."""
+    """What is wrong with the first data file of generation ``ds`` (directory ``rel``) that does
+    not exist or is not the size its manifest records; None: all are there whole. One probe
+    per file (a file cut short after its dataset was kept open read as rows until a lookup
+    failed, where a fresh open rebuilt the generation from the WAL)."""
     for frag in ds.get_fragments():
         for f in frag.data_files():
-            if not storage.exists(f"{rel}/data/{f.path}"):
-                return f"data/{f.path}"
+            size = storage.size(f"{rel}/data/{f.path}")
+            if size is None:
+                return f"data file data/{f.path} missing"
+            want = int(f.file_size_bytes or 0)
+            if want and size != want:
+                return f"data file data/{f.path} cut short ({size:,} bytes, its manifest says {want:,})"
     return None
 
 

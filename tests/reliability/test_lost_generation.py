@@ -9,6 +9,7 @@ of the reader's own scan.
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -213,8 +214,29 @@ def test_generation_that_opens_but_cannot_be_read_is_rebuilt(
         mq.open_table(table.uri, on_missing_generation="error")
     assert main(["verify", table.uri]) == 2
     problems = [line for line in capsys.readouterr().out.splitlines() if line.startswith("problem: ")]
-    assert len(problems) == 1 and f"{gen}: unmerged generation 2 is lost (its rows cannot be read" in problems[0]
+    why = "its rows cannot be read" if damage == "deletion file missing" else "data file data/.* cut short"
+    assert len(problems) == 1 and re.search(
+        f"{re.escape(str(gen))}: unmerged generation 2 is lost \\({why}", problems[0]
+    )
     assert ".rs:" not in problems[0]
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.0], ids=["cut short", "emptied"])
+def test_a_kept_generation_cut_short_since_is_rebuilt_on_refresh(table: ModelTable, keep: float) -> None:
+    """A refresh kept a generation's dataset open since the first open and checked only that
+    its files exist: its data file cut short, lookups failed ("Invalid range ... for object of
+    size ...") where a fresh open rebuilt the generation from the WAL."""
+    t = mq.open_table(table.uri)
+    keys = [0, 20, 21, 22, 27, 49, 93]
+    assert len(t.lookup(keys)) == sum((k,) in table.model for k in keys)
+    _cut_data_files(_gen_dir(table, 2), keep)
+    refreshed = t.refresh()
+    (src,) = [g for g in refreshed.snapshot.regions[0].generations if g.rebuilt_from_wal]
+    assert src.generation == 2
+    assert _rows_of(refreshed).equals(_expected(table))
+    assert {r["id"]: r for r in refreshed.lookup(keys).to_pylist()} == {
+        k: table.model[(k,)] for k in keys if (k,) in table.model
+    }
 
 
 # -- the WAL cannot rebuild it ----------------------------------------------------------------
