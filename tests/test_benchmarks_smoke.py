@@ -18,6 +18,7 @@ CASES = {
     "bench_read.py": ["--base-rows", "20000", "--newer-rows", "2000", "--skip-slow", "--repeat", "1"],
     "bench_first_query.py": ["--sizes", "20000", "--newer-rows", "2000", "--repeat", "1", "--warm", "1"],
     "bench_open_large.py": ["--base-rows", "30000", "--newer-rows", "2000", "--repeat", "1", "--tail-rows", "100"],
+    "bench_refresh.py": ["--generations", "8", "--repeat", "2", "--base-rows", "2000"],
     "bench_pruning.py": ["--base-rows", "20000", "--regions", "4", "--newer-rows", "2000", "--repeat", "1"],
     "bench_lookup_knn.py": [
         *("--base-rows", "5000", "--dim", "16", "--partitions", "4", "--newer-rows", "500"),
