@@ -6,7 +6,9 @@ its text. A filter the IR cannot read entirely (:class:`~memwal_query.planner.pr
 may read any column: the answer is then "all columns".
 
 Example:
-    >>> import pyarrow.compute as pc
+    >>> import pyarrow as pa
+import pyarrow as pa
+import pyarrow.compute as pc
     >>> sorted(filter_columns((pc.field("a") > 1) & (pc.field("b") == "x"), ("a", "b", "c")))
     ['a', 'b']
     >>> scan_columns(["c"], pc.field("a") > 1, ("a", "b", "c"))
@@ -18,6 +20,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from memwal_query.errors import InvalidArgumentError
@@ -27,13 +30,14 @@ from memwal_query.planner.predicates import Predicate, needed_columns
 __all__ = ["decoded", "expression_filter", "filter_columns", "scan_columns", "mentions_any"]
 
 
-def expression_filter(filt: object) -> pc.Expression | None:
-    """``filt`` when it is a filter a dataset takes (a pyarrow expression, or None).
+def expression_filter(filt: object) -> object:
+    """``filt`` when it is a filter a dataset takes: a pyarrow expression, None, or the
+    boolean scalar DataFusion pushes for a WHERE clause it folded to a constant.
 
     Raises:
-        InvalidArgumentError: Anything else (SQL text was ignored, every row returned).
+        InvalidArgumentError: Anything else (SQL text read as a constant: every row returned).
     """
-    if filt is None or isinstance(filt, pc.Expression):
+    if filt is None or isinstance(filt, (pc.Expression, pa.BooleanScalar, bool)):
         return filt
     msg = (
         f"Table.dataset() filters are pyarrow.compute expressions, not {type(filt).__name__} ({filt!r:.80}): "
