@@ -6,9 +6,7 @@ its text. A filter the IR cannot read entirely (:class:`~memwal_query.planner.pr
 may read any column: the answer is then "all columns".
 
 Example:
-    >>> import pyarrow as pa
-import pyarrow as pa
-import pyarrow.compute as pc
+    >>> import pyarrow.compute as pc
     >>> sorted(filter_columns((pc.field("a") > 1) & (pc.field("b") == "x"), ("a", "b", "c")))
     ['a', 'b']
     >>> scan_columns(["c"], pc.field("a") > 1, ("a", "b", "c"))
