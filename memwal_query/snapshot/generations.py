@@ -149,7 +149,7 @@ def missing_data_file(storage: Storage, rel: str, ds: lance.LanceDataset) -> str
                 return f"data file data/{f.path} missing"
             want = int(f.file_size_bytes or 0)
             if want and size != want:
-                return f"data file data/{f.path} cut short ({size:,} bytes, its manifest says {want:,})"
+                return f"data file data/{f.path} is {size:,} bytes, its manifest says {want:,}"
     return None
 
 
