@@ -282,8 +282,8 @@ def compute_merge(snapshot: Snapshot, cache: SnapshotCache, storage: Storage | N
         with ThreadPoolExecutor(min(4, len(unread))) as pool:
             list(pool.map(lambda g: generation_keys(g.dataset, pk, cache, g.uri), unread))
     regions = snapshot.regions
-    # threads measured no faster
-    parts = [merge_region(r, pk, key_schema, cache, snapshot.columns_mark) for r in regions]
+    mark = snapshot.columns_mark
+    parts = [merge_region(r, pk, key_schema, cache, mark) for r in regions]  # threads measured no faster
     gen_drop: dict[str, np.ndarray] = {}
     memtables: dict[str, pa.Table] = {}
     stats: dict[str, RegionMergeStats] = {}

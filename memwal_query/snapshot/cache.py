@@ -102,7 +102,8 @@ class SnapshotCache:
     #: computed from, the merge); a refresh reuses it when the region did not change.
     region_merges: dict[str, tuple[object, object]] = field(default_factory=dict)
     #: How many rows of a flushed generation its region's spec values exclude, by (generation
-    #: URI, spec id, values): a region holding any is never pruned (``planner.routing``).
+    #: URI, spec id, values and source columns): a region holding any is never pruned
+    #: (``planner.routing``).
     routing_checks: dict[tuple[str, int, str], int] = field(default_factory=dict)
     #: Regions already reported for holding rows their spec values exclude (warned once).
     misrouted_regions: set[str] = field(default_factory=set)
