@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -40,12 +39,11 @@ import memwal_query as mq  # noqa: E402  (first: it keeps Lance's log quiet)
 # isort: split
 import lance  # noqa: E402
 import pyarrow as pa  # noqa: E402
+from bench_first_query import spread  # noqa: E402
+from bench_open_large import SCHEMA  # noqa: E402
 from bench_read import machine_info  # noqa: E402
 
 from memwal_write import RoutedWriter, write_arrow  # noqa: E402
-
-PK = {"lance-schema:unenforced-primary-key": "true"}
-SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("amount", pa.float64())])
 
 
 def _rows(ids: list[int], tag: float) -> pa.Table:
@@ -80,10 +78,6 @@ def build(uri: str, a: argparse.Namespace, generations: int) -> list[int]:
     return groups[0][calls : calls + a.repeat]
 
 
-def _summary(samples: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(samples), "min": min(samples), "max": max(samples)}
-
-
 def measure(uri: str, a: argparse.Namespace, keys: list[int]) -> dict[str, Any]:
     """Interleaved rounds of refreshes and fresh opens, in milliseconds."""
     table = mq.open_table(uri).refresh()
@@ -106,7 +100,7 @@ def measure(uri: str, a: argparse.Namespace, keys: list[int]) -> dict[str, Any]:
             if table.count_rows() != fresh.count_rows():
                 raise AssertionError(f"refreshed {table.count_rows()} rows, a fresh open {fresh.count_rows()}")
     generations = sum(len(r.generations) for r in table.snapshot.regions)
-    out: dict[str, Any] = {"generations": generations, "ms": {k: _summary(v) for k, v in times.items()}}
+    out: dict[str, Any] = {"generations": generations, "ms": {k: spread(v) for k, v in times.items()}}
     opened = out["ms"]["open_table"]["median"]
     out["ratios"] = {
         "refresh_nothing_new_vs_open": out["ms"]["refresh_nothing_new"]["median"] / opened,
