@@ -31,8 +31,8 @@ __all__ = [
     "expression_key",
     "expression_tree",
     "from_arrow_expression",
+    "in_values",
     "nan_is_null",
-    "same_kind",
     "value_set",
 ]
 
@@ -240,19 +240,35 @@ def from_arrow_expression(expr: pc.Expression | None, columns: Collection[str]) 
         return Unknown(str(expr))
 
 
-def same_kind(arg: Tree, values: pa.DataType, types: dict[str, pa.DataType]) -> bool:
-    """Whether an ``is_in`` of ``values`` over ``arg`` (a column) answers in pyarrow, which
-    casts the values to the column's type, as in DataFusion and Lance, which compare in the
-    wider type: the same type, or both integers (values that do not fit fail the cast), both
-    strings or both binaries (a float32 column and float64 values, 0.1, do not; nor a date
-    column and timestamps)."""
+def in_values(call: Call, types: dict[str, pa.DataType]) -> pa.Array | None:
+    """The values of an ``is_in`` ``call`` over a column, in the type it compares them in,
+    when pyarrow's answer (it casts the values to the column's type) is DataFusion's and
+    Lance's (they compare in the wider type); None otherwise.
+
+    The same type, both integers (values that do not fit fail the cast), both strings or both
+    binaries qualify; a float32 column and float64 values (0.1) do not, nor a date column and
+    timestamps. A float16 column takes any float or integer values cast to float16, as pyarrow
+    would cast them (it has no float16 kernel to do it: Lance compares them, as float16's
+    exact values).
+
+    Example:
+        >>> call = expression_tree(pc.field("h").isin([0.5, 2]), ["h"])
+        >>> in_values(call, {"h": pa.float16()}).type
+        DataType(halffloat)
+        >>> in_values(call, {"h": pa.float32()}) is None
+        True
+    """
+    values = value_set(call.options)
+    arg = call.args[0] if len(call.args) == 1 else None
     column = types.get(arg.name) if isinstance(arg, Field) else None
-    if column is None:
-        return False
+    if values is None or column is None:
+        return None
     if pa.types.is_dictionary(column):
         column = column.value_type
+    if pa.types.is_float16(column) and (pa.types.is_floating(values.type) or pa.types.is_integer(values.type)):
+        return values.cast(pa.float16(), safe=False)
     kinds = (pa.types.is_integer, _is_text, _is_binary)
-    return column == values or any(kind(column) and kind(values) for kind in kinds)
+    return values if column == values.type or any(kind(column) and kind(values.type) for kind in kinds) else None
 
 
 def _is_text(t: pa.DataType) -> bool:

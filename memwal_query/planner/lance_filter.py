@@ -33,9 +33,8 @@ from memwal_query.planner.arrow_expr import (
     Tree,
     expression_tree,
     from_arrow_expression,
+    in_values,
     nan_is_null,
-    same_kind,
-    value_set,
 )
 from memwal_query.planner.predicates import needed_columns
 
@@ -123,8 +122,8 @@ def _sql(n: Tree, types: dict[str, pa.DataType]) -> str | None:
             return None  # SQL's IS NULL does not count NaN
         return f"({args[0]} IS {'NOT ' if n.name == 'is_valid' else ''}NULL)"
     if n.name == "is_in" and len(args) == 1:
-        found = value_set(n.options)
-        if found is None or not same_kind(n.args[0], found.type, types):
+        found = in_values(n, types)
+        if found is None:
             return None  # Lance would read the literals in the column's type, as pyarrow does: not DataFusion's answer
         listed = found.to_pylist()
         column = types.get(n.args[0].name) if isinstance(n.args[0], Field) else None

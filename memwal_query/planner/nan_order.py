@@ -43,9 +43,8 @@ from memwal_query.planner.arrow_expr import (
     Tree,
     expression_key,
     expression_tree,
+    in_values,
     nan_is_null,
-    same_kind,
-    value_set,
 )
 
 __all__ = ["as_given", "nan_ordered", "reads_whole"]
@@ -143,8 +142,8 @@ def _rebuild(n: Tree, types: dict[str, pa.DataType]) -> pc.Expression | None:
     if n.name == "is_null" and len(done) == 1:
         return done[0].is_null(nan_is_null=nan_is_null(n.options))
     if n.name == "is_in" and len(done) == 1:
-        values = value_set(n.options)
-        if values is None or not same_kind(n.args[0], values.type, types):
+        values = in_values(n, types)
+        if values is None:
             return None  # pyarrow casts the values to the column's type; DataFusion widens the column
         return _sql_in(done[0], values)
     return None
@@ -157,7 +156,7 @@ def _sql_in(x: pc.Expression, values: pa.Array) -> pc.Expression:
     filtered, while Lance's and DataFusion's said it was)."""
     unknown = pc.scalar(pa.scalar(None, pa.bool_()))
     listed = values.drop_null()
-    if pa.types.is_floating(listed.type) and pc.any(pc.equal(listed, 0)).as_py():
+    if pa.types.is_floating(listed.type) and pc.any(pc.equal(listed.cast(pa.float64()), 0)).as_py():
         listed = pa.concat_arrays([listed, pa.array([0.0, -0.0], pa.float64()).cast(listed.type)])
     miss = unknown if values.null_count else pc.if_else(x.is_null(), unknown, pc.scalar(False))
     return pc.if_else(x.isin(listed), pc.scalar(True), miss)
