@@ -6,7 +6,9 @@ Lance writes one transaction file per version naming its operation (``Append``, 
 whole (a cleaned-up transaction file; a ``TypeError`` on a compaction that remapped an
 index, whose ``RewrittenIndex`` pylance 14 cannot build): :func:`read_operations` reads a
 failing range again in halves, so one unreadable version leaves only its own operation
-unknown.
+unknown. pylance's ``get_transactions`` holds its dataset object exclusively while it reads:
+any other call on that object meanwhile, from another thread (a query on the same snapshot),
+fails with "Already mutably borrowed". They are read through a dataset object of their own.
 
 Example:
     >>> import lance, tempfile, pyarrow as pa
@@ -46,7 +48,7 @@ def read_operations(
         return {}
     budget[0] -= 1
     try:
-        at = base if top == base.version else base.checkout_version(top)
+        at = base.checkout_version(top)  # its own object: never the one other threads read
         return {top - i: tx.operation for i, tx in enumerate(at.get_transactions(count)) if tx}
     except (OSError, ValueError, RuntimeError, TypeError) as err:
         if count <= 1:

@@ -27,6 +27,7 @@ from typing import Any
 
 import datafusion
 import lance
+import numpy as np
 import pyarrow as pa
 import pytest
 from lance.mem_wal import evaluate_sharding_spec
@@ -516,3 +517,94 @@ def test_a_fenced_writer_says_so_once_for_all_its_regions(tmp_path: Path) -> Non
     regions = mq.open_table(uri).snapshot.regions
     assert len(regions) == 4 and all(msg.count(r.region_id) == 1 for r in regions), msg
     assert msg.count("Writer fenced") == 1 and "for shard <region>" in msg and "\n" not in msg
+
+
+def test_base_history_is_read_while_other_threads_query_the_same_snapshot(tmp_path: Path) -> None:
+    """pylance's ``get_transactions`` holds its dataset object exclusively while it reads: the
+    base's operations (read by a snapshot's first search to plan its index catch-up, and on a
+    refresh that gains base versions) were read through the snapshot's own base object, so a
+    query on another thread failed with "Already mutably borrowed", and a read that lost the
+    race was kept: the catch-up plan unusable (flat search) for the rest of the process."""
+    from memwal_query.format.transactions import read_operations
+
+    dim = 8
+    schema = pa.schema(
+        [
+            pa.field("id", pa.int64(), nullable=False, metadata=PK),
+            pa.field("vec", pa.list_(pa.float32(), dim)),
+        ]
+    )
+    rng = np.random.default_rng(3)
+
+    def rows(ids: range | list[int]) -> list[dict[str, Any]]:
+        return [{"id": i, "vec": rng.normal(size=dim).astype(np.float32).tolist()} for i in ids]
+
+    base = pa.Table.from_pylist(rows(range(600)), schema=schema)
+    t = ModelTable(
+        str(tmp_path / "t"),
+        schema,
+        base,
+        bucket=("id", 2),
+        prepare=lambda ds: ds.create_index("vec", index_type="IVF_FLAT", num_partitions=2),
+        maintained_indexes=[],
+    )
+    merged: set[tuple[str, int]] = set()
+    for round_ in range(2):  # base versions after the index: merges
+        t.put(rows([round_ * 50 + i for i in range(40)] + [700 + round_]))
+        t.flush()
+        for region in t.regions():
+            for g, _ in t.flushed(region):
+                if (region, g) not in merged:
+                    t.merge(region, g)
+                    merged.add((region, g))
+    t.put(rows([3, 4]))
+
+    # the read itself, on a dataset object another thread queries meanwhile
+    shared = lance.dataset(t.uri)
+    alone = {v: type(op).__name__ for v, op in read_operations(lance.dataset(t.uri), shared.version, 4).items()}
+    failures: list[str] = []
+    stop = time.monotonic() + 0.5
+
+    def reads() -> None:
+        while time.monotonic() < stop:
+            got = {v: type(op).__name__ for v, op in read_operations(shared, shared.version, 4).items()}
+            if got != alone:
+                failures.append(f"read {got} != {alone}")
+
+    reader = threading.Thread(target=reads)
+    reader.start()
+    while time.monotonic() < stop:
+        try:
+            shared.count_rows()
+            shared.to_table(columns=["id"], filter="id = 3")
+        except RuntimeError as err:
+            failures.append(str(err))
+    reader.join()
+    assert not failures, failures[:3]
+
+    # through the API: a fresh table's catch-up plan racing queries on the same snapshot
+    index = "vec_idx"  # Lance names an index after its column
+    want = mq.open_table(t.uri).catchup_plan(index).reason
+    assert "cannot be read" not in want
+
+    def plan(table: mq.Table, barrier: threading.Barrier, reasons: list[str]) -> None:
+        barrier.wait()
+        reasons.append(table.catchup_plan(index).reason)
+
+    def query(table: mq.Table, barrier: threading.Barrier, _: list[str]) -> None:
+        barrier.wait()
+        for _ in range(5):
+            try:
+                table.count_rows()
+                table.lookup([1, 2, 3])
+            except Exception as err:  # noqa: BLE001 - any failure is the finding
+                failures.append(repr(err))
+
+    for _ in range(8):
+        table, barrier, reasons = mq.open_table(t.uri), threading.Barrier(3), []
+        threads = [threading.Thread(target=f, args=(table, barrier, reasons)) for f in (plan, query, query)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(timeout=120)
+        assert reasons == [want] and not failures, (reasons, failures[:3])
