@@ -276,10 +276,9 @@ def test_float16_filters_answer_as_datafusion_on_every_level(tmp_path: Path) -> 
         # none either): the values are cast to float16, as pyarrow casts them to a column's type
         live = t.expected()
         for listed in ([1.0, -0.5], pa.array([1.0, -0.5], pa.float16()), [1, 2], [-0.4999]):
-            halves = set(
-                pa.array(listed if isinstance(listed, pa.Array) else pa.array(listed)).cast(pa.float16()).to_pylist()
-            )
-            want = sorted(i for i, f in zip(live["id"].to_pylist(), live["f"].to_pylist()) if f in halves)
+            halves = set((listed if isinstance(listed, pa.Array) else pa.array(listed)).cast(pa.float16()).to_pylist())
+            pairs = zip(live["id"].to_pylist(), live["f"].to_pylist(), strict=True)
+            want = sorted(i for i, f in pairs if f in halves)
             expr = pc.field("f").isin(listed)
             got = table.to_reader(columns=["id"], filter=expr).read_all().column("id").to_pylist()
             assert sorted(got) == want, (odd, listed)
