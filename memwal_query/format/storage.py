@@ -32,6 +32,9 @@ import pyarrow.fs as pafs
 
 from memwal_query.errors import InvalidArgumentError, StorageError, says_missing
 
+#: Listings of a folder that fail on something not found meanwhile, before it is an error.
+_LIST_ATTEMPTS = 4
+
 __all__ = ["Storage", "IoStats"]
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -331,15 +334,25 @@ class Storage:
         return True
 
     def list_dir(self, rel: str) -> list[tuple[str, bool]]:
-        """Entries directly under ``rel`` as ``(name, is_dir)``; empty if it is missing."""
-        self.stats.add(lists=1)
+        """Entries directly under ``rel`` as ``(name, is_dir)``; empty if it is missing.
+
+        A folder created while it is listed (a writer's first write makes ``_mem_wal/``, a
+        region's folder, its ``manifest/`` and ``wal/``), or an entry removed meanwhile,
+        fails pyarrow's local listing with the "not found" it met first: it is listed again.
+        """
         selector = pafs.FileSelector(self._path(rel), allow_not_found=True, recursive=False)
-        try:
-            infos = self._fs.get_file_info(selector)
-        except (OSError, ValueError) as err:
-            msg = f"cannot list {self.child_uri(rel)}: {err}"
-            raise StorageError(msg) from err
-        return [(i.base_name, i.type == pafs.FileType.Directory) for i in infos]
+        attempts = _LIST_ATTEMPTS
+        while True:
+            self.stats.add(lists=1)
+            try:
+                infos = self._fs.get_file_info(selector)
+            except (OSError, ValueError) as err:
+                attempts -= 1
+                if attempts and says_missing(err):
+                    continue
+                msg = f"cannot list {self.child_uri(rel)}: {err}"
+                raise StorageError(msg) from err
+            return [(i.base_name, i.type == pafs.FileType.Directory) for i in infos]
 
     def delete(self, rel: str, *, directory: bool) -> None:
         """Remove the file (or, with ``directory``, the directory and all under it) at ``rel``;

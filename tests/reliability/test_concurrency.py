@@ -608,3 +608,36 @@ def test_base_history_is_read_while_other_threads_query_the_same_snapshot(tmp_pa
         for th in threads:
             th.join(timeout=120)
         assert reasons == [want] and not failures, (reasons, failures[:3])
+
+
+def test_a_folder_created_while_it_is_listed_is_listed(tmp_path: Path) -> None:
+    """A writer's first write creates ``_mem_wal/``, a region's folder, its ``manifest/`` and
+    ``wal/`` while readers, the merger and the collector list them: pyarrow's local listing
+    failed with the "not found" it met before the folder appeared (``open_table`` and
+    ``merge_generations`` raised StorageError "cannot list ..." racing a new table's first
+    ``write_arrow``). Such a listing is made again."""
+    from memwal_query.format.storage import Storage
+
+    storage = Storage.open(str(tmp_path))
+    made, failures, listed = [0], [], [0]
+    stop = time.monotonic() + 1.0
+
+    def create() -> None:
+        while time.monotonic() < stop:
+            (tmp_path / f"d{made[0]}").mkdir()
+            (tmp_path / f"d{made[0]}" / "x").touch()
+            made[0] += 1
+
+    maker = threading.Thread(target=create)
+    maker.start()
+    while time.monotonic() < stop:
+        name = f"d{made[0]}"  # the folder about to be created
+        try:
+            got = storage.list_dir(name)
+        except Exception as err:  # noqa: BLE001 - any failure is the finding
+            failures.append(repr(err))
+            continue
+        listed[0] += 1
+        assert got in ([], [("x", False)]), got
+    maker.join()
+    assert made[0] > 100 and listed[0] > 100 and not failures, (made, listed, failures[:3])
