@@ -10,11 +10,11 @@ always prunable. :func:`write_arrow` is the one-call form.
 from __future__ import annotations
 
 import functools
-import inspect
 import json
 import logging
 import os
 import sys
+import threading
 import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -27,7 +27,7 @@ from lance.mem_wal import ShardWriter
 
 from memwal_proto import mem_wal_pb2
 from memwal_query.conform import conform
-from memwal_query.errors import InvalidArgumentError, MemWalError, is_panic, positive_int
+from memwal_query.errors import InvalidArgumentError, MemWalError, is_panic
 from memwal_query.format.decode import (
     RegionSpec,
     bitrev64_name,
@@ -37,7 +37,7 @@ from memwal_query.format.memwal_index import read_memwal_index
 from memwal_query.format.storage import Storage
 from memwal_query.regionspec.spec import evaluate_spec, lance_field_ids, region_runs
 from memwal_query.snapshot.model import primary_key_of
-from memwal_write.routing import field_entries, region_id_for
+from memwal_write.routing import check_open, check_spec_on_key, field_entries, region_id_for
 
 __all__ = ["RoutedWriter", "RegionWriteStats", "REGION_STATS_SCHEMA", "write_arrow", "conform"]
 
@@ -107,45 +107,22 @@ def _delete_keys(w: RoutedWriter, keys: Any) -> pa.Table:
     return conform(_to_table(keys), w.dataset.schema, what=f"delete from {w.uri}", keys=w.primary_key)
 
 
-def _check_open(
-    uri: str, spec: RegionSpec | None, region_id: str | None, options: Mapping[str, Any], max_rows_per_put: int | None
-) -> None:
-    """Refuse arguments of :meth:`RoutedWriter.open` that cannot be written with, before any write."""
-    if spec is None and region_id is None:
-        msg = f"{uri} has no region spec: pass region_id= to choose the region to write"
-        raise InvalidArgumentError(msg)
-    if spec is not None and region_id is not None and any(f.source_ids for f in spec.fields):
-        msg = (
-            f"{uri} routes rows by its region spec {spec.spec_id}: region_id= is for tables without one "
-            "(rows written to another region than their spec value's would be missed by queries that prune regions)"
-        )
-        raise InvalidArgumentError(msg)
-    params = inspect.signature(lance.LanceDataset.mem_wal_writer).parameters
-    takes = [k for k in params if k not in ("self", "shard_id")]
-    unknown = sorted(k for k in options if k not in takes)
-    if unknown:
-        msg = f"unknown writer option(s) {unknown} for {uri} (mem_wal_writer takes {sorted(takes)})"
-        raise InvalidArgumentError(msg)
-    positive_int(max_rows_per_put, f"max_rows_per_put for {uri}", optional=True)
-
-
-def _check_spec_on_key(spec: RegionSpec, names: Mapping[int, str], pk: tuple[str, ...], uri: str) -> None:
-    """Refuse specs over non-key columns: a key must stay in one region.
-
-    If a spec reads a column outside the primary key, updating that column moves
-    the key to another region, and a delete (keys only) cannot be routed at all;
-    the merge never orders rows of different regions, so both versions would stay.
-    """
-    for f in spec.fields:
-        cols = [names.get(int(i), f"field {i}") for i in f.source_ids]
-        outside = [c for c in cols if c not in pk]
-        if outside:
-            msg = (
-                f"{uri}: region spec {spec.spec_id} field {f.field_id!r} reads {outside}, which are not part of "
-                f"the primary key {list(pk)}; routed writes need specs over key columns only (an update of "
-                "such a column would move its key to another region)"
-            )
-            raise InvalidArgumentError(msg)
+def _region_created(
+    storage: Storage, spec: RegionSpec | None, region_id: str, key: tuple[Any, ...], types: list[Any]
+) -> RegionWriteStats:
+    """A region's first manifest written (with its spec values) unless it has one already."""
+    assert spec is not None
+    created = False
+    rel = f"_mem_wal/{region_id}/manifest"
+    if not storage.exists(f"{rel}/version_hint.json") and not storage.exists(f"{rel}/{bitrev64_name(1)}.binpb"):
+        m = mem_wal_pb2.ShardManifest(version=1, writer_epoch=0, current_generation=1, shard_spec_id=spec.spec_id)
+        m.shard_id.uuid = uuid.UUID(region_id).bytes
+        for fid, raw in field_entries(spec, key, types):
+            m.shard_field_values.add(field_id=fid, value=raw)
+        created = storage.write_bytes_if_absent(f"{rel}/{bitrev64_name(1)}.binpb", m.SerializeToString())
+        if created:
+            storage.write_bytes_if_absent(f"{rel}/version_hint.json", json.dumps({"version": 1}).encode())
+    return RegionWriteStats(region_id, tuple(key), created=created)
 
 
 @dataclass
@@ -153,7 +130,9 @@ class RoutedWriter:
     """Writes Arrow data into a MemWAL table, one pylance region writer per spec value.
 
     Use as a context manager; :meth:`close` closes every region writer (flushing
-    their MemTables as generations).
+    their MemTables as generations). Threads may share one: a region gets one pylance
+    writer, and its writes go in one at a time (whole ``put`` / ``delete`` parts, in the
+    order the threads reach it); :meth:`close` after every thread's last write.
 
     Example:
         >>> # with RoutedWriter.open("data/events") as w:
@@ -174,6 +153,8 @@ class RoutedWriter:
     _writers: dict[str, ShardWriter] = field(default_factory=dict)
     _stats: dict[str, RegionWriteStats] = field(default_factory=dict)
     _field_names: dict[int, str] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)  # the dicts above
+    _region_locks: dict[str, threading.Lock] = field(default_factory=dict)
 
     @classmethod
     def open(
@@ -207,9 +188,9 @@ class RoutedWriter:
         index = read_memwal_index(storage, ds.version)
         pk = primary_key_of(ds.schema)
         spec = max(index.specs, key=lambda s: s.spec_id) if index.specs else None
-        _check_open(storage.uri, spec, region_id, writer_options, max_rows_per_put)
+        check_open(storage.uri, spec, region_id, writer_options, max_rows_per_put)
         if spec is not None and region_id is None:
-            _check_spec_on_key(spec, lance_field_ids(ds), pk, storage.uri)
+            check_spec_on_key(spec, lance_field_ids(ds), pk, storage.uri)
         limit = int(
             writer_options.get("max_memtable_rows")
             or index.writer_config_defaults.get("max_memtable_rows", 0)
@@ -279,38 +260,27 @@ class RoutedWriter:
         return [(rid, functools.partial(rows_of, ss)) for rid, ss in spans.items()]
 
     def _ensure_region(self, region_id: str, key: tuple[Any, ...], types: list[Any]) -> None:
-        if region_id in self._stats:
-            return
-        assert self.spec is not None
-        created = False
-        rel = f"_mem_wal/{region_id}/manifest"
-        if not self.storage.exists(f"{rel}/version_hint.json") and not self.storage.exists(
-            f"{rel}/{bitrev64_name(1)}.binpb"
-        ):
-            m = mem_wal_pb2.ShardManifest(
-                version=1, writer_epoch=0, current_generation=1, shard_spec_id=self.spec.spec_id
-            )
-            m.shard_id.uuid = uuid.UUID(region_id).bytes
-            for fid, raw in field_entries(self.spec, key, types):
-                m.shard_field_values.add(field_id=fid, value=raw)
-            created = self.storage.write_bytes_if_absent(f"{rel}/{bitrev64_name(1)}.binpb", m.SerializeToString())
-            if created:
-                self.storage.write_bytes_if_absent(f"{rel}/version_hint.json", json.dumps({"version": 1}).encode())
-        self._stats[region_id] = RegionWriteStats(region_id, tuple(key), created=created)
+        with self._lock:
+            if region_id not in self._stats:
+                self._stats[region_id] = _region_created(self.storage, self.spec, region_id, key, types)
 
     def _writer(self, region_id: str) -> ShardWriter:
-        w = self._writers.get(region_id)
-        if w is None:
-            try:
-                w = self.dataset.mem_wal_writer(region_id, **self.writer_options)
-            except TypeError as err:  # an option mem_wal_writer does not take
-                msg = f"bad writer option(s) {sorted(self.writer_options)} for {self.uri}: {err}"
-                raise InvalidArgumentError(msg) from err
-            except (OSError, ValueError, RuntimeError) as err:
-                msg = f"cannot open a writer for region {region_id} of {self.uri}: {lance_message(err)}"
-                raise MemWalError(msg) from err
-            self._writers[region_id] = w
-            self._stats.setdefault(region_id, RegionWriteStats(region_id, ()))
+        with self._lock:  # two writers of one region would fence each other
+            w = self._writers.get(region_id)
+            return w if w is not None else self._new_writer(region_id)
+
+    def _new_writer(self, region_id: str) -> ShardWriter:
+        try:
+            w = self.dataset.mem_wal_writer(region_id, **self.writer_options)
+        except TypeError as err:  # an option mem_wal_writer does not take
+            msg = f"bad writer option(s) {sorted(self.writer_options)} for {self.uri}: {err}"
+            raise InvalidArgumentError(msg) from err
+        except (OSError, ValueError, RuntimeError) as err:
+            msg = f"cannot open a writer for region {region_id} of {self.uri}: {lance_message(err)}"
+            raise MemWalError(msg) from err
+        self._writers[region_id] = w
+        self._stats.setdefault(region_id, RegionWriteStats(region_id, ()))
+        self._region_locks[region_id] = threading.Lock()
         return w
 
     # -- writes ----------------------------------------------------------------
@@ -370,8 +340,12 @@ class RoutedWriter:
 
     def _write_region(self, op: str, rid: str, part: pa.Table) -> None:
         """``op`` ("put" / "delete") one region's rows, ``max_rows_per_put`` at a time."""
-        w = self._writers[rid]
-        st = self._stats[rid]
+        with self._lock:
+            w, st, lock = self._writers[rid], self._stats[rid], self._region_locks[rid]
+        with lock:  # one region's writes in order, one thread at a time
+            self._put_parts(op, rid, w, st, part)
+
+    def _put_parts(self, op: str, rid: str, w: ShardWriter, st: RegionWriteStats, part: pa.Table) -> None:
         for off in range(0, part.num_rows, self.max_rows_per_put):
             chunk = part.slice(off, self.max_rows_per_put)
             try:

@@ -1,4 +1,5 @@
-"""Region routing for writes: spec values per row -> deterministic region ids.
+"""Region routing for writes: spec values per row -> deterministic region ids, and the checks
+of a routed writer's arguments (a key must stay in one region).
 
 Uses the same spec evaluation as the reader's pruning
 (:mod:`memwal_query.regionspec`). Region ids follow the naming convention the
@@ -16,15 +17,19 @@ so every region written this way can be pruned.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import lance
+
+from memwal_query.errors import InvalidArgumentError, positive_int
 from memwal_query.format.decode import RegionSpec, ShardingFieldSpec
 from memwal_query.planner.plan import REGION_NAMESPACE
 from memwal_query.regionspec.spec import encode_field_value, parse_result_type
 
-__all__ = ["region_id_for", "field_entries", "uuid5_bytes"]
+__all__ = ["check_open", "check_spec_on_key", "region_id_for", "field_entries", "uuid5_bytes"]
 
 
 def uuid5_bytes(namespace: uuid.UUID, name: bytes) -> uuid.UUID:
@@ -80,3 +85,44 @@ def region_id_for(spec: RegionSpec, values: Sequence[Any], value_types: Sequence
     for f, v, t in zip(spec.fields, values, value_types, strict=True):
         parts.append(f"{f.field_id}={'null' if v is None else encode_field_value(v, t).hex()}")
     return str(uuid5_bytes(REGION_NAMESPACE, f"spec-{spec.spec_id}/{'/'.join(parts)}".encode()))
+
+
+def check_open(
+    uri: str, spec: RegionSpec | None, region_id: str | None, options: Mapping[str, Any], max_rows_per_put: int | None
+) -> None:
+    """Refuse arguments of ``RoutedWriter.open`` that cannot be written with, before any write."""
+    if spec is None and region_id is None:
+        msg = f"{uri} has no region spec: pass region_id= to choose the region to write"
+        raise InvalidArgumentError(msg)
+    if spec is not None and region_id is not None and any(f.source_ids for f in spec.fields):
+        msg = (
+            f"{uri} routes rows by its region spec {spec.spec_id}: region_id= is for tables without one "
+            "(rows written to another region than their spec value's would be missed by queries that prune regions)"
+        )
+        raise InvalidArgumentError(msg)
+    params = inspect.signature(lance.LanceDataset.mem_wal_writer).parameters
+    takes = [k for k in params if k not in ("self", "shard_id")]
+    unknown = sorted(k for k in options if k not in takes)
+    if unknown:
+        msg = f"unknown writer option(s) {unknown} for {uri} (mem_wal_writer takes {sorted(takes)})"
+        raise InvalidArgumentError(msg)
+    positive_int(max_rows_per_put, f"max_rows_per_put for {uri}", optional=True)
+
+
+def check_spec_on_key(spec: RegionSpec, names: Mapping[int, str], pk: tuple[str, ...], uri: str) -> None:
+    """Refuse specs over non-key columns: a key must stay in one region.
+
+    If a spec reads a column outside the primary key, updating that column moves
+    the key to another region, and a delete (keys only) cannot be routed at all;
+    the merge never orders rows of different regions, so both versions would stay.
+    """
+    for f in spec.fields:
+        cols = [names.get(int(i), f"field {i}") for i in f.source_ids]
+        outside = [c for c in cols if c not in pk]
+        if outside:
+            msg = (
+                f"{uri}: region spec {spec.spec_id} field {f.field_id!r} reads {outside}, which are not part of "
+                f"the primary key {list(pk)}; routed writes need specs over key columns only (an update of "
+                "such a column would move its key to another region)"
+            )
+            raise InvalidArgumentError(msg)

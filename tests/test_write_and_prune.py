@@ -387,6 +387,48 @@ def test_one_put_keeps_the_last_row_of_a_key_in_every_region(tmp_path: Path) -> 
     assert got.equals(sort_table(model.table(), ["id"]))
 
 
+def test_threads_sharing_one_routed_writer(tmp_path: Path) -> None:
+    """Threads putting through one RoutedWriter: each opened its own pylance writer of a
+    region first written by two of them at once, and the two fenced each other ("another
+    writer claimed epoch 1", then "Writer fenced"). A region has one writer, written by one
+    thread at a time; every acknowledged row is read back."""
+    import threading
+
+    uri = str(tmp_path / "t")
+    rng = np.random.default_rng(5)
+    lance.write_dataset(_rows(range(10), rng, 0), uri).initialize_mem_wal(bucket_column="id", num_buckets=8)
+    model = Model(SCHEMA)
+    model.put(_rows(range(10), rng, 0))
+    batches = [[_rows(range(t * 1000 + b * 50, t * 1000 + b * 50 + 50), rng, t) for b in range(4)] for t in range(5)]
+    failures: list[str] = []
+    start = threading.Barrier(len(batches))
+    with RoutedWriter.open(uri, max_workers=4) as w:
+
+        def write(mine: list[pa.Table]) -> None:
+            start.wait()  # every thread's first put meets the same new regions
+            for batch in mine:
+                try:
+                    w.put(batch)
+                except mq.MemWalError as err:
+                    failures.append(str(err))
+                    return
+
+        threads = [threading.Thread(target=write, args=(mine,)) for mine in batches]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert int(pa.compute.sum(w.stats().column("rows_put")).as_py()) == 1000 and not failures, failures[:2]
+    for mine in batches:
+        for batch in mine:
+            model.put(batch)
+    got = sort_table(mq.open_table(uri).to_arrow(), ["id"])
+    assert (
+        got.to_pylist()
+        == sort_table(pa.Table.from_pylist(list(model.rows.values()), schema=SCHEMA), ["id"]).to_pylist()
+    )
+
+
 def test_regions_merged_at_once_all_merge(tmp_path: Path) -> None:
     """Merges of different regions at the same time (a Spark job: one task per region)
     update the same base fragments: their commits conflict. Five immediate retries left
