@@ -35,8 +35,9 @@ from datafusion.dataframe_formatter import DataFrameHtmlFormatter
 
 from memwal_query.engine_errors import engine_error
 from memwal_query.errors import MemWalError
+from memwal_query.forked import check_engine
 
-__all__ = ["MemWalDataFrame"]
+__all__ = ["MemWalDataFrame", "sql_frame"]
 
 
 class MemWalDataFrame(datafusion.DataFrame):
@@ -49,6 +50,7 @@ class MemWalDataFrame(datafusion.DataFrame):
 
         @functools.wraps(attr)
         def call(*args: Any, **kwargs: Any) -> Any:
+            check_engine("a memwal DataFrame")
             try:
                 out = attr(*args, **kwargs)
             except MemWalError:
@@ -141,3 +143,15 @@ class _EscapingFormatter(DataFrameHtmlFormatter):
         cut = str(formatted_value)[: self.max_cell_length]  # what DataFusion previews
         preview = html.escape(html.unescape(formatted_value)[: self.max_cell_length])
         return cell.replace(f">{cut}</span>", f">{preview}</span>", 1)
+
+
+def sql_frame(ctx: datafusion.SessionContext, query: str, what: str) -> MemWalDataFrame:
+    """``ctx.sql(query)`` as a :class:`MemWalDataFrame` (planning errors raised as MemWalError);
+    ``what``: the table queried, named if this process cannot run DataFusion (a fork)."""
+    check_engine(what)
+    try:
+        return MemWalDataFrame(ctx.sql(query).df)
+    except MemWalError:
+        raise
+    except Exception as err:  # DataFusion's; ours raised inside it come back as they were
+        raise engine_error(err) from err

@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 
 from memwal_query.engine_errors import engine_error
 from memwal_query.errors import InvalidArgumentError, MemWalError
+from memwal_query.forked import check_engine
 from memwal_query.planner.filter_refusal import check_filter
 from memwal_query.scan.dataset import MergedDataset
 from memwal_query.scan.fragment import column_list
@@ -81,6 +82,7 @@ def _sql_batches(dataset: MergedDataset, out: pa.Schema, predicate: str) -> Iter
 
     The predicate is parsed as one expression: text after it (``ORDER BY``, ``UNION``, ``;``)
     is an error, never a part of the query."""
+    check_engine(dataset.context.uri)
     ctx = datafusion.SessionContext()
     ctx.register_dataset("t", dataset)
     names = ['"' + c.replace('"', '""') + '"' for c in out.names] or ["1 AS _one"]

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import datafusion
 import pyarrow as pa
@@ -34,10 +34,9 @@ from lance.mem_wal import ShardSnapshot
 from memwal_query.change_token import stored_token
 from memwal_query.changes import changes
 from memwal_query.display import explanation, table_html
-from memwal_query.engine_errors import engine_error
 from memwal_query.errors import MemWalError, TableNotFoundError
 from memwal_query.format.storage import Storage
-from memwal_query.frame import MemWalDataFrame
+from memwal_query.frame import sql_frame
 from memwal_query.hybrid import RRF_K, search_hybrid
 from memwal_query.interop import shard_snapshots
 from memwal_query.lookup import LookupStats, lookup
@@ -127,12 +126,7 @@ class Table(ViewFacts):
         """SQL over this table as ``name``: a DataFrame raising :class:`MemWalError` as it runs."""
         ctx = ctx or datafusion.SessionContext()
         self.register(ctx, name)
-        try:
-            return MemWalDataFrame(ctx.sql(query).df)
-        except MemWalError:
-            raise
-        except Exception as err:  # DataFusion's; ours raised inside it come back as they were
-            raise engine_error(err) from err
+        return sql_frame(ctx, query, self.uri)
 
     def to_arrow(self, columns: Sequence[str] | None = None) -> pa.Table:
         """The whole merged table (or some columns) as an Arrow table."""
@@ -360,6 +354,10 @@ class Table(ViewFacts):
     def _repr_html_(self) -> str:
         """Jupyter: sources per region, live rows, freshness."""
         return table_html(self)
+
+    def __reduce__(self) -> NoReturn:
+        msg = f"a Table ({self.uri}) cannot be pickled or copied: pass its URI and open_table it in the other process"
+        raise MemWalError(msg)
 
     def __repr__(self) -> str:
         snap = self._view.snapshot

@@ -30,7 +30,6 @@ import dataclasses
 import numbers
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, NamedTuple
@@ -41,6 +40,7 @@ import pyarrow.compute as pc
 
 from memwal_query import vector_background as background
 from memwal_query.errors import InvalidArgumentError, positive_k
+from memwal_query.forked import ThreadPool
 from memwal_query.format.beside import start_beside
 from memwal_query.planner.catchup import CatchupPlan
 from memwal_query.planner.filter_refusal import blamed_on_filter, check_filter
@@ -68,7 +68,7 @@ METRICS = {"l2": "l2", "cosine": "cosine", "dot": "dot"}
 _LARGE_K = 4096
 #: Lance searches of one vector search run side by side (they release the GIL).
 _WORKERS = 4
-_EXECUTOR = ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="memwal-knn")
+_EXECUTOR = ThreadPool(_WORKERS, "memwal-knn")
 #: Newer keys per base row from which the base's hits are told live by address (the base mask).
 _BY_ADDRESS_SHARE = 0.5
 
@@ -364,7 +364,7 @@ def nearest(
         pooled = filter is None and pool_ready(view, spec, index_name)
         base_jobs = _base_jobs(view, spec, stats.coverage, plan if catchup else None, cands, pruned)
         jobs = base_jobs + generation_jobs(view, spec, pruned, cands, pooled=pooled)
-        futures = start_beside(_EXECUTOR, _WORKERS, [fn for _, fn in jobs])  # Lance searches beside the pool's
+        futures = start_beside(_EXECUTOR.get(), _WORKERS, [fn for _, fn in jobs])  # Lance searches beside the pool's
         in_memory = None
         if filter is None:  # the pool; while it is not in memory yet, the MemTables alone
             in_memory = search_pool(view, spec, index_name) if pooled else search_memtables(view, spec)

@@ -19,14 +19,16 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
+
+from memwal_query.forked import ThreadPool
 
 __all__ = ["EXITING", "enabled", "later", "wait_warm"]
 
-_WARMER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memwal-knn-warm")
+_PENDING: list[Future[None]] = []  # background reads not waited for yet (see wait_warm)
+_WARMER = ThreadPool(1, "memwal-knn-warm", after_fork=_PENDING)
 #: Set when the interpreter starts exiting (a running read stops, queued ones are skipped).
 EXITING = threading.Event()
-_PENDING: list[Future[None]] = []  # background reads not waited for yet (see wait_warm)
 _PENDING_LOCK = threading.Lock()
 # threading runs these hooks in reverse order: after this one, concurrent.futures' join
 _at_exit = getattr(threading, "_register_atexit", None)
@@ -46,7 +48,7 @@ def later(job: Callable[[], object]) -> None:
         return
     with _PENDING_LOCK:
         _PENDING[:] = [f for f in _PENDING if not f.done() or f.exception() is not None]
-        _PENDING.append(_WARMER.submit(_unless_exiting, job))
+        _PENDING.append(_WARMER.get().submit(_unless_exiting, job))
 
 
 def _unless_exiting(job: Callable[[], object]) -> None:

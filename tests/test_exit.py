@@ -19,7 +19,7 @@ import pyarrow as pa
 import pytest
 
 from builders import build_events, events_schema, rows
-from lsm_model import ModelTable
+from lsm_model import PK, ModelTable
 
 SCRIPT = """
 import json, sys, datafusion, memwal_query as mq
@@ -176,3 +176,82 @@ def test_ctrl_c_while_the_exit_waits_for_scans_is_not_a_traceback(monkeypatch: p
     monkeypatch.setattr(scan_gate, "GATE", Interrupted())
     scan_gate._close_at_exit()  # noqa: SLF001 - the exit hook itself
     assert waits == [scan_gate.EXIT_WAIT_SECONDS, 2.0]
+
+
+FORK = """
+import faulthandler, json, os, sys
+import memwal_query as mq
+uri = sys.argv[1]
+table = mq.open_table(uri)
+near = lambda t: t.nearest("vec", [1.0, 2.0, 3.0, 4.0], k=5).column("id").to_pylist()
+text = lambda t: sorted(t.search_text("note", "blue", k=50).column("id").to_pylist())
+parent = {"sum": table.sql("SELECT sum(amount) AS s FROM t").to_pydict()["s"][0], "rows": table.count_rows(),
+          "nearest": near(table), "text": text(table), "lookup": table.lookup([1, 2, 3]).num_rows}
+pid = os.fork()
+if pid == 0:
+    faulthandler.dump_traceback_later(20, exit=True)  # a hang ends the child (exit 1)
+    out = {}
+    for name, call in [
+        ("sql", lambda: table.sql("SELECT sum(amount) AS s FROM t").to_pydict()),
+        ("reopened sql", lambda: mq.open_table(uri).sql("SELECT count(*) AS n FROM t").to_pydict()),
+        ("sql filter", lambda: table.to_reader(columns=["id"], filter="amount > 0").read_all()),
+        ("rows", lambda: table.count_rows()),
+        ("nearest", lambda: near(table)),
+        ("text", lambda: text(table)),
+        ("lookup", lambda: table.lookup([1, 2, 3]).num_rows),
+    ]:
+        try:
+            out[name] = call()
+        except mq.MemWalError as err:
+            out[name] = "refused: " + str(err)
+    print(json.dumps(out), flush=True)
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+print(json.dumps({**parent, "child_status": status}))
+"""
+
+
+def test_a_process_forked_after_queries_is_told_to_spawn(tmp_path: Path) -> None:
+    """DataFusion's worker threads do not survive fork(): in a child forked after the parent ran
+    a query (multiprocessing's default on Linux), SQL waited forever. It is refused, saying to
+    start workers with spawn. Lance's reads answer there, searches too (they waited forever on
+    memwal's thread pool, made in the parent: a child makes its own)."""
+    schema = pa.schema(
+        [
+            pa.field("id", pa.int64(), nullable=False, metadata=PK),
+            pa.field("amount", pa.float64()),
+            pa.field("vec", pa.list_(pa.float32(), 4)),
+            pa.field("note", pa.string()),
+        ]
+    )
+
+    def batch(ids: range) -> pa.Table:
+        return pa.table(
+            {
+                "id": list(ids),
+                "amount": [float(i) for i in ids],
+                "vec": [[float(i % 7), 2.0, 3.0, 4.0] for i in ids],
+                "note": ["blue sky" if i % 3 else "red sea" for i in ids],
+            },
+            schema=schema,
+        )
+
+    t = ModelTable(
+        str(tmp_path / "t"),
+        schema,
+        batch(range(3000)),
+        bucket=("id", 2),
+        prepare=lambda ds: ds.create_scalar_index("note", "INVERTED"),
+    )
+    t.put(batch(range(2900, 3100)))
+    t.flush()
+    proc = subprocess.run([sys.executable, "-c", FORK, t.uri], capture_output=True, text=True, timeout=120)
+    child, parent = (json.loads(line) for line in proc.stdout.splitlines()[-2:])
+    assert parent["child_status"] == 0, proc.stderr[-2000:]
+    for name in ("sql", "reopened sql", "sql filter"):
+        assert child[name].startswith(f"refused: cannot query {t.uri} with DataFusion in process"), child[name]
+        assert 'multiprocessing.get_context("spawn")' in child[name]
+    assert parent["rows"] == len(t.model) == 3100 and parent["lookup"] == 3
+    assert {k: child[k] for k in ("rows", "nearest", "text", "lookup")} == {
+        k: parent[k] for k in ("rows", "nearest", "text", "lookup")
+    }

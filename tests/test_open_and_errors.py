@@ -139,6 +139,25 @@ def test_deleted_unmerged_generation_is_rebuilt_from_the_wal(tmp_path: Path, cap
 # -- errors -----------------------------------------------------------------------
 
 
+def test_a_table_is_not_pickled_its_uri_is(tmp_path: Path) -> None:
+    """pickle (a Table handed to a multiprocessing worker) and deepcopy failed with "cannot
+    pickle 'mappingproxy' object", naming neither the Table nor its table."""
+    import copy
+    import pickle
+
+    t = ModelTable(
+        str(tmp_path / "t"),
+        events_schema(),
+        pa.Table.from_pylist(rows(range(5), 0, np.random.default_rng(0)), schema=events_schema()),
+        bucket=("id", 2),
+    )
+    table = mq.open_table(t.uri)
+    for attempt in (lambda: pickle.dumps(table), lambda: copy.deepcopy(table)):
+        with pytest.raises(mq.MemWalError, match=f"a Table \\({t.uri}\\) cannot be pickled or copied: pass its URI"):
+            attempt()
+    assert mq.open_table(pickle.loads(pickle.dumps(table.uri))).count_rows() == 5
+
+
 def test_missing_table(tmp_path: Path) -> None:
     with pytest.raises(mq.TableNotFoundError, match=str(tmp_path / "nope")):
         mq.open_table(str(tmp_path / "nope"))

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, NamedTuple
@@ -38,6 +37,7 @@ import pyarrow.compute as pc
 from lance.query import MatchQuery, PhraseQuery
 
 from memwal_query.errors import InvalidArgumentError, MemWalError, positive_k
+from memwal_query.forked import ThreadPool
 from memwal_query.format.beside import start_beside
 from memwal_query.format.index_restriction import indexed_only
 from memwal_query.format.lance_open import lance_message, vanished_error
@@ -64,7 +64,7 @@ __all__ = ["TextSearchResult", "TextSearchStats", "search_text"]
 
 _SCORE = "_score"
 _SMALL_SOURCE = 4096  # documents: such an index is searched exhaustively at once
-_BACKGROUND = ThreadPoolExecutor(1, thread_name_prefix="memwal-fts")
+_BACKGROUND = ThreadPool(1, "memwal-fts")
 _FIRST_EXTRA = 6  # rows beyond k asked of an indexed source first (more when the bound says so)
 _REL = 1e-3  # our recomputation of Lance's local score must agree this closely
 
@@ -355,7 +355,7 @@ def search_text(
             # scored (start_beside: the search is running before the scoring takes the GIL)
             scanners = [f.scanner(q) for f in fetches]
             read = partial(_read_all, fetches, scanners, q, stats)
-            first = start_beside(_BACKGROUND, 1, [read])[0] if fetches else None
+            first = start_beside(_BACKGROUND.get(), 1, [read])[0] if fetches else None
             hits += _pool_hits(corpus, q, pruned)
             if first is not None:
                 for f, rows in zip(fetches, first.result(), strict=True):

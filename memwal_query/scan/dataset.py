@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pds
 
 from memwal_query.errors import InvalidArgumentError
+from memwal_query.forked import check_engine
 from memwal_query.format.wal import GEN_COLUMN, SEQ_COLUMN
 from memwal_query.merge import MergeState
 from memwal_query.planner.catchup import CatchupPlan
@@ -177,6 +178,7 @@ class MergedDataset(pds.Dataset):  # type: ignore[misc]
         :mod:`memwal_query.planner.pruning`) contribute no fragment; the plan is
         recorded in :attr:`last_scan`.
         """
+        check_engine(self.context.uri)  # DataFusion runs this process's queries: a fork cannot
         filt = expression_filter(filter)
         filt = None if constant_filter(filt) is not None else filt  # a constant: each scan applies it
         frags = pack_small(self.source_fragments(filt), self._group_memo if self._resident is not None else None)
