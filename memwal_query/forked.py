@@ -8,7 +8,9 @@ is what ``multiprocessing`` makes by default before Python 3.14 (``Pool``, ``Pro
 ``ProcessPoolExecutor``). Every place memwal runs DataFusion calls :func:`check_engine`
 first: the first call records the process, a call in a process forked from it raises.
 Lance's reads (lookups, vector and text search, ``count_rows``) do not go through
-DataFusion's pool and are not refused.
+DataFusion's pool and are not refused, but pylance is not fork-safe either (it warns at
+every fork; ``lance.dataset()`` in such a child crashed now and then): workers should be
+started with ``spawn`` or ``forkserver``.
 
 memwal's own thread pools (searches beside each other, reads in the background) are
 :class:`ThreadPool` objects: a child gets pools of its own (one made before the fork has no
