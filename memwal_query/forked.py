@@ -1,4 +1,5 @@
-"""DataFusion in a process forked after it ran queries: an error naming the fix, not a hang.
+"""A process forked from one that used memwal: its DataFusion queries refused with an error
+naming the fix (they would hang), memwal's thread pools made again.
 
 DataFusion runs a query's partitions on a pool of worker threads, started by the first query
 of the process; ``fork()`` copies only the thread that calls it. In a child forked after a
