@@ -183,7 +183,8 @@ def test_pyarrow_filters_over_columns_lance_cannot_take_as_expressions(tmp_path:
     u = pc.field("u")
     filters = [
         (u > pa.scalar(2**63 + 5, pa.uint64()), lambda r: r["u"] is not None and r["u"] > 2**63 + 5),
-        (~u.isin(pa.array([2**63 + 1], pa.uint64())), lambda r: r["u"] != 2**63 + 1),
+        # SQL's NOT IN, as over every other column type: a NULL is not kept (it was, here)
+        (~u.isin(pa.array([2**63 + 1], pa.uint64())), lambda r: r["u"] is not None and r["u"] != 2**63 + 1),
         (pc.field("ls") == pa.scalar("s'1", pa.large_string()), lambda r: r["ls"] == "s'1"),
     ]
     q = np.zeros(dim, np.float32)
@@ -248,6 +249,7 @@ def test_float16_filters_answer_as_datafusion_on_every_level(tmp_path: Path) -> 
 
     def rows(ids: range, odd: Any) -> pa.Table:
         pick = [np.float16("nan"), odd, np.float16(1), np.float16(-0.0), np.float16("inf"), np.float16(-0.5), None]
+        pick += [np.float16(0.1), np.float16(2048)]  # values no float32 or float64 literal spells
         vals = [pick[i % len(pick)] for i in ids]
         data = np.array([0 if v is None else v for v in vals], np.float16)
         mask = np.array([v is None for v in vals])
@@ -274,15 +276,35 @@ def test_float16_filters_answer_as_datafusion_on_every_level(tmp_path: Path) -> 
         assert sorted(table.to_reader(columns=["id"], filter=expr).read_all().column("id").to_pylist()) == want
         # is_in over a float16 column failed everywhere (no pyarrow kernel; Lance's Substrait has
         # none either): the values are cast to float16, as pyarrow casts them to a column's type
-        live = t.expected()
-        for listed in ([1.0, -0.5], pa.array([1.0, -0.5], pa.float16()), [1, 2], [-0.4999]):
-            halves = set((listed if isinstance(listed, pa.Array) else pa.array(listed)).cast(pa.float16()).to_pylist())
-            pairs = zip(live["id"].to_pylist(), live["f"].to_pylist(), strict=True)
-            want = sorted(i for i, f in pairs if f in halves)
-            expr = pc.field("f").isin(listed)
+        # SQL's IN / NOT IN, as over every column type: a NULL input is not kept, nor an unlisted
+        # value when NULL is listed (a NULL in the list or an empty one failed; NOT IN kept NULLs);
+        # a number compared with a float16 is compared as the float16 it is (pyarrow's rule, and
+        # Lance's: the WAL tail's rows, float32 in memory, answered `f == 0.1` otherwise)
+        live = list(zip(*(t.expected()[c].to_pylist() for c in ("id", "f")), strict=True))
+
+        def halves(values: Any) -> list[Any]:
+            return (
+                (values if isinstance(values, pa.Array) else pa.array(values, pa.float64()))
+                .cast(pa.float16())
+                .to_pylist()
+            )
+
+        cases: list[tuple[Any, Any]] = []
+        for listed in ([1.0, -0.5], pa.array([1.0, -0.5], pa.float16()), [1, 2], [-0.4999], [None, 1.0], [], [None]):
+            known = {v for v in halves(listed) if v is not None}
+            has_null = len(listed) > len(known) and None in halves(listed)
+            cases.append((pc.field("f").isin(listed), lambda f, known=known: f in known))
+            cases.append((~pc.field("f").isin(listed), lambda f, known=known, n=has_null: not n and f not in known))
+        for v in (0.1, 2049, -0.5):
+            h = halves([v])[0]
+            cases.append((pc.field("f") == v, lambda f, h=h: f == h))
+            # a NaN is above every number, one with its sign bit set below (IEEE 754's total order)
+            cases.append((pc.field("f") < v, lambda f, h=h: math.copysign(1, f) < 0 if math.isnan(f) else f < h))
+        for expr, keep in cases:
+            want = sorted(i for i, f in live if f is not None and keep(f))
             got = table.to_reader(columns=["id"], filter=expr).read_all().column("id").to_pylist()
-            assert sorted(got) == want, (odd, listed)
-            assert sorted(table.dataset().to_table(columns=["id"], filter=expr)["id"].to_pylist()) == want, listed
+            assert sorted(got) == want, (odd, str(expr))
+            assert sorted(table.dataset().to_table(columns=["id"], filter=expr)["id"].to_pylist()) == want, str(expr)
         t.flush()
 
 
@@ -303,11 +325,11 @@ def test_is_null_counting_nan_stays_an_expression() -> None:
     over_u = pc.field("u") > pa.scalar(5, pa.uint32())
     assert isinstance(for_lance(over_u & pc.field("g").isin([0.1]), wide), pc.Expression)
     in_float32 = pc.field("g").isin(pa.array([0.5], pa.float32()))
-    assert for_lance(over_u & in_float32, wide) == "((`u` > 5) AND (`g` IS NOT NULL AND `g` IN (0.5)))"
+    assert for_lance(over_u & in_float32, wide) == "((`u` > 5) AND (`g` IN (0.5)))"
     # an integer no int8 holds matches nothing (Lance refused the whole filter for it)
     small = pa.schema([("u", pa.uint32()), ("i", pa.int8())])
-    assert for_lance(over_u & pc.field("i").isin([1, 300]), small) == "((`u` > 5) AND (`i` IS NOT NULL AND `i` IN (1)))"
-    assert for_lance(over_u & pc.field("i").isin([-129, 128]), small) == "((`u` > 5) AND false)"
+    assert for_lance(over_u & pc.field("i").isin([1, 300]), small) == "((`u` > 5) AND (`i` IN (1)))"
+    assert for_lance(over_u & pc.field("i").isin([-129, 128]), small) == "((`u` > 5) AND (`i` IS NULL AND NULL))"
     # a filter that does not name the unsigned column runs as it is (`u` is in any is_in's text)
     strings = pa.schema([("u", pa.uint64()), ("s", pa.string())])
     assert isinstance(for_lance(~pc.field("s").isin(["a"]), strings), pc.Expression)

@@ -112,6 +112,7 @@ def _sql(n: Tree, types: dict[str, pa.DataType]) -> str | None:
     if any(a is None for a in args) or not args:
         return None
     if n.name in COMPARISONS and len(args) == 2:
+        args = [_half_literal(a, n.args, types) or b for a, b in zip(n.args, args, strict=True)]
         return f"({args[0]} {COMPARISONS[n.name]} {args[1]})"
     if n.name in ("and_kleene", "and", "or_kleene", "or"):
         return "(" + f" {'AND' if n.name.startswith('and') else 'OR'} ".join(str(a) for a in args) + ")"
@@ -127,16 +128,28 @@ def _sql(n: Tree, types: dict[str, pa.DataType]) -> str | None:
             return None  # Lance would read the literals in the column's type, as pyarrow does: not DataFusion's answer
         listed = found.to_pylist()
         column = types.get(n.args[0].name) if isinstance(n.args[0], Field) else None
-        if column is not None and pa.types.is_integer(column) and listed:
+        if column is not None and pa.types.is_integer(column):
             listed = [v for v in listed if v is None or _fits(v, column)]  # Lance refuses 300 for an int8
-            if not listed:
-                return "false"  # none can match
-        values = [_literal(v) for v in listed]
-        if not values or any(v is None for v in values):
+        values = ["NULL" if v is None else _literal(v) for v in listed]
+        if any(v is None for v in values):
             return None
-        # pyarrow's is_in is FALSE, not NULL, for a NULL input: so is this
-        return f"({args[0]} IS NOT NULL AND {args[0]} IN ({', '.join(str(v) for v in values)}))"
+        # SQL's IN, as every other filter of memwal answers (nan_order): NULL for a NULL input,
+        # and for an unlisted value when NULL is listed; an empty list is FALSE (NULL for NULL)
+        return f"({args[0]} IN ({', '.join(str(v) for v in values)}))" if values else f"({args[0]} IS NULL AND NULL)"
     return None
+
+
+def _half_literal(arg: Tree, pair: list[Tree], types: dict[str, pa.DataType]) -> str | None:
+    """A number compared with a float16 column, as the float16 it is compared as (Lance casts a
+    literal to the column's type, pyarrow would too; rows held in memory are float32 there,
+    where ``h = 0.1`` matched nothing that Lance's files matched)."""
+    halves = [a for a in pair if isinstance(a, Field) and pa.types.is_float16(types.get(a.name, pa.null()))]
+    if not halves or not isinstance(arg, Lit):
+        return None
+    v = arg.value.as_py()
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return None
+    return _literal(float(np.float16(v)))
 
 
 def _fits(v: int, t: pa.DataType) -> bool:
