@@ -155,6 +155,7 @@ class RoutedWriter:
     _field_names: dict[int, str] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)  # the dicts above
     _region_locks: dict[str, threading.Lock] = field(default_factory=dict)
+    _closed: bool = False
 
     @classmethod
     def open(
@@ -266,6 +267,8 @@ class RoutedWriter:
 
     def _writer(self, region_id: str) -> ShardWriter:
         with self._lock:  # two writers of one region would fence each other
+            if self._closed:  # a new writer would never be closed, nor its rows flushed
+                raise InvalidArgumentError(f"this RoutedWriter of {self.uri} is closed: open another to write")
             w = self._writers.get(region_id)
             return w if w is not None else self._new_writer(region_id)
 
@@ -340,8 +343,9 @@ class RoutedWriter:
 
     def _write_region(self, op: str, rid: str, part: pa.Table) -> None:
         """``op`` ("put" / "delete") one region's rows, ``max_rows_per_put`` at a time."""
+        w = self._writer(rid)  # closed meanwhile: the error saying so
         with self._lock:
-            w, st, lock = self._writers[rid], self._stats[rid], self._region_locks[rid]
+            st, lock = self._stats[rid], self._region_locks[rid]
         with lock:  # one region's writes in order, one thread at a time
             self._put_parts(op, rid, w, st, part)
 
@@ -386,8 +390,10 @@ class RoutedWriter:
     def close(self) -> None:
         """Close every region writer (each flushes its MemTable as a generation)."""
         errors: dict[str, list[str]] = {}  # message -> regions (a fenced writer fails alike everywhere)
-        writers = list(self._writers.items())
-        self._writers.clear()
+        with self._lock:
+            self._closed = True
+            writers = list(self._writers.items())
+            self._writers.clear()
 
         def close_one(item: tuple[str, ShardWriter]) -> None:
             try:

@@ -429,6 +429,22 @@ def test_threads_sharing_one_routed_writer(tmp_path: Path) -> None:
     )
 
 
+def test_a_closed_routed_writer_refuses_writes(tmp_path: Path) -> None:
+    """A put after close() (a thread still writing while another closes) opened new pylance
+    writers that nothing closed: their rows stayed in MemTables and the next close failed with
+    "Writer fenced". It is refused; closing twice is fine."""
+    uri = str(tmp_path / "t")
+    rng = np.random.default_rng(6)
+    lance.write_dataset(_rows(range(10), rng, 0), uri).initialize_mem_wal(bucket_column="id", num_buckets=4)
+    with RoutedWriter.open(uri) as w:
+        w.put(_rows(range(20, 40), rng, 1))
+    w.close()
+    for write in (lambda: w.put(_rows(range(40, 50), rng, 2)), lambda: w.delete(pa.table({"id": [21]}))):
+        with pytest.raises(mq.InvalidArgumentError, match=f"this RoutedWriter of {uri} is closed: open another"):
+            write()
+    assert sorted(mq.open_table(uri).to_arrow(columns=["id"])["id"].to_pylist()) == [*range(10), *range(20, 40)]
+
+
 def test_regions_merged_at_once_all_merge(tmp_path: Path) -> None:
     """Merges of different regions at the same time (a Spark job: one task per region)
     update the same base fragments: their commits conflict. Five immediate retries left
