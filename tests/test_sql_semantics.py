@@ -278,8 +278,8 @@ def test_float16_filters_answer_as_datafusion_on_every_level(tmp_path: Path) -> 
         # none either): the values are cast to float16, as pyarrow casts them to a column's type
         # SQL's IN / NOT IN, as over every column type: a NULL input is not kept, nor an unlisted
         # value when NULL is listed (a NULL in the list or an empty one failed; NOT IN kept NULLs);
-        # a number compared with a float16 is compared as the float16 it is (pyarrow's rule, and
-        # Lance's: the WAL tail's rows, float32 in memory, answered `f == 0.1` otherwise)
+        # a float compared with a float16 in float64 and an integer as the float16 it casts to, as
+        # DataFusion does, on every level (Lance's files answered `f == 0.1`, `f == 2049` otherwise)
         live = list(zip(*(t.expected()[c].to_pylist() for c in ("id", "f")), strict=True))
 
         def halves(values: Any) -> list[Any]:
@@ -295,8 +295,8 @@ def test_float16_filters_answer_as_datafusion_on_every_level(tmp_path: Path) -> 
             has_null = len(listed) > len(known) and None in halves(listed)
             cases.append((pc.field("f").isin(listed), lambda f, known=known: f in known))
             cases.append((~pc.field("f").isin(listed), lambda f, known=known, n=has_null: not n and f not in known))
-        for v in (0.1, 2049, -0.5):
-            h = halves([v])[0]
+        for v in (0.1, 2049, -0.5, 0.0999755859375):  # a float compared in float64, an integer as a float16
+            h = v if isinstance(v, float) else halves([v])[0]
             cases.append((pc.field("f") == v, lambda f, h=h: f == h))
             # a NaN is above every number, one with its sign bit set below (IEEE 754's total order)
             cases.append((pc.field("f") < v, lambda f, h=h: math.copysign(1, f) < 0 if math.isnan(f) else f < h))
@@ -306,6 +306,63 @@ def test_float16_filters_answer_as_datafusion_on_every_level(tmp_path: Path) -> 
             assert sorted(got) == want, (odd, str(expr))
             assert sorted(table.dataset().to_table(columns=["id"], filter=expr)["id"].to_pylist()) == want, str(expr)
         t.flush()
+
+
+def test_filters_written_as_sql_for_lance_answer_as_on_every_other_level(tmp_path: Path) -> None:
+    """A filter naming an unsigned column goes to Lance as SQL text, which reads a number in the
+    type of the column it meets: ``(g > 0.1) & (u > 0)`` over a float32 ``g`` holding
+    float32(0.1) kept the WAL tail's rows only (DataFusion and the rows in memory compare in
+    float64). An untyped empty or all-NULL ``is_in`` answered as pyarrow (``~n.isin([])`` kept
+    NULL rows, ``u.isin([None])`` matched them), not as SQL's IN like a typed one."""
+    schema = pa.schema(
+        [
+            pa.field("id", pa.int64(), nullable=False, metadata=PK),
+            pa.field("u", pa.uint16()),
+            pa.field("n", pa.int32()),
+            pa.field("g", pa.float32()),
+            pa.field("vec", pa.list_(pa.float32(), 2)),
+        ]
+    )
+
+    def rows(ids: range) -> pa.Table:
+        return pa.table(
+            {
+                "id": list(ids),
+                "u": [None if i % 5 == 0 else i % 7 for i in ids],
+                "n": [None if i % 4 == 0 else i % 3 for i in ids],
+                "g": pa.array([0.1 if i % 2 else 0.25 for i in ids], pa.float32()),
+                "vec": [[float(i), 1.0] for i in ids],
+            },
+            schema=schema,
+        )
+
+    t = ModelTable(str(tmp_path / "t"), schema, rows(range(40)), bucket=("id", 2), max_memtable_rows=50)
+    t.put(rows(range(30, 60)))
+    t.flush()
+    t.put(rows(range(55, 70)))  # a WAL tail
+    table = mq.open_table(t.uri)
+    u, n, g = pc.field("u"), pc.field("n"), pc.field("g")
+    tenth = float(np.float32(0.1))
+    cases = [
+        ((g > 0.1) & (u > 0), lambda r: r["u"] is not None and r["u"] > 0 and r["g"] > 0.1),
+        ((g == 0.1) & u.is_valid(), lambda r: False),
+        ((g == tenth) | (u > 5), lambda r: r["g"] == tenth or (r["u"] is not None and r["u"] > 5)),
+        (~n.isin([]), lambda r: r["n"] is not None),
+        (n.isin([None]), lambda r: False),
+        (~n.isin([None]), lambda r: False),
+        (u.isin([None]), lambda r: False),
+        (~u.isin([None]), lambda r: False),
+        (~u.isin([]) & (g < 1), lambda r: r["u"] is not None),
+    ]
+    live = list(t.model.values())
+    for expr, keep in cases:
+        want = sorted(r["id"] for r in live if keep(r))
+        got = table.to_reader(columns=["id"], filter=expr).read_all().column("id").to_pylist()
+        assert sorted(got) == want, f"to_reader {expr}"
+        assert sorted(table.dataset().to_table(columns=["id"], filter=expr)["id"].to_pylist()) == want, str(expr)
+        found = table.nearest("vec", [0.0, 1.0], k=500, filter=expr).column("id").to_pylist()
+        assert sorted(found) == want, f"nearest {expr}"
+    t.flush()
 
 
 def test_is_null_counting_nan_stays_an_expression() -> None:

@@ -247,9 +247,9 @@ def in_values(call: Call, types: dict[str, pa.DataType]) -> pa.Array | None:
 
     The same type, both integers (values that do not fit fail the cast), both strings or both
     binaries qualify; a float32 column and float64 values (0.1) do not, nor a date column and
-    timestamps. A float16 column takes any float, integer or NULL values cast to float16, as pyarrow
+    timestamps. A float16 column takes any float or integer values cast to float16, as pyarrow
     would cast them (it has no float16 kernel to do it: Lance compares them, as float16's
-    exact values).
+    exact values). An untyped empty or all-NULL list takes the column's type.
 
     Example:
         >>> call = expression_tree(pc.field("h").isin([0.5, 2]), ["h"])
@@ -265,8 +265,12 @@ def in_values(call: Call, types: dict[str, pa.DataType]) -> pa.Array | None:
         return None
     if pa.types.is_dictionary(column):
         column = column.value_type
-    numbers = pa.types.is_floating(values.type) or pa.types.is_integer(values.type) or pa.types.is_null(values.type)
-    if pa.types.is_float16(column) and numbers:  # an untyped empty or all-NULL list too
+    if pa.types.is_null(values.type):  # an untyped empty or all-NULL list: no value to convert
+        try:
+            return values.cast(column)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return None
+    if pa.types.is_float16(column) and (pa.types.is_floating(values.type) or pa.types.is_integer(values.type)):
         return values.cast(pa.float16(), safe=False)
     kinds = (pa.types.is_integer, _is_text, _is_binary)
     return values if column == values.type or any(kind(column) and kind(values.type) for kind in kinds) else None

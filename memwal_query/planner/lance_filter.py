@@ -6,7 +6,9 @@ fails there ("not yet supported by Substrait conversion"), while the same condit
 text runs. A large list, decimal256 or duration column anywhere in the table fails every
 expression filter (the whole schema is converted). :func:`for_lance` writes such an
 expression as SQL when it can read all of it (comparisons, AND/OR/NOT, IS [NOT] NULL, IN
-lists of literals) and leaves every other filter as it was.
+lists of literals) and leaves every other filter as it was. The SQL answers as DataFusion and
+the rows memwal filters in memory do (:func:`_compared`; ``IN`` as SQL's); an ``is_in`` of an
+untyped empty or all-NULL list is written so too, since Lance answers it as pyarrow.
 
 Example:
     >>> import pyarrow as pa, pyarrow.compute as pc
@@ -40,13 +42,17 @@ from memwal_query.planner.predicates import needed_columns
 
 __all__ = ["expression_runs", "for_lance", "needs_sql", "quote_name"]
 
+#: How an ``is_in`` of an untyped empty or all-NULL list prints: Lance answers it as pyarrow
+#: (``~n.isin([])`` kept NULL rows), not as the SQL ``IN`` it gives a typed list.
+_UNTYPED_SET = "value_set=null:"
+
 
 def for_lance(filt: str | pc.Expression | None, schema: pa.Schema) -> str | pc.Expression | None:
     """``filt`` as SQL text when it is an expression over a column Substrait cannot carry
     and can be written as SQL; otherwise ``filt`` itself."""
     if not isinstance(filt, pc.Expression):
         return filt
-    if expression_runs(filt, schema):
+    if expression_runs(filt, schema) and _UNTYPED_SET not in str(filt):
         return filt
     sql = _sql(expression_tree(filt, schema.names), {f.name: f.type for f in schema})
     return sql if sql is not None else filt
@@ -112,8 +118,8 @@ def _sql(n: Tree, types: dict[str, pa.DataType]) -> str | None:
     if any(a is None for a in args) or not args:
         return None
     if n.name in COMPARISONS and len(args) == 2:
-        args = [_half_literal(a, n.args, types) or b for a, b in zip(n.args, args, strict=True)]
-        return f"({args[0]} {COMPARISONS[n.name]} {args[1]})"
+        left, right = _compared(n.args, [str(a) for a in args], types)
+        return f"({left} {COMPARISONS[n.name]} {right})"
     if n.name in ("and_kleene", "and", "or_kleene", "or"):
         return "(" + f" {'AND' if n.name.startswith('and') else 'OR'} ".join(str(a) for a in args) + ")"
     if n.name == "invert" and len(args) == 1:
@@ -139,17 +145,26 @@ def _sql(n: Tree, types: dict[str, pa.DataType]) -> str | None:
     return None
 
 
-def _half_literal(arg: Tree, pair: list[Tree], types: dict[str, pa.DataType]) -> str | None:
-    """A number compared with a float16 column, as the float16 it is compared as (Lance casts a
-    literal to the column's type, pyarrow would too; rows held in memory are float32 there,
-    where ``h = 0.1`` matched nothing that Lance's files matched)."""
-    halves = [a for a in pair if isinstance(a, Field) and pa.types.is_float16(types.get(a.name, pa.null()))]
-    if not halves or not isinstance(arg, Lit):
-        return None
-    v = arg.value.as_py()
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        return None
-    return _literal(float(np.float16(v)))
+def _compared(pair: list[Tree], sql: list[str], types: dict[str, pa.DataType]) -> list[str]:
+    """The two sides of a comparison as DataFusion compares them (memwal's rule on every level).
+
+    Lance reads a number in the type of the column it is compared with: ``g > 0.1`` over a
+    float32 column compared float32(0.1), where the rows filtered in memory (and DataFusion)
+    compare in float64: such a column is widened (``CAST(g AS DOUBLE)``). An integer compared
+    with a float16 column is the float16 it casts to (as DataFusion casts it), on the rows held
+    in memory too (float32 there: ``h = 2049`` matched 2048 in Lance's files only).
+    """
+    out = list(sql)
+    for i, (a, b) in enumerate([(pair[0], pair[1]), (pair[1], pair[0])]):
+        column = types.get(a.name) if isinstance(a, Field) else None
+        v = b.value.as_py() if isinstance(b, Lit) else None
+        if column is None or isinstance(v, bool) or not isinstance(v, int | float):
+            continue
+        if isinstance(v, float) and (pa.types.is_float16(column) or pa.types.is_float32(column)):
+            out[i] = f"CAST({out[i]} AS DOUBLE)"
+        elif isinstance(v, int) and pa.types.is_float16(column):
+            out[1 - i] = _literal(float(np.float16(v))) or out[1 - i]
+    return out
 
 
 def _fits(v: int, t: pa.DataType) -> bool:
