@@ -295,7 +295,7 @@ def test_float16_filters_answer_as_datafusion_on_every_level(tmp_path: Path) -> 
             has_null = len(listed) > len(known) and None in halves(listed)
             cases.append((pc.field("f").isin(listed), lambda f, known=known: f in known))
             cases.append((~pc.field("f").isin(listed), lambda f, known=known, n=has_null: not n and f not in known))
-        for v in (0.1, 2049, -0.5, 0.0999755859375):  # a float compared in float64, an integer as a float16
+        for v in (0.1, 2049, -0.5, 0.0999755859375, 70000):  # a float compared in float64, an integer as a float16
             h = v if isinstance(v, float) else halves([v])[0]
             cases.append((pc.field("f") == v, lambda f, h=h: f == h))
             # a NaN is above every number, one with its sign bit set below (IEEE 754's total order)

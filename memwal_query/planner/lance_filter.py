@@ -163,8 +163,17 @@ def _compared(pair: list[Tree], sql: list[str], types: dict[str, pa.DataType]) -
         if isinstance(v, float) and (pa.types.is_float16(column) or pa.types.is_float32(column)):
             out[i] = f"CAST({out[i]} AS DOUBLE)"
         elif isinstance(v, int) and pa.types.is_float16(column):
-            out[1 - i] = _literal(float(np.float16(v))) or out[1 - i]
+            out[1 - i] = _literal(_as_half(v)) or out[1 - i]
     return out
+
+
+def _as_half(v: int) -> float:
+    """The float16 value integer ``v`` casts to (beyond its range: an infinity)."""
+    try:
+        with np.errstate(over="ignore"):
+            return float(np.float16(float(v)))
+    except OverflowError:  # beyond a double too
+        return math.inf if v > 0 else -math.inf
 
 
 def _fits(v: int, t: pa.DataType) -> bool:
