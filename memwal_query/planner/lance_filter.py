@@ -3,7 +3,7 @@
 Lance turns a ``pyarrow.compute.Expression`` filter into its plan through Substrait, which
 has no unsigned integers, large strings or large binaries: a filter over such a column
 fails there ("not yet supported by Substrait conversion"), while the same condition as SQL
-text runs. A large list, decimal256 or duration column anywhere in the table fails every
+text runs. A large list, decimal256, duration or time column anywhere in the table fails every
 expression filter (the whole schema is converted). :func:`for_lance` writes such an
 expression as SQL when it can read all of it (comparisons, AND/OR/NOT, IS [NOT] NULL, IN
 lists of literals) and leaves every other filter as it was. The SQL answers as DataFusion and
@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 
 import numpy as np
@@ -90,13 +91,14 @@ def needs_sql(t: pa.DataType) -> bool:
         or pa.types.is_large_binary(t)
         or pa.types.is_fixed_size_list(t)
         or pa.types.is_float16(t)
+        or pa.types.is_date64(t)  # "not yet supported by Substrait conversion"
     )
 
 
 def _unconvertible(t: pa.DataType) -> bool:
     """Whether a column of type ``t`` anywhere in the schema fails every expression filter:
     Lance converts the whole schema to Substrait, which has no such type."""
-    if pa.types.is_large_list(t) or pa.types.is_decimal256(t) or pa.types.is_duration(t):
+    if pa.types.is_large_list(t) or pa.types.is_decimal256(t) or pa.types.is_duration(t) or pa.types.is_time(t):
         return True
     if pa.types.is_struct(t):
         return any(_unconvertible(t.field(i).type) for i in range(t.num_fields))
@@ -198,4 +200,6 @@ def _literal(v: object) -> str | None:
         return "'" + v.replace("'", "''") + "'"
     if isinstance(v, bytes):
         return f"X'{v.hex()}'"
+    if isinstance(v, dt.date) and not isinstance(v, dt.datetime):
+        return f"DATE '{v.isoformat()}'"
     return None

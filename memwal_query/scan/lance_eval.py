@@ -42,6 +42,9 @@ from memwal_query.scan.filters import filter_columns
 
 __all__ = ["NegativeNans", "lance_filtered", "memory_dataset", "memory_filtered", "negative_nan"]
 
+#: Columns Lance makes itself: a dataset cannot hold one of these names.
+_LANCE_OWN = frozenset({"_rowid", "_rowaddr", "_rowoffset", "_row_created_at_version", "_row_last_updated_at_version"})
+
 
 def memory_dataset(table: pa.Table) -> lance.LanceDataset:
     """An in-memory Lance dataset of ``table`` (MemTable rows, rows to filter)."""
@@ -89,7 +92,9 @@ def memory_filtered(
         return rows.filter(filt)
     given = as_given(filt)
     used = filter_columns(given, rows.column_names)  # Lance holds no `_rowaddr` column: only these
-    names = [c for c in rows.column_names if used is None or c in used]
+    # not read (a bare boolean column in it): every column Lance can hold (with `_rowaddr` the
+    # write failed, and pyarrow's answer, which puts a sign-bit NaN above every number, was used)
+    names = [c for c in rows.column_names if (c in used if used is not None else c not in _LANCE_OWN)]
     at = scratch("_at", rows.column_names)
     probe = rows.select(names)
     lance_filter = for_lance(given, probe.schema)  # by the column types as stored (SQL for a float16)
