@@ -412,6 +412,23 @@ def test_filters_beside_date64_and_time_columns_keep_datafusions_nan_order(tmp_p
     t.flush()
 
 
+def test_float_literals_lance_reads_back_exactly_leave_the_column_bare() -> None:
+    """A float32 / float16 column compared with a float it cannot hold is widened for Lance
+    (``CAST(g AS DOUBLE) > 0.1``); one it holds (0.5, a float32-typed literal, infinity) leaves
+    the column bare: the same answer, and a cast column is no scalar index lookup (4x slower
+    on a 2M-row base with a BTREE on ``g``)."""
+    from memwal_query.planner.lance_filter import for_lance
+
+    schema = pa.schema([("g", pa.float32()), ("u", pa.uint32()), ("h", pa.float16())])
+    u = pc.field("u") > 0
+    assert for_lance((pc.field("g") == 0.5) & u, schema) == "((`g` = 0.5) AND (`u` > 0))"
+    assert for_lance((pc.field("g") > 0.1) & u, schema) == "((CAST(`g` AS DOUBLE) > 0.1) AND (`u` > 0))"
+    typed = pc.field("g") == pa.scalar(0.1, pa.float32())
+    assert for_lance(typed & u, schema) == "((`g` = 0.10000000149011612) AND (`u` > 0))"
+    assert for_lance(pc.field("h") < 0.1, schema) == "(CAST(`h` AS DOUBLE) < 0.1)"
+    assert for_lance(pc.field("h") < float("inf"), schema) == "(`h` < CAST('Infinity' AS DOUBLE))"
+
+
 def test_is_null_counting_nan_stays_an_expression() -> None:
     """``is_null(nan_is_null=True)`` keeps NaN rows; SQL's IS NULL would drop them: not written as SQL."""
     import pyarrow.compute as pc

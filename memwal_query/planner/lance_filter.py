@@ -152,7 +152,8 @@ def _compared(pair: list[Tree], sql: list[str], types: dict[str, pa.DataType]) -
 
     Lance reads a number in the type of the column it is compared with: ``g > 0.1`` over a
     float32 column compared float32(0.1), where the rows filtered in memory (and DataFusion)
-    compare in float64: such a column is widened (``CAST(g AS DOUBLE)``). An integer compared
+    compare in float64: such a column is widened (``CAST(g AS DOUBLE)``) unless the number is one
+    of its type (0.5: then both agree, and Lance can still search the column's index). An integer compared
     with a float16 column is the float16 it casts to (as DataFusion casts it), on the rows held
     in memory too (float32 there: ``h = 2049`` matched 2048 in Lance's files only).
     """
@@ -163,10 +164,18 @@ def _compared(pair: list[Tree], sql: list[str], types: dict[str, pa.DataType]) -
         if column is None or isinstance(v, bool) or not isinstance(v, int | float):
             continue
         if isinstance(v, float) and (pa.types.is_float16(column) or pa.types.is_float32(column)):
-            out[i] = f"CAST({out[i]} AS DOUBLE)"
+            if not _holds(column, v):  # only then: a cast column is no index lookup
+                out[i] = f"CAST({out[i]} AS DOUBLE)"
         elif isinstance(v, int) and pa.types.is_float16(column):
             out[1 - i] = _literal(_as_half(v)) or out[1 - i]
     return out
+
+
+def _holds(column: pa.DataType, v: float) -> bool:
+    """Whether float ``v`` is a value of float column type ``column`` (NaN and infinities are)."""
+    narrow = np.float16 if pa.types.is_float16(column) else np.float32
+    with np.errstate(over="ignore"):
+        return math.isnan(v) or float(narrow(v)) == v
 
 
 def _as_half(v: int) -> float:
