@@ -119,7 +119,7 @@ def _arrow(data: bytes, what: str) -> np.ndarray:
         msg = f"deletion file {what} is not a readable Arrow file: {one_line(err)}"
         raise MemWalCorruptionError(msg) from err
     if t.num_columns != 1 or not pa.types.is_integer(t.schema.field(0).type) or t.column(0).null_count:
-        columns = ", ".join(f"{f.name}: {f.type}" for f in t.schema)
+        columns = ", ".join(f"{_name(f)}: {f.type}" for f in t.schema)
         msg = f"deletion file {what} does not hold one column of row offsets ({columns})"
         raise MemWalCorruptionError(msg)
     out = t.column(0).to_numpy()
@@ -127,6 +127,14 @@ def _arrow(data: bytes, what: str) -> np.ndarray:
         msg = f"deletion file {what} lists a negative row offset"
         raise MemWalCorruptionError(msg)
     return np.unique(out.astype(np.uint64))
+
+
+def _name(f: pa.Field) -> str:
+    """A field's name, or what it is when its bytes are not UTF-8 (a hostile file's)."""
+    try:
+        return str(f.name)
+    except UnicodeDecodeError:
+        return "<a name that is not UTF-8>"
 
 
 def deleted_offsets(data: bytes, file_type: str, what: str) -> np.ndarray:

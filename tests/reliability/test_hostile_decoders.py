@@ -33,7 +33,7 @@ from lance.file import LanceFileReader
 
 import memwal_query as mq
 from memwal_proto import mem_wal_pb2
-from memwal_query.errors import MemWalError
+from memwal_query.errors import MemWalCorruptionError, MemWalError
 from memwal_query.format.bloom import read_bloom_filter
 from memwal_query.format.decode import bitrev64_name, lance_manifest_file_name
 from memwal_query.format.deletions import deleted_offsets
@@ -565,3 +565,20 @@ def test_a_base_manifest_that_panics_lance_is_a_manifest_error(tmp_path: Path) -
     for call in (lambda: mq.open_table(uri), lambda: merge_generations(uri)):
         with pytest.raises(ManifestError, match=f"cannot open Lance table at {uri}"):
             call()
+
+
+def test_a_deletion_file_whose_column_name_is_not_utf8_is_a_corruption_error() -> None:
+    """Found by the deep decoder fuzz: an Arrow deletion file whose field name is not UTF-8
+    raised pyarrow's UnicodeDecodeError while memwal wrote its error message."""
+    data = (
+        b"\x00\x00\x00\x00\x00\x00\x14\x00\x00\x00\x00\x00\x00\x00\x08\x00\x00\x00\x00\x00\x14\x00\x00\x00"
+        b"\x00\x00\x0c\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x08\x00"
+        b"\x00\x00\x00\x00\x04\x00\x08\x00\x00\x00\x04\x00\x00\x00\x01\x00\x00\x00\x14\x00\x00\x00\x0c\x00"
+        b"\x00\x00\x10\x00\x00\x00\x0f\x00\x04\x00\x00\x00\x00\x00\x10\x00\x00\x00\x18\x00\x00\x00\x00\x00"
+        b"\x00\x00\x00\x00\x00\x01\x18\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
+        b"\x00\x00\x00\x00\x00\x00\x0e\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x80"
+        b"\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
+        b"\x00\x00\x00\x00\x00\x00\xa8\x00\x00\x00ARROW1"
+    )
+    with pytest.raises(MemWalCorruptionError, match="not a readable Arrow file|not UTF-8"):
+        deleted_offsets(data, "array", "t/_deletions/1.arrow")
