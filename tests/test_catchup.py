@@ -219,6 +219,31 @@ def test_a_refreshed_snapshot_reads_only_the_newer_versions_history(
     assert counts == [first, now - 2 - first]
 
 
+def test_a_history_read_that_failed_is_read_again_by_the_next_snapshot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A base version whose transaction could not be read (a transient object-store error)
+    rules the plan out for that snapshot only: it was kept as unreadable for the process, so
+    every refreshed snapshot went on scanning the unindexed base fragments."""
+    import memwal_query.planner.base_history as base_history
+
+    t = _merged_since_the_index(tmp_path)
+    read = base_history.operations
+    failing = [True]
+
+    def flaky(base: lance.LanceDataset, top: int, count: int) -> dict:
+        got = read(base, top, count)
+        return {v: op for v, op in got.items() if v != top} if failing[0] else got
+
+    monkeypatch.setattr(base_history, "operations", flaky)
+    table = mq.open_table(t.uri)
+    plan = table.catchup_plan("cat_idx")
+    assert not plan.usable and "cannot be read" in plan.reason
+    failing[0] = False
+    plan = table.refresh().catchup_plan("cat_idx")
+    assert plan.usable, plan.reason
+
+
 def test_a_compaction_that_remapped_the_index_keeps_the_plan(tmp_path: Path) -> None:
     """pylance 14 cannot read back the transaction of a compaction that rewrote an index
     (``TypeError`` building its ``RewrittenIndex``): such a version counted as a write and

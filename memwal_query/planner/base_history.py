@@ -81,18 +81,20 @@ def edited_directly(
     ops = cache.base_operations
     missing = [v for v in range(since + 1, until + 1) if v not in ops]
     if missing:
-        read = operations(base, missing[-1], missing[-1] - missing[0] + 1)
-        ops.update({v: read.get(v) for v in missing})
+        # only what was read is kept: a version that could not be read (a transient
+        # object-store error) is read again by the next snapshot
+        ops.update(operations(base, missing[-1], missing[-1] - missing[0] + 1))
     known = cache.merged_at
+    unreadable: set[int] = set()
 
     def merged(version: int) -> tuple[tuple[str, int], ...] | None:
-        if version not in known:
+        if version not in known and version not in unreadable:
             try:
                 index = read_memwal_index(storage, version)
                 known[version] = tuple(sorted((m.region_id, m.generation) for m in index.merged_generations))
             except MemWalError:
-                known[version] = None
-        return known[version]
+                unreadable.add(version)
+        return known.get(version)
 
     def merges_at(version: int) -> bool:
         now, before = merged(version), merged(version - 1)
