@@ -553,6 +553,36 @@ def test_nan_against_null_across_two_float_columns(tmp_path: Path) -> None:
     t.flush()
 
 
+def test_a_nan_literal_with_its_sign_bit_set_in_rows_held_in_memory(tmp_path: Path) -> None:
+    """``f < '-NaN'`` is false for every row but none (DataFusion orders a NaN with its sign bit
+    set below every number): the rewrite for rows pyarrow filters read the literal as a NaN
+    above every number, so a WAL tail holding none kept all its numbers (``cache=False``, and
+    ``to_reader`` / ``dataset()`` with a pyarrow literal)."""
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("f", pa.float32())])
+    nan = math.copysign(math.nan, -1.0)
+    base = pa.table({"id": range(6), "f": pa.array([nan, math.nan, -1.0, 0.0, None, 2.0], pa.float32())}, schema=schema)
+    t = ModelTable(str(tmp_path / "t"), schema, base, unsharded=True)
+    t.put(pa.table({"id": [10, 11, 12, 13], "f": pa.array([1.0, math.nan, None, -0.0], pa.float32())}, schema=schema))
+    table = mq.open_table(t.uri)
+    oracle = datafusion.SessionContext()
+    oracle.register_record_batches("t", [t.expected().to_batches()])
+    for op in ("<", "<=", "=", "<>", ">", ">="):
+        query = f"SELECT id FROM t WHERE f {op} '-NaN' ORDER BY id"
+        want = oracle.sql(query).to_pydict()["id"]
+        for cache in (False, True, True):
+            ctx = datafusion.SessionContext()
+            table.register(ctx, "t", cache=cache)
+            assert ctx.sql(query).to_pydict()["id"] == want, (query, cache)
+        literal = pc.scalar(pa.scalar(nan, pa.float32()))
+        f = pc.field("f")
+        expr = {"<": f < literal, "<=": f <= literal, "=": f == literal, "<>": f != literal, ">": f > literal}.get(
+            op, f >= literal
+        )
+        assert sorted(table.to_reader(columns=["id"], filter=expr).read_all()["id"].to_pylist()) == want, str(expr)
+        assert sorted(table.dataset(cache=False).to_table(columns=["id"], filter=expr)["id"].to_pylist()) == want
+    t.flush()
+
+
 def test_table_level_schema_metadata_on_the_base(tmp_path: Path) -> None:
     """Table-level schema metadata on the base (``update_schema_metadata``): the merged table's schema carried it, a
     scan's batches did not, and DataFusion refused every aggregate ("Physical input schema

@@ -182,6 +182,12 @@ def _compare(name: str, left: Tree, right: Tree, types: dict[str, pa.DataType]) 
             if name in ("greater", "greater_equal"):
                 return ~_CMP["less_equal" if name == "greater" else "less"](a, b)
             return plain
+        if math.copysign(1.0, v) < 0:
+            # a NaN with its sign bit set is below every number and every NaN without it,
+            # equal to itself only; a column holding one is filtered by Lance instead
+            # (:func:`memwal_query.scan.lance_eval.memory_filtered`), so here none is one
+            below = name in ("equal", "less", "less_equal")
+            return nan_a & ~nan_a if below else nan_a | ~nan_a
         # nothing is above NaN, NaN is only equal to itself (each NULL where the field is)
         return {
             "equal": nan_a,
