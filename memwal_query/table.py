@@ -443,4 +443,13 @@ def open_table(
         if given.rstrip("/") == storage.uri.rstrip("/"):
             raise
         raise TableNotFoundError(f"{err} (given as {given!r})") from err
+    except RuntimeError as err:
+        if "can't start new thread" not in str(err):
+            raise
+        # each region is loaded on a thread: a process memory limit (ulimit -v) below what a
+        # thread's stack reserves refuses them
+        raise MemWalError(
+            f"cannot open {storage.uri}: the process cannot start another thread ({err}); "
+            "is a memory limit (ulimit -v) set below what thread stacks reserve?"
+        ) from err
     return Table(view)

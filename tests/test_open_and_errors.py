@@ -158,6 +158,28 @@ def test_a_table_is_not_pickled_its_uri_is(tmp_path: Path) -> None:
     assert mq.open_table(pickle.loads(pickle.dumps(table.uri))).count_rows() == 5
 
 
+def test_a_process_that_cannot_start_threads_is_told_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under a low address-space limit (``ulimit -v`` below ~3 GiB here) Python cannot start a
+    thread: ``open_table`` failed with a bare RuntimeError "can't start new thread", naming
+    neither the table nor the limit."""
+    import concurrent.futures
+
+    rng = np.random.default_rng(0)
+    base = pa.Table.from_pylist(rows(range(5), 0, rng), schema=events_schema())
+    t = ModelTable(str(tmp_path / "t"), events_schema(), base, bucket=("id", 2))
+    t.put(pa.Table.from_pylist(rows(range(3, 9), 1, rng), schema=events_schema()))
+
+    def refused(*_: object, **__: object) -> None:
+        raise RuntimeError("can't start new thread")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(concurrent.futures.ThreadPoolExecutor, "submit", refused)
+        with pytest.raises(mq.MemWalError, match=f"cannot open {t.uri}: the process cannot start another thread"):
+            mq.open_table(t.uri)
+    assert mq.open_table(t.uri).count_rows() == 9
+    t.flush()
+
+
 def test_missing_table(tmp_path: Path) -> None:
     with pytest.raises(mq.TableNotFoundError, match=str(tmp_path / "nope")):
         mq.open_table(str(tmp_path / "nope"))
