@@ -40,7 +40,7 @@ from memwal_query.format.row_address import address_option, addresses, take_rows
 from memwal_query.format.sets import member
 from memwal_query.format.topk import smallest
 from memwal_query.planner.filter_refusal import refusal
-from memwal_query.planner.lance_filter import for_lance
+from memwal_query.planner.lance_filter import search_scanner
 from memwal_query.vector_distance import exact_distances, vector_matrix
 from memwal_query.vector_pool import PoolPart
 
@@ -116,9 +116,8 @@ def lance_search(
     }
     if row_addrs:
         kwargs.update(address_option(ds))
-    filt = for_lance(spec.filter, ds.schema)
+    filt = spec.filter
     if filt is not None:
-        kwargs["filter"] = filt
         kwargs["prefilter"] = True
     # rows outside the index are served by catch-up generations
     kwargs.update(indexed_only(ds, indexed, filt is not None))
@@ -128,7 +127,7 @@ def lance_search(
         kwargs["row_addr_blocklist"] = serialize_row_addrs(block.tolist())
         kwargs["prefilter"] = True
     try:
-        return ds.scanner(**kwargs).to_table()
+        return search_scanner(ds, filt, **kwargs).to_table()
     except (ValueError, OSError, RuntimeError) as err:
         text = lance_message(err)
         if filt is not None and (why := refusal(text)) is not None:  # e.g. a column this source lacks

@@ -149,11 +149,10 @@ def test_query_and_argument_errors(tmp_path: Path) -> None:
     with pytest.raises(mq.InvalidArgumentError) as err:
         table.nearest("xy", [1.0] * 4, filter=pc.field("no") == 1)
     assert str(err.value) == f"invalid vector search filter (no == 1) for {t.uri}: no column 'no' (columns: id, xy)"
-    # a valid expression Lance's Substrait conversion cannot carry (a cast, a function) was a
-    # MemWalError "vector search in base ... failed"; the search says to write it as SQL
-    for filt in (pc.field("id") == 7.5, pc.field("id").cast(pa.float64()) > 1.5):
-        with pytest.raises(mq.InvalidArgumentError, match="through Substrait, which cannot carry this one .*as SQL"):
-            table.nearest("xy", [1.0] * 4, filter=filt)
+    # a valid expression Lance's Substrait conversion cannot carry and memwal cannot write as SQL
+    # (a cast) was a MemWalError "vector search in base ... failed"; the search says to write it as SQL
+    with pytest.raises(mq.InvalidArgumentError, match="through Substrait, which cannot carry this one .*as SQL"):
+        table.nearest("xy", [1.0] * 4, filter=pc.field("id").cast(pa.float64()) > 1.5)
     # Lance reads the first of several statements only: the SQL function (whose filter cannot be
     # planned by DataFusion inside the query) refuses them as the Python call does
     knn = "SELECT id FROM memwal_knn('t', 'xy', [1.0, 1.0, 1.0, 1.0], 2, '{}')"
@@ -331,4 +330,53 @@ def test_a_search_filter_with_nan_as_text_says_how_to_write_it(tmp_path: Path) -
         table.nearest("vec", [0.0, 0.0], k=100, filter="d = 'NaN'")
     got = table.nearest("vec", [0.0, 0.0], k=100, filter="d = CAST('NaN' AS DOUBLE)").column("id").to_pylist()
     assert sorted(got) == table.sql("SELECT id FROM t WHERE d = 'NaN' ORDER BY id").to_pydict()["id"]
+    t.flush()
+
+
+def test_search_filters_substrait_cannot_carry_are_handed_to_lance_as_sql(tmp_path: Path) -> None:
+    """pyarrow binds an integer or decimal column compared with a float, or a dictionary column
+    compared with a string, by a safe cast, which its Substrait cannot represent: ``nearest`` and
+    ``search_text`` refused such filters (to_reader, which filters rows itself, answered them).
+    They are written as SQL for Lance (the column cast to DOUBLE, as DataFusion compares)."""
+    import decimal
+
+    schema = pa.schema(
+        [
+            pa.field("id", pa.int64(), nullable=False, metadata=PK),
+            pa.field("xy", pa.list_(pa.float32(), 2)),
+            pa.field("n", pa.int16()),
+            pa.field("dec", pa.decimal128(10, 2)),
+            pa.field("cat", pa.dictionary(pa.int32(), pa.string())),
+            pa.field("text", pa.string()),
+        ]
+    )
+
+    def rows(ids: range) -> pa.Table:
+        return pa.table(
+            {
+                "id": list(ids),
+                "xy": [[float(i), 1.0] for i in ids],
+                "n": pa.array([None if i % 6 == 0 else i % 5 for i in ids], pa.int16()),
+                "dec": pa.array([decimal.Decimal(i) / 4 for i in ids], pa.decimal128(10, 2)),
+                "cat": pa.array([f"c{i % 3}" for i in ids]).dictionary_encode().cast(schema.field("cat").type),
+                "text": [f"word{i % 4} common" for i in ids],
+            },
+            schema=schema,
+        )
+
+    t = ModelTable(str(tmp_path / "t"), schema, rows(range(30)), unsharded=True, max_memtable_rows=100)
+    lance.dataset(t.uri).create_scalar_index("text", "INVERTED")
+    t.put(rows(range(25, 40)))
+    t.flush()
+    t.put(rows(range(35, 45)))  # a WAL tail
+    table = mq.open_table(t.uri)
+    n, dec, cat = pc.field("n"), pc.field("dec"), pc.field("cat")
+    for filt in (n > 2.5, n == 2.0, dec >= 3.5, (cat == "c1") & (n < 3.5), cat.isin(["c0", "c2"])):
+        want = sorted(table.to_reader(columns=["id"], filter=filt).read_all()["id"].to_pylist())
+        assert want and len(want) < 45, str(filt)
+        got = table.nearest("xy", [0.0, 1.0], k=100, filter=filt)["id"].to_pylist()
+        assert sorted(got) == want, str(filt)
+        found = table.search_text("text", "common", k=100, filter=filt)["id"].to_pylist()
+        assert sorted(found) == want, str(filt)
+    wait_warm()
     t.flush()

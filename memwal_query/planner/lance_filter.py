@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from typing import Any
 
+import lance
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -41,7 +43,7 @@ from memwal_query.planner.arrow_expr import (
 )
 from memwal_query.planner.predicates import needed_columns
 
-__all__ = ["expression_runs", "for_lance", "needs_sql", "quote_name"]
+__all__ = ["expression_runs", "for_lance", "needs_sql", "quote_name", "search_scanner"]
 
 #: How an ``is_in`` of an untyped empty or all-NULL list prints: Lance answers it as pyarrow
 #: (``~n.isin([])`` kept NULL rows), not as the SQL ``IN`` it gives a typed list.
@@ -57,6 +59,26 @@ def for_lance(filt: str | pc.Expression | None, schema: pa.Schema) -> str | pc.E
         return filt
     sql = _sql(expression_tree(filt, schema.names), {f.name: f.type for f in schema})
     return sql if sql is not None else filt
+
+
+def search_scanner(ds: lance.LanceDataset, filt: str | pc.Expression | None, **kwargs: Any) -> lance.LanceScanner:
+    """``ds.scanner(filter=..., **kwargs)`` for a search (vector or text) filtered by ``filt``:
+    :func:`for_lance`, and an expression pyarrow cannot hand Lance (its Substrait has no safe
+    cast: an integer column against a float, a dictionary column) as SQL text where it can be
+    written (a scan filters such rows itself; a search has no other way)."""
+    given = for_lance(filt, ds.schema)
+    if given is not None:
+        kwargs["filter"] = given
+    try:
+        return ds.scanner(**kwargs)
+    except pa.ArrowInvalid as err:
+        if not isinstance(given, pc.Expression) or "Substrait" not in str(err):
+            raise
+        sql = _sql(expression_tree(given, ds.schema.names), {f.name: f.type for f in ds.schema})
+        if sql is None:
+            raise
+        kwargs["filter"] = sql
+        return ds.scanner(**kwargs)
 
 
 def expression_runs(filt: pc.Expression, schema: pa.Schema) -> bool:
@@ -166,6 +188,8 @@ def _compared(pair: list[Tree], sql: list[str], types: dict[str, pa.DataType]) -
         if isinstance(v, float) and (pa.types.is_float16(column) or pa.types.is_float32(column)):
             if not _holds(column, v):  # only then: a cast column is no index lookup
                 out[i] = f"CAST({out[i]} AS DOUBLE)"
+        elif isinstance(v, float) and (pa.types.is_integer(column) or pa.types.is_decimal(column)):
+            out[i] = f"CAST({out[i]} AS DOUBLE)"  # as DataFusion compares them (Lance refuses the float)
         elif isinstance(v, int) and pa.types.is_float16(column):
             out[1 - i] = _literal(_as_half(v)) or out[1 - i]
     return out
