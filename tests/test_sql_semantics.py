@@ -583,6 +583,65 @@ def test_a_nan_literal_with_its_sign_bit_set_in_rows_held_in_memory(tmp_path: Pa
     t.flush()
 
 
+def test_integer_columns_against_a_nan_answer_as_datafusion_on_every_path(tmp_path: Path) -> None:
+    """DataFusion compares an integer column with a float in float64, where NaN is above every
+    number: ``n < NaN`` holds for every number, ``u < f`` for a NaN ``f``. The rewrite for rows
+    pyarrow filters handled float columns only (IEEE: false), while Lance answered as DataFusion:
+    over an unsigned column the answer depended on where a row lived and which path read it."""
+    schema = pa.schema(
+        [
+            pa.field("id", pa.int64(), nullable=False, metadata=PK),
+            pa.field("n", pa.int16()),
+            pa.field("u", pa.uint8()),
+            pa.field("f", pa.float32()),
+        ]
+    )
+
+    def rows(ids: range) -> pa.Table:
+        return pa.table(
+            {
+                "id": list(ids),
+                "n": pa.array([None if i % 5 == 0 else i % 7 - 3 for i in ids], pa.int16()),
+                "u": pa.array([i % 4 for i in ids], pa.uint8()),
+                "f": pa.array([[math.nan, 1.0, -1.0, None][i % 4] for i in ids], pa.float32()),
+            },
+            schema=schema,
+        )
+
+    t = ModelTable(str(tmp_path / "t"), schema, rows(range(30)), unsharded=True)
+    t.put(rows(range(25, 40)))
+    t.flush()
+    t.put(rows(range(35, 45)))  # a WAL tail
+    table = mq.open_table(t.uri)
+    oracle = datafusion.SessionContext()
+    oracle.register_record_batches("t", [t.expected().to_batches()])
+    n, u, f, nan = pc.field("n"), pc.field("u"), pc.field("f"), pc.scalar(math.nan)
+    cases = [
+        (n < nan, "n < CAST('NaN' AS DOUBLE)"),
+        (~(n >= nan), "NOT (n >= CAST('NaN' AS DOUBLE))"),
+        (u < nan, "u < CAST('NaN' AS DOUBLE)"),
+        (n != nan, "n <> CAST('NaN' AS DOUBLE)"),
+        (n < f, "n < f"),
+        (~(n >= f), "NOT (n >= f)"),
+        (u < f, "u < f"),
+        (f > u, "f > u"),
+        (u == f, "u = f"),
+        ((n < 2.5) & (u > 0), "n < 2.5 AND u > 0"),
+    ]
+    for expr, where in cases:
+        query = f"SELECT id FROM t WHERE {where} ORDER BY id"
+        want = oracle.sql(query).to_pydict()["id"]
+        for cache in (False, True, True):
+            ctx = datafusion.SessionContext()
+            table.register(ctx, "t", cache=cache)
+            assert ctx.sql(query).to_pydict()["id"] == want, (where, cache)
+        assert sorted(table.to_reader(columns=["id"], filter=expr).read_all()["id"].to_pylist()) == want, where
+        for cache in (False, True, True):
+            got = table.dataset(cache=cache).to_table(columns=["id"], filter=expr)["id"].to_pylist()
+            assert sorted(got) == want, (str(expr), cache)
+    t.flush()
+
+
 def test_table_level_schema_metadata_on_the_base(tmp_path: Path) -> None:
     """Table-level schema metadata on the base (``update_schema_metadata``): the merged table's schema carried it, a
     scan's batches did not, and DataFusion refused every aggregate ("Physical input schema

@@ -66,7 +66,7 @@ def nan_ordered(expr: pc.Expression, schema: pa.Schema) -> pc.Expression:
         return expr
     floats = tuple(f.name for f in schema if pa.types.is_floating(f.type))
     text = str(expr)
-    if "is_in(" not in text and not any(name in text for name in floats):
+    if "is_in(" not in text and "nan" not in text and not any(name in text for name in floats):
         return expr
     rebuilt = _rebuilt(expr, schema)
     return rebuilt if rebuilt is not None else expr
@@ -162,20 +162,34 @@ def _sql_in(x: pc.Expression, values: pa.Array) -> pc.Expression:
     return pc.if_else(x.isin(listed), pc.scalar(True), miss)
 
 
+def _kind(n: Tree, types: dict[str, pa.DataType]) -> str | None:
+    """``"float"`` for a float column or literal, ``"number"`` for an integer or decimal one."""
+    t = n.value.type if isinstance(n, Lit) else types.get(n.name) if isinstance(n, Field) else None
+    if t is None:
+        return None
+    if pa.types.is_floating(t):
+        return "float"
+    return "number" if pa.types.is_integer(t) or pa.types.is_decimal(t) else None
+
+
 def _compare(name: str, left: Tree, right: Tree, types: dict[str, pa.DataType]) -> pc.Expression | None:
-    """One comparison in DataFusion's order: NaN above every number, equal to itself."""
+    """One comparison in DataFusion's order: NaN above every number, equal to itself. An
+    integer or decimal column compared with a float is compared in float64, as DataFusion
+    casts it (``n < 'NaN'`` holds for every number)."""
     if isinstance(left, Lit) and isinstance(right, Field):  # the field first: c < f is f > c
         return _compare(_FLIP[name], right, left, types)
-    floats = {name for name, t in types.items() if pa.types.is_floating(t)}
     a, b = _rebuild(left, types), _rebuild(right, types)
     if a is None or b is None:
         return None
     plain = _CMP[name](a, b)
-    if not (isinstance(left, Field) and left.name in floats):
+    kinds = (_kind(left, types), _kind(right, types))
+    if not isinstance(left, Field) or kinds[0] is None or "float" not in kinds:
         return plain
-    nan_a = pc.is_nan(a)
+    nan_a = pc.is_nan(a if kinds[0] == "float" else a.cast(pa.float64(), safe=False))
     if isinstance(right, Lit):
         v = right.value.as_py()
+        if kinds[0] == "number" and not (isinstance(v, float) and math.isnan(v)):
+            return plain  # no NaN on either side
         if not (isinstance(v, float) and math.isnan(v)):
             # NaN is above every number: f > c is NOT (f <= c), which IEEE makes true for NaN
             # (and NULL for NULL); one comparison and a bitmap flip, no is_nan pass
@@ -197,10 +211,12 @@ def _compare(name: str, left: Tree, right: Tree, types: dict[str, pa.DataType]) 
             "less": ~nan_a,
             "less_equal": nan_a | ~nan_a,
         }[name]
-    if not (isinstance(right, Field) and right.name in floats):
+    if not isinstance(right, Field) or kinds[1] is None:
         return None
     if name in _SWAP:  # a < b is b > a
         return _compare(_SWAP[name], right, left, types)
+    a, b = (x if k == "float" else x.cast(pa.float64(), safe=False) for x, k in zip((a, b), kinds, strict=True))
+    plain = _CMP[name](a, b)
     nan_b = pc.is_nan(b)
     if name == "greater":
         return plain | (nan_a & ~nan_b)
