@@ -43,7 +43,7 @@ from memwal_query.errors import InvalidArgumentError, positive_k
 from memwal_query.forked import ThreadPool
 from memwal_query.format.beside import start_beside
 from memwal_query.planner.catchup import CatchupPlan
-from memwal_query.planner.filter_refusal import blamed_on_filter, check_filter
+from memwal_query.planner.filter_refusal import blamed_on_filter, check_search_filter
 from memwal_query.scan.fragment import search_columns
 from memwal_query.vector_background import wait_warm
 from memwal_query.vector_base_rows import held_base, hold_base_later
@@ -334,13 +334,13 @@ def nearest(
         msg = f"distance must be one of {sorted(METRICS)}, got {distance!r}"
         raise InvalidArgumentError(msg)
     for name, value in (("nprobes", nprobes), ("refine_factor", refine_factor)):
-        if value is not None and (not isinstance(value, numbers.Integral) or value < 1):
+        if value is not None and (not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1):
             msg = f"{name} must be a positive integer, got {value!r}"
             raise InvalidArgumentError(msg)
     if k > _LARGE_K:  # Lance sizes its top-k buffers by k (k=10**9 aborted the process)
         k = min(k, view.derived(("rows-bound",), lambda: _rows_bound(view)))
     schema = view.snapshot.schema
-    check_filter(filter, view.uri)
+    check_search_filter(filter, view.uri, schema, "vector search ")
     q = _query_vector(view, column, query, METRICS[str(distance).lower()])
     out_cols, shown = search_columns(columns, schema.names, view.uri, view.snapshot.primary_key)
     spec = SearchSpec(

@@ -333,11 +333,9 @@ def test_a_search_filter_with_nan_as_text_says_how_to_write_it(tmp_path: Path) -
     t.flush()
 
 
-def test_search_filters_substrait_cannot_carry_are_handed_to_lance_as_sql(tmp_path: Path) -> None:
-    """pyarrow binds an integer or decimal column compared with a float, or a dictionary column
-    compared with a string, by a safe cast, which its Substrait cannot represent: ``nearest`` and
-    ``search_text`` refused such filters (to_reader, which filters rows itself, answered them).
-    They are written as SQL for Lance (the column cast to DOUBLE, as DataFusion compares)."""
+def _typed_table(tmp_path: Path) -> ModelTable:
+    """45 rows with an int16, a decimal, a dictionary and an INVERTED-indexed text column: a
+    base, a flushed generation and a WAL tail."""
     import decimal
 
     schema = pa.schema(
@@ -369,6 +367,15 @@ def test_search_filters_substrait_cannot_carry_are_handed_to_lance_as_sql(tmp_pa
     t.put(rows(range(25, 40)))
     t.flush()
     t.put(rows(range(35, 45)))  # a WAL tail
+    return t
+
+
+def test_search_filters_substrait_cannot_carry_are_handed_to_lance_as_sql(tmp_path: Path) -> None:
+    """pyarrow binds an integer or decimal column compared with a float, or a dictionary column
+    compared with a string, by a safe cast, which its Substrait cannot represent: ``nearest`` and
+    ``search_text`` refused such filters (to_reader, which filters rows itself, answered them).
+    They are written as SQL for Lance (the column cast to DOUBLE, as DataFusion compares)."""
+    t = _typed_table(tmp_path)
     table = mq.open_table(t.uri)
     n, dec, cat = pc.field("n"), pc.field("dec"), pc.field("cat")
     for filt in (n > 2.5, n == 2.0, dec >= 3.5, (cat == "c1") & (n < 3.5), cat.isin(["c0", "c2"])):
@@ -378,5 +385,29 @@ def test_search_filters_substrait_cannot_carry_are_handed_to_lance_as_sql(tmp_pa
         assert sorted(got) == want, str(filt)
         found = table.search_text("text", "common", k=100, filter=filt)["id"].to_pylist()
         assert sorted(found) == want, str(filt)
+    wait_warm()
+    t.flush()
+
+
+def test_search_filters_naming_lances_row_columns_are_refused(tmp_path: Path) -> None:
+    """Lance's SQL filters take its row columns (``_rowid``, ``_row_created_at_version``, ...) in
+    every dataset, each source numbering its own rows: ``nearest(filter="_rowid = 0")`` found
+    the first row of the base, of the generation and of the MemTable. The merged table has no
+    such column (SQL and ``to_reader`` refuse it); neither do its searches."""
+    t = _typed_table(tmp_path)
+    table = mq.open_table(t.uri)
+    searches = (
+        lambda f: table.nearest("xy", [0.0, 1.0], k=10, filter=f),
+        lambda f: table.search_text("text", "common", k=10, filter=f),
+        lambda f: table.search_hybrid("xy", [0.0, 1.0], "text", "common", k=10, filter=f),
+    )
+    for filt in ("_rowid = 0", "id = 5 OR _ROW_CREATED_AT_VERSION = 1", '"_row_last_updated_at_version" > 0'):
+        for search in searches:
+            refused = r"(?i)invalid (vector|text) search filter .* no column '_row"
+            with pytest.raises(mq.InvalidArgumentError, match=refused):
+                search(filt)
+    assert table.nearest("xy", [0.0, 1.0], k=10, filter="text = '_rowid = 0'").num_rows == 0  # a string
+    with pytest.raises(mq.InvalidArgumentError, match="nprobes must be a positive integer, got True"):
+        table.nearest("xy", [0.0, 1.0], nprobes=True)  # type: ignore[arg-type]
     wait_warm()
     t.flush()

@@ -55,7 +55,7 @@ from memwal_query.fts.corpus import (
     fragments_of,
     tokenize_rows,
 )
-from memwal_query.planner.filter_refusal import blamed_on_filter, check_filter, refusal
+from memwal_query.planner.filter_refusal import blamed_on_filter, check_search_filter, refusal
 from memwal_query.planner.lance_filter import search_scanner
 from memwal_query.scan.fragment import search_columns
 from memwal_query.view.table_view import TableView
@@ -327,7 +327,7 @@ def search_text(
     t0 = time.perf_counter()
     k = positive_k(k)
     out, shown = _check(view, column, query, columns)
-    check_filter(filter, view.uri)
+    check_search_filter(filter, view.uri, view.snapshot.schema, "text search ")
     corpus = corpus_of(view, column)
     stats = TextSearchStats()
     if phrase and not corpus.analyzer.with_position:

@@ -42,7 +42,7 @@ import pyarrow.dataset as pds
 
 from memwal_query.errors import InvalidArgumentError
 
-__all__ = ["blamed_on_filter", "check_filter", "refusal"]
+__all__ = ["blamed_on_filter", "check_filter", "check_search_filter", "refusal"]
 
 _NO_FIELD = re.compile(r"No match for FieldRef\.Name\((?P<name>[^)]*)\) in ")
 _INPUT = "Invalid user input: "
@@ -90,6 +90,25 @@ def check_filter(filt: object, uri: str, schema: pa.Schema | None = None) -> Non
         _bind(filt, schema, f"invalid filter {filt} for {uri}")
 
 
+def check_search_filter(filt: object, uri: str, schema: pa.Schema, kind: str) -> None:
+    """:func:`check_filter` for a search's filter, which each source's Lance search applies as
+    given: also refuse a SQL filter naming one of Lance's row columns (``_rowid`` ...), which
+    every source has of its own and the merged table has not (``kind``: e.g. ``"vector search "``).
+
+    Example:
+        >>> check_search_filter("_rowid = 0", "t", pa.schema([("id", pa.int64())]), "")
+        Traceback (most recent call last):
+        ...
+        memwal_query.errors.InvalidArgumentError: invalid filter '_rowid = 0' for t: no column '_rowid' (columns: id)
+    """
+    check_filter(filt, uri)
+    if isinstance(filt, str):
+        for m in _ROW_COLUMN.finditer(_STRING_LITERAL.sub("''", filt)):
+            if m.group("name").lower() not in schema.names:
+                why = f"no column {m.group('name')!r} (columns: {', '.join(schema.names)})"
+                raise InvalidArgumentError(f"invalid {kind}filter {filt!r} for {uri}: {why}")
+
+
 @contextmanager
 def blamed_on_filter(filt: object, schema: pa.Schema, uri: str, kind: str = "") -> Iterator[None]:
     """Where the work inside fails and ``filt`` is a pyarrow expression that does not bind to
@@ -127,6 +146,14 @@ def blamed_on_filter(filt: object, schema: pa.Schema, uri: str, kind: str = "") 
         raise
 
 
+_STRING_LITERAL = re.compile(r"'(?:[^']|'')*'")
+#: Lance's row columns, which its SQL filters take in every dataset: each source of a merged
+#: table numbers its rows on its own (``_rowid = 0`` matched the first row of every source).
+_ROW_COLUMN = re.compile(
+    r"(?<![\w$.])[\"`]?(?P<name>_rowid|_rowaddr|_rowoffset|_row_created_at_version|_row_last_updated_at_version)"
+    r"[\"`]?(?![\w$])",
+    re.I,
+)
 #: What Lance says of an expression its Substrait conversion cannot carry (a cast, a function).
 _NO_SUBSTRAIT = re.compile(r"Substrait is only capable of representing[^.:]*|No conversion function exists[^.:]*")
 
