@@ -290,7 +290,10 @@ def _output(hits: list[_Hits], q: _Query, out: list[str], schema: pa.Schema) -> 
     scores = np.concatenate([h.scores for h in hits])
     part = np.concatenate([np.full(h.scores.size, i) for i, h in enumerate(hits)])
     pos = np.concatenate([np.arange(h.scores.size) for h in hits])
-    order = np.argsort(-scores, kind="stable")[: q.k]
+    # ties by source, then by row address (or position): Lance returns tied rows of an index of
+    # several segments in another order each time, and a hybrid search's ranks followed it
+    at = np.concatenate([np.arange(h.scores.size) if h.addrs is None else h.addrs.astype(np.uint64) for h in hits])
+    order = np.lexsort((at, part, -scores))[: q.k]
     by_part = np.argsort(part[order], kind="stable")  # the winners grouped by source
     pieces = []
     for i in np.unique(part[order]).tolist():
