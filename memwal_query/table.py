@@ -443,13 +443,12 @@ def open_table(
         if given.rstrip("/") == storage.uri.rstrip("/"):
             raise
         raise TableNotFoundError(f"{err} (given as {given!r})") from err
-    except RuntimeError as err:
+    except RuntimeError as err:  # regions load on threads, which a low `ulimit -v` refuses
         if "can't start new thread" not in str(err):
             raise
-        # each region is loaded on a thread: a process memory limit (ulimit -v) below what a
-        # thread's stack reserves refuses them
-        raise MemWalError(
-            f"cannot open {storage.uri}: the process cannot start another thread ({err}); "
-            "is a memory limit (ulimit -v) set below what thread stacks reserve?"
-        ) from err
+        msg = f"cannot open {storage.uri}: the process cannot start another thread ({err}); {_LIMIT}"
+        raise MemWalError(msg) from err
     return Table(view)
+
+
+_LIMIT = "is a memory limit (ulimit -v) set below what thread stacks reserve?"

@@ -234,3 +234,34 @@ def test_version_age_in_the_hour_a_clock_falls_back() -> None:
         else:
             os.environ["TZ"] = old
         time.tzset()
+
+
+def test_an_older_snapshot_after_its_generations_were_collected_says_refresh(tmp_path: Path) -> None:
+    """A snapshot whose unmerged generations were merged and collected since it opened, after a
+    newer snapshot of it let go of their keys: ``lookup`` and ``plan`` failed with pyarrow's raw
+    ``ArrowInvalid`` "Not found" (region routing read the keys again), SQL with DataFusion's
+    wrapping of it. Each says the generation is no longer readable and to refresh."""
+    import lance
+
+    from memwal_write import RoutedWriter, merge_generations
+
+    uri = str(tmp_path / "t")
+    lance.write_dataset(pa.table({"id": [0, 1], "v": [0, 0]}, schema=SCHEMA), uri).initialize_mem_wal(
+        bucket_column="id", num_buckets=2
+    )
+    first = mq.open_table(uri)
+    with RoutedWriter.open(uri) as w:  # generation 1 of each region, unmerged
+        w.put(pa.table({"id": list(range(5, 40)), "v": [1] * 35}, schema=SCHEMA))
+    older = first.refresh()
+    merge_generations(uri)
+    collect_garbage(uri, older_than=0)
+    newer = older.refresh()
+    gone = r"^generation 1 of region .* is no longer readable: it was merged and garbage-collected .*refresh\(\)"
+    for read in (
+        lambda: older.lookup([5, 6]),
+        lambda: older.plan("id = 5"),
+        lambda: older.sql("SELECT * FROM t WHERE id = 5").collect(),
+    ):
+        with pytest.raises(mq.MemWalError, match=gone):
+            read()
+    assert newer.lookup([5, 6]).to_pylist() == [{"id": 5, "v": 1}, {"id": 6, "v": 1}]

@@ -30,7 +30,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pds
 
-from memwal_query.errors import InvalidArgumentError
+from memwal_query.engine_errors import raised_in_engine
+from memwal_query.errors import InvalidArgumentError, MemWalError
 from memwal_query.forked import check_engine
 from memwal_query.format.wal import GEN_COLUMN, SEQ_COLUMN
 from memwal_query.merge import MergeState
@@ -181,7 +182,11 @@ class MergedDataset(pds.Dataset):  # type: ignore[misc]
         check_engine(self.context.uri)  # DataFusion runs this process's queries: a fork cannot
         filt = expression_filter(filter)
         filt = None if constant_filter(filt) is not None else filt  # a constant: each scan applies it
-        frags = pack_small(self.source_fragments(filt), self._group_memo if self._resident is not None else None)
+        try:
+            sources = self.source_fragments(filt)
+        except MemWalError as err:  # planning read a file (a generation's keys): kept for the caller
+            raise raised_in_engine(err) from None
+        frags = pack_small(sources, self._group_memo if self._resident is not None else None)
         frags = balance(join_indexed_base(frags, filt, self.context), workers())
         # DataFusion needs at least one partition (an empty table, or every source pruned).
         return frags or [MemoryFragment(self.context, self._empty_rows(), "")]
