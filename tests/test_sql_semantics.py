@@ -642,6 +642,48 @@ def test_integer_columns_against_a_nan_answer_as_datafusion_on_every_path(tmp_pa
     t.flush()
 
 
+def test_integer_columns_against_float_columns_compare_in_the_float_columns_type(tmp_path: Path) -> None:
+    """DataFusion casts an integer column compared with a float32 / float16 column to that type
+    (16777217 = float32 16777216, 2049 = float16 2048, 70000 = float16 inf), not to float64."""
+    schema = pa.schema(
+        [
+            pa.field("id", pa.int64(), nullable=False, metadata=PK),
+            pa.field("n", pa.int64()),
+            pa.field("g", pa.float32()),
+            pa.field("h", pa.float16()),
+        ]
+    )
+    pairs = [(16777217, 16777216.0, 2048.0), (2049, 2049.0, 2048.0), (70000, 70000.0, math.inf), (3, math.nan, 3.0)]
+
+    def rows(start: int) -> pa.Table:
+        cols = list(zip(*pairs, strict=True))
+        return pa.table(
+            {
+                "id": range(start, start + len(pairs)),
+                "n": cols[0],
+                "g": pa.array(cols[1], pa.float32()),
+                "h": pa.array(np.array(cols[2], dtype=np.float16), pa.float16()),
+            },
+            schema=schema,
+        )
+
+    t = ModelTable(str(tmp_path / "t"), schema, rows(0), unsharded=True)
+    t.put(rows(10))
+    t.flush()
+    t.put(rows(20))  # a WAL tail
+    table = mq.open_table(t.uri)
+    oracle = datafusion.SessionContext()
+    oracle.register_record_batches("t", [t.expected().to_batches()])
+    n, g, h = pc.field("n"), pc.field("g"), pc.field("h")
+    for expr, where in ((n == g, "n = g"), (g != n, "g <> n"), (n < g, "n < g"), (h != n, "h <> n"), (n == h, "n = h")):
+        want = oracle.sql(f"SELECT id FROM t WHERE {where} ORDER BY id").to_pydict()["id"]
+        assert sorted(table.to_reader(columns=["id"], filter=expr).read_all()["id"].to_pylist()) == want, where
+        for cache in (False, True, True):
+            got = table.dataset(cache=cache).to_table(columns=["id"], filter=expr)["id"].to_pylist()
+            assert sorted(got) == want, (where, cache)
+    t.flush()
+
+
 def test_table_level_schema_metadata_on_the_base(tmp_path: Path) -> None:
     """Table-level schema metadata on the base (``update_schema_metadata``): the merged table's schema carried it, a
     scan's batches did not, and DataFusion refused every aggregate ("Physical input schema

@@ -103,7 +103,7 @@ def check_search_filter(filt: object, uri: str, schema: pa.Schema, kind: str) ->
     """
     check_filter(filt, uri)
     if isinstance(filt, str):
-        for m in _ROW_COLUMN.finditer(_STRING_LITERAL.sub("''", filt)):
+        for m in _ROW_COLUMN.finditer(_QUOTED.sub(_bare_name, filt)):
             if m.group("name").lower() not in schema.names:
                 why = f"no column {m.group('name')!r} (columns: {', '.join(schema.names)})"
                 raise InvalidArgumentError(f"invalid {kind}filter {filt!r} for {uri}: {why}")
@@ -146,14 +146,20 @@ def blamed_on_filter(filt: object, schema: pa.Schema, uri: str, kind: str = "") 
         raise
 
 
-_STRING_LITERAL = re.compile(r"'(?:[^']|'')*'")
 #: Lance's row columns, which its SQL filters take in every dataset: each source of a merged
 #: table numbers its rows on its own (``_rowid = 0`` matched the first row of every source).
-_ROW_COLUMN = re.compile(
-    r"(?<![\w$.])[\"`]?(?P<name>_rowid|_rowaddr|_rowoffset|_row_created_at_version|_row_last_updated_at_version)"
-    r"[\"`]?(?![\w$])",
-    re.I,
-)
+_ROW_NAMES = r"_rowid|_rowaddr|_rowoffset|_row_created_at_version|_row_last_updated_at_version"
+_ROW_COLUMN = re.compile(rf"(?<![\w$.])(?P<name>{_ROW_NAMES})(?![\w$])", re.I)
+#: What names no column: strings (Lance reads "..." as one too), comments; and quoted names.
+_QUOTED = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|/\*.*?\*/|`(?P<name>[^`]*)`", re.S)
+
+
+def _bare_name(m: re.Match[str]) -> str:
+    """A quoted name as the bare word it names, anything else that names no column as a space."""
+    name = m.group("name")
+    return f" {name} " if name is not None and re.fullmatch(_ROW_NAMES, name, re.I) else " "
+
+
 #: What Lance says of an expression its Substrait conversion cannot carry (a cast, a function).
 _NO_SUBSTRAIT = re.compile(r"Substrait is only capable of representing[^.:]*|No conversion function exists[^.:]*")
 

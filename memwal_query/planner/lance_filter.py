@@ -188,8 +188,13 @@ def _compared(pair: list[Tree], sql: list[str], types: dict[str, pa.DataType]) -
         if isinstance(v, float) and (pa.types.is_float16(column) or pa.types.is_float32(column)):
             if not _holds(column, v):  # only then: a cast column is no index lookup
                 out[i] = f"CAST({out[i]} AS DOUBLE)"
-        elif isinstance(v, float) and (pa.types.is_integer(column) or pa.types.is_decimal(column)):
-            out[i] = f"CAST({out[i]} AS DOUBLE)"  # as DataFusion compares them (Lance refuses the float)
+        elif isinstance(v, float) and pa.types.is_integer(column):
+            # Lance refuses the float: as DataFusion compares them, an integral one as the integer
+            # it is (DataFusion unwraps the cast), another in float64
+            if v.is_integer() and _fits(int(v), column):
+                out[1 - i] = str(int(v))
+            else:
+                out[i] = f"CAST({out[i]} AS DOUBLE)"
         elif isinstance(v, int) and pa.types.is_float16(column):
             out[1 - i] = _literal(_as_half(v)) or out[1 - i]
     return out

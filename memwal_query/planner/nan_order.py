@@ -163,19 +163,25 @@ def _sql_in(x: pc.Expression, values: pa.Array) -> pc.Expression:
 
 
 def _kind(n: Tree, types: dict[str, pa.DataType]) -> str | None:
-    """``"float"`` for a float column or literal, ``"number"`` for an integer or decimal one."""
-    t = n.value.type if isinstance(n, Lit) else types.get(n.name) if isinstance(n, Field) else None
+    """``"float"`` for a float column or literal, ``"number"`` for an integer one (DataFusion
+    compares a decimal with a float as decimals: not rewritten here)."""
+    t = _type(n, types)
     if t is None:
         return None
     if pa.types.is_floating(t):
         return "float"
-    return "number" if pa.types.is_integer(t) or pa.types.is_decimal(t) else None
+    return "number" if pa.types.is_integer(t) else None
+
+
+def _type(n: Tree, types: dict[str, pa.DataType]) -> pa.DataType | None:
+    return n.value.type if isinstance(n, Lit) else types.get(n.name) if isinstance(n, Field) else None
 
 
 def _compare(name: str, left: Tree, right: Tree, types: dict[str, pa.DataType]) -> pc.Expression | None:
     """One comparison in DataFusion's order: NaN above every number, equal to itself. An
-    integer or decimal column compared with a float is compared in float64, as DataFusion
-    casts it (``n < 'NaN'`` holds for every number)."""
+    integer column is compared with a float literal in float64 (``n < 'NaN'`` holds for every
+    number), with a float column in that column's type, as DataFusion casts it (float16:
+    not rewritten, pyarrow compares none)."""
     if isinstance(left, Lit) and isinstance(right, Field):  # the field first: c < f is f > c
         return _compare(_FLIP[name], right, left, types)
     a, b = _rebuild(left, types), _rebuild(right, types)
@@ -215,7 +221,11 @@ def _compare(name: str, left: Tree, right: Tree, types: dict[str, pa.DataType]) 
         return None
     if name in _SWAP:  # a < b is b > a
         return _compare(_SWAP[name], right, left, types)
-    a, b = (x if k == "float" else x.cast(pa.float64(), safe=False) for x, k in zip((a, b), kinds, strict=True))
+    floated = [_type(n, types) for n, k in zip((left, right), kinds, strict=True) if k == "float"]
+    if any(pa.types.is_float16(t) for t in floated if t is not None):
+        return None
+    wide = pa.float64() if any(t == pa.float64() for t in floated) else pa.float32()
+    a, b = (x if k == "float" else x.cast(wide, safe=False) for x, k in zip((a, b), kinds, strict=True))
     plain = _CMP[name](a, b)
     nan_b = pc.is_nan(b)
     if name == "greater":
