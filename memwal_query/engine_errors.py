@@ -31,7 +31,7 @@ from typing import TypeVar
 
 from memwal_query.errors import MemWalError
 
-__all__ = ["engine_error", "raised_in_engine", "recorded"]
+__all__ = ["engine_error", "raised_error", "raised_in_engine", "recorded"]
 
 T = TypeVar("T")
 
@@ -99,6 +99,18 @@ def recorded(items: Iterator[T]) -> Iterator[T]:
         raise raised_in_engine(MemWalError(f"cannot apply a pushed filter: {err}{_FLOAT16_HINT}")) from err
 
 
+def raised_error(exc: BaseException) -> MemWalError | None:
+    """The :class:`MemWalError` raised inside DataFusion that ``exc`` reports, or None."""
+    text = str(exc)
+    with _lock:
+        for err in reversed(_recent):
+            msg = str(err)
+            if msg and (msg in text or repr(msg)[1:-1] in text):
+                _recent.remove(err)
+                return err
+    return None
+
+
 def engine_error(exc: BaseException) -> MemWalError:
     """The :class:`MemWalError` behind a DataFusion exception, or a one-line one from its text.
 
@@ -117,12 +129,9 @@ def engine_error(exc: BaseException) -> MemWalError:
     text = str(exc)
     if _INTERRUPT.search(text):  # Ctrl-C while DataFusion waited or called us: not a failure
         raise KeyboardInterrupt from exc
-    with _lock:
-        for err in reversed(_recent):
-            msg = str(err)
-            if msg and (msg in text or repr(msg)[1:-1] in text):
-                _recent.remove(err)
-                return err
+    ours = raised_error(exc)
+    if ours is not None:
+        return ours
     if _CONSTANT_FILTER.search(text):
         return MemWalError(_CONSTANT_HINT)
     m = _PYERR.search(text)

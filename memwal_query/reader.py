@@ -31,7 +31,7 @@ import datafusion
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from memwal_query.engine_errors import engine_error
+from memwal_query.engine_errors import engine_error, raised_error
 from memwal_query.errors import InvalidArgumentError, MemWalError
 from memwal_query.forked import check_engine
 from memwal_query.planner.filter_refusal import check_filter
@@ -92,6 +92,9 @@ def _sql_batches(dataset: MergedDataset, out: pa.Schema, predicate: str) -> Iter
     except MemWalError:
         raise
     except Exception as err:  # DataFusion's parsing or planning error: the predicate
+        ours = raised_error(err)  # or one of ours planning the scan (a file gone since the snapshot)
+        if ours is not None:
+            raise ours from err
         msg = f"invalid filter {predicate!r} for {dataset.context.uri}: {engine_error(err)}"
         raise InvalidArgumentError(msg) from err
     return _converted(stream, out)

@@ -261,6 +261,7 @@ def test_an_older_snapshot_after_its_generations_were_collected_says_refresh(tmp
         lambda: older.lookup([5, 6]),
         lambda: older.plan("id = 5"),
         lambda: older.sql("SELECT * FROM t WHERE id = 5").collect(),
+        lambda: older.to_reader(filter="id = 5").read_all(),  # was "invalid filter 'id = 5' ..."
     ):
         with pytest.raises(mq.MemWalError, match=gone):
             read()
