@@ -29,7 +29,7 @@ Example:
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -81,15 +81,21 @@ def open_from_options(options: Any) -> Table:
     return open_table(str(uri), storage_options=storage_options_of(options), consistency=consistency)  # type: ignore[arg-type]
 
 
-def filter_expression(f: Filter, columns: Sequence[str]) -> pc.Expression | None:
+def filter_expression(f: Filter, columns: Sequence[str], floats: Collection[str] = ()) -> pc.Expression | None:
     """A Spark filter as an exact Arrow expression, or ``None`` when it cannot be pushed.
+
+    A comparison with a float column (``floats``) is not pushed: Spark takes every NaN for the
+    same value, above every number, where memwal (DataFusion, Lance) puts a NaN with its sign
+    bit set (what ``0/0`` gives) below every number (``f > 5`` left it out when pushed).
 
     Example:
         >>> str(filter_expression(EqualTo(("id",), 3), ["id"]))
         '(id == 3)'
+        >>> filter_expression(EqualTo(("f",), 3.0), ["f"], floats=["f"]) is None
+        True
     """
     if isinstance(f, Not):
-        inner = filter_expression(f.child, columns)
+        inner = filter_expression(f.child, columns, floats)
         return None if inner is None else ~inner
     attr: tuple[str, ...] = tuple(getattr(f, "attribute", ()))
     if len(attr) != 1 or attr[0] not in columns:
@@ -99,6 +105,8 @@ def filter_expression(f: Filter, columns: Sequence[str]) -> pc.Expression | None
         return col.is_null()
     if isinstance(f, IsNotNull):
         return col.is_valid()
+    if attr[0] in floats:
+        return None
     if isinstance(f, In):
         values = list(f.value)
         if not values or not all(isinstance(v, _PLAIN) for v in values):
@@ -132,13 +140,14 @@ class MemwalReader(DataSourceReader):
         self.columns = [f.name for f in schema.fields]
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")  # what Spark takes back (as its own reader)
         self.pushed: list[pc.Expression] = []
+        self.floats = frozenset(f.name for f in self.arrow_schema if pa.types.is_floating(f.type))
 
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:  # noqa: N802 - Spark's name
         if str(self.options.get("pushFilters", "false")).lower() != "true":
             yield from filters  # Spark filters (see the module docs: why pushing is opt-in)
             return
         for f in filters:
-            expr = filter_expression(f, self.columns)
+            expr = filter_expression(f, self.columns, self.floats)
             if expr is None:
                 yield f
             else:
