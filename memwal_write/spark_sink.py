@@ -143,9 +143,23 @@ def _split(rows: pa.Table, opts: SinkOptions, pk: tuple[str, ...]) -> tuple[pa.T
     if is_delete:
         return rows.slice(0, 0), rows.select(list(pk))
     if _CHANGE in rows.column_names:
-        dels = pc.fill_null(pc.equal(rows.column(_CHANGE), "delete"), False)
+        dels = pc.fill_null(pc.equal(_change_kinds(rows.column(_CHANGE), opts.uri), "delete"), False)
         return rows.filter(pc.invert(dels)), rows.filter(dels).select(list(pk))
     return rows, rows.slice(0, 0).select(list(pk))
+
+
+def _change_kinds(column: pa.ChunkedArray, uri: str) -> pa.ChunkedArray:
+    """A ``_change`` column in lower case; a value other than ``upsert`` / ``delete`` (or NULL:
+    an upsert) is refused (``DELETE`` was taken for an upsert of a row of NULLs)."""
+    try:
+        kinds = pc.utf8_lower(column.cast(pa.string()))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+        raise InvalidArgumentError(f"write to {uri}: _change must be 'upsert' or 'delete', not {column.type}") from err
+    odd = pc.filter(kinds, pc.invert(pc.is_in(kinds, value_set=pa.array(["upsert", "delete"])))).drop_null()
+    if len(odd):
+        values = sorted({str(v) for v in column.filter(pc.is_in(kinds, value_set=odd.unique())).to_pylist()})[:5]
+        raise InvalidArgumentError(f"write to {uri}: _change must be 'upsert' or 'delete', got {values}")
+    return kinds
 
 
 def apply_rows(rows: pa.Table, opts: SinkOptions, *, fail_after_half: bool = False) -> pa.Table:

@@ -112,3 +112,23 @@ def test_a_time_out_of_sparks_range_is_refused() -> None:
         batch = pa.record_batch({"at": pa.array([0, 2**62], t)})
         with pytest.raises(InvalidArgumentError, match="column 'at'.*out of bounds"):
             spark_batch(batch, spark_schema(batch.schema))
+
+
+def test_a_change_column_says_upsert_or_delete_in_any_case(tmp_path: Path) -> None:
+    """A ``_change`` column (the change feed's shape, written by the Spark sink) deletes the
+    rows saying ``delete``: ``DELETE`` was taken for an upsert of a row of NULLs. Any case is
+    read; NULL upserts; another value is refused before anything is written."""
+    from memwal_write.spark_sink import SinkOptions, apply_rows
+
+    uri = _table(tmp_path, pa.field("v", pa.int64()))
+    opts = SinkOptions.from_options({"path": uri})
+    start = pa.table({"id": pa.array([1, 2, 3, 4], pa.int64()), "v": pa.array([10, 20, 30, 40], pa.int64())})
+    apply_rows(start, opts)
+    change = pa.array(["DELETE", "Upsert", None, "delete"])
+    rows = pa.table({"id": pa.array([1, 2, 3, 4], pa.int64()), "v": pa.array([None, 21, 31, None], pa.int64())})
+    apply_rows(rows.append_column("_change", change), opts)
+    assert mq.open_table(uri).to_arrow().sort_by("id").to_pylist() == [{"id": 2, "v": 21}, {"id": 3, "v": 31}]
+    odd = rows.append_column("_change", pa.array(["upsert", "remove", "insert", None]))
+    with pytest.raises(InvalidArgumentError, match=r"_change must be 'upsert' or 'delete', got \['insert', 'remove'\]"):
+        apply_rows(odd, opts)
+    assert mq.open_table(uri).count_rows() == 2
