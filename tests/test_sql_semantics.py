@@ -684,6 +684,52 @@ def test_integer_columns_against_float_columns_compare_in_the_float_columns_type
     t.flush()
 
 
+def test_two_columns_holding_zeros_of_both_signs_compare_equal_on_every_path(tmp_path: Path) -> None:
+    """DataFusion takes -0.0 and 0.0 for one value; Lance compares two columns in IEEE 754's total
+    order (-0.0 < 0.0): ``f == g`` kept only the WAL tail's rows through ``to_reader`` and none
+    through ``nearest``. Such comparisons go to Lance with the zeros made equal."""
+    schema = pa.schema(
+        [
+            pa.field("id", pa.int64(), nullable=False, metadata=PK),
+            pa.field("f", pa.float64()),
+            pa.field("g", pa.float32()),
+            pa.field("u", pa.uint8()),
+            pa.field("vec", pa.list_(pa.float32(), 2)),
+        ]
+    )
+    pairs = [(-0.0, 0.0, 0), (0.0, -0.0, 0), (-0.0, -0.0, 1), (1.0, 1.0, 1), (math.nan, math.nan, 2), (None, 0.0, 0)]
+
+    def rows(start: int) -> pa.Table:
+        cols = list(zip(*pairs, strict=True))
+        ids = list(range(start, start + len(pairs)))
+        return pa.table(
+            {"id": ids, "f": cols[0], "g": pa.array(cols[1], pa.float32()), "u": pa.array(cols[2], pa.uint8()),
+             "vec": [[float(i), 1.0] for i in ids]},
+            schema=schema,
+        )  # fmt: skip
+
+    t = ModelTable(str(tmp_path / "t"), schema, rows(0), unsharded=True)
+    t.put(rows(10))
+    t.flush()
+    t.put(rows(20))  # a WAL tail
+    table = mq.open_table(t.uri)
+    oracle = datafusion.SessionContext()
+    oracle.register_record_batches("t", [t.expected().to_batches()])
+    f, g, u = pc.field("f"), pc.field("g"), pc.field("u")
+    cases = [(f == g, "f = g"), (f != g, "f <> g"), (f < g, "f < g"), (g >= f, "g >= f"), (f == u, "f = u"),
+             (f > u, "f > u"), (~(f <= g), "NOT (f <= g)"), ((f == g) & (u < 1), "f = g AND u < 1")]  # fmt: skip
+    for expr, where in cases:
+        query = f"SELECT id FROM t WHERE {where} ORDER BY id"
+        want = oracle.sql(query).to_pydict()["id"]
+        assert table.sql(query).to_pydict()["id"] == want, where
+        assert sorted(table.to_reader(columns=["id"], filter=expr).read_all()["id"].to_pylist()) == want, where
+        for cache in (False, True, True):
+            got = table.dataset(cache=cache).to_table(columns=["id"], filter=expr)["id"].to_pylist()
+            assert sorted(got) == want, (where, cache)
+        assert sorted(table.nearest("vec", [0.0, 1.0], k=50, filter=expr)["id"].to_pylist()) == want, where
+    t.flush()
+
+
 def test_table_level_schema_metadata_on_the_base(tmp_path: Path) -> None:
     """Table-level schema metadata on the base (``update_schema_metadata``): the merged table's schema carried it, a
     scan's batches did not, and DataFusion refused every aggregate ("Physical input schema

@@ -8,7 +8,8 @@ expression filter (the whole schema is converted). :func:`for_lance` writes such
 expression as SQL when it can read all of it (comparisons, AND/OR/NOT, IS [NOT] NULL, IN
 lists of literals) and leaves every other filter as it was. The SQL answers as DataFusion and
 the rows memwal filters in memory do (:func:`_compared`; ``IN`` as SQL's); an ``is_in`` of an
-untyped empty or all-NULL list is written so too, since Lance answers it as pyarrow.
+untyped empty or all-NULL list is written so too, since Lance answers it as pyarrow, and so is a
+comparison of two numeric columns, a float one among them (Lance orders -0.0 below 0.0 there).
 
 Example:
     >>> import pyarrow as pa, pyarrow.compute as pc
@@ -55,7 +56,7 @@ def for_lance(filt: str | pc.Expression | None, schema: pa.Schema) -> str | pc.E
     and can be written as SQL; otherwise ``filt`` itself."""
     if not isinstance(filt, pc.Expression):
         return filt
-    if expression_runs(filt, schema) and _UNTYPED_SET not in str(filt):
+    if expression_runs(filt, schema) and _UNTYPED_SET not in str(filt) and not _compares_float_columns(filt, schema):
         return filt
     sql = _sql(expression_tree(filt, schema.names), {f.name: f.type for f in schema})
     return sql if sql is not None else filt
@@ -143,7 +144,13 @@ def _sql(n: Tree, types: dict[str, pa.DataType]) -> str | None:
         return None
     if n.name in COMPARISONS and len(args) == 2:
         left, right = _compared(n.args, [str(a) for a in args], types)
-        return f"({left} {COMPARISONS[n.name]} {right})"
+        cmp = f"({left} {COMPARISONS[n.name]} {right})"
+        if not _float_columns(n.args, types):
+            return cmp
+        # Lance compares two columns in IEEE 754's total order (-0.0 < 0.0); DataFusion and
+        # the rows memwal filters in memory take the zeros for one value
+        zeros = f"({left} = 0 AND {right} = 0)"
+        return f"({cmp} OR {zeros})" if n.name in _HOLD_AT_ZEROS else f"({cmp} AND NOT {zeros})"
     if n.name in ("and_kleene", "and", "or_kleene", "or"):
         return "(" + f" {'AND' if n.name.startswith('and') else 'OR'} ".join(str(a) for a in args) + ")"
     if n.name == "invert" and len(args) == 1:
@@ -167,6 +174,34 @@ def _sql(n: Tree, types: dict[str, pa.DataType]) -> str | None:
         # and for an unlisted value when NULL is listed; an empty list is FALSE (NULL for NULL)
         return f"({args[0]} IN ({', '.join(str(v) for v in values)}))" if values else f"({args[0]} IS NULL AND NULL)"
     return None
+
+
+_HOLD_AT_ZEROS = ("equal", "less_equal", "greater_equal")
+
+
+def _float_columns(pair: list[Tree], types: dict[str, pa.DataType]) -> bool:
+    """Whether ``pair`` is two numeric columns, a float one among them."""
+    kinds = [types.get(a.name) if isinstance(a, Field) else None for a in pair]
+    numeric = all(t is not None and (pa.types.is_floating(t) or pa.types.is_integer(t)) for t in kinds)
+    return numeric and any(t is not None and pa.types.is_floating(t) for t in kinds)
+
+
+def _compares_float_columns(filt: pc.Expression, schema: pa.Schema) -> bool:
+    """Whether ``filt`` compares two numeric columns, a float one among them (read only when
+    its text names a float column and another column)."""
+    text = str(filt)
+    named = [f for f in schema if f.name in text]
+    if len(named) < 2 or not any(pa.types.is_floating(f.type) for f in named):
+        return False
+    types = {f.name: f.type for f in schema}
+
+    def walk(n: Tree) -> bool:
+        if not isinstance(n, Call):
+            return False
+        here = n.name in COMPARISONS and len(n.args) == 2 and _float_columns(n.args, types)
+        return here or any(walk(a) for a in n.args)
+
+    return walk(expression_tree(filt, schema.names))
 
 
 def _compared(pair: list[Tree], sql: list[str], types: dict[str, pa.DataType]) -> list[str]:
