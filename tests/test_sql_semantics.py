@@ -583,6 +583,33 @@ def test_a_nan_literal_with_its_sign_bit_set_in_rows_held_in_memory(tmp_path: Pa
     t.flush()
 
 
+def _on_three_levels(tmp_path: Path, schema: pa.Schema, rows: Any) -> tuple[ModelTable, mq.Table, Any]:
+    """``rows(start)`` in the base, a flushed generation and a WAL tail (ids from 0, 10, 20);
+    the table, its snapshot and DataFusion over its live rows (the oracle)."""
+    t = ModelTable(str(tmp_path / "t"), schema, rows(0), unsharded=True)
+    t.put(rows(10))
+    t.flush()
+    t.put(rows(20))  # a WAL tail
+    oracle = datafusion.SessionContext()
+    oracle.register_record_batches("t", [t.expected().to_batches()])
+    return t, mq.open_table(t.uri), oracle
+
+
+def _answers_alike(table: mq.Table, oracle: Any, expr: pc.Expression, where: str, *, sql: bool = True) -> None:
+    """The rows ``where`` keeps in the oracle, from SQL (cache off, then on twice), ``to_reader``
+    and ``dataset()`` (cache off, then on twice) with ``expr``, its pyarrow spelling."""
+    query = f"SELECT id FROM t WHERE {where} ORDER BY id"
+    want = oracle.sql(query).to_pydict()["id"]
+    for cache in (False, True, True) if sql else ():
+        ctx = datafusion.SessionContext()
+        table.register(ctx, "t", cache=cache)
+        assert ctx.sql(query).to_pydict()["id"] == want, (where, cache)
+    assert sorted(table.to_reader(columns=["id"], filter=expr).read_all()["id"].to_pylist()) == want, where
+    for cache in (False, True, True):
+        got = table.dataset(cache=cache).to_table(columns=["id"], filter=expr)["id"].to_pylist()
+        assert sorted(got) == want, (where, cache)
+
+
 def test_integer_columns_against_a_nan_answer_as_datafusion_on_every_path(tmp_path: Path) -> None:
     """DataFusion compares an integer column with a float in float64, where NaN is above every
     number: ``n < NaN`` holds for every number, ``u < f`` for a NaN ``f``. The rewrite for rows
@@ -597,7 +624,8 @@ def test_integer_columns_against_a_nan_answer_as_datafusion_on_every_path(tmp_pa
         ]
     )
 
-    def rows(ids: range) -> pa.Table:
+    def rows(start: int) -> pa.Table:
+        ids = range(start, start + 15)
         return pa.table(
             {
                 "id": list(ids),
@@ -608,13 +636,7 @@ def test_integer_columns_against_a_nan_answer_as_datafusion_on_every_path(tmp_pa
             schema=schema,
         )
 
-    t = ModelTable(str(tmp_path / "t"), schema, rows(range(30)), unsharded=True)
-    t.put(rows(range(25, 40)))
-    t.flush()
-    t.put(rows(range(35, 45)))  # a WAL tail
-    table = mq.open_table(t.uri)
-    oracle = datafusion.SessionContext()
-    oracle.register_record_batches("t", [t.expected().to_batches()])
+    t, table, oracle = _on_three_levels(tmp_path, schema, rows)
     n, u, f, nan = pc.field("n"), pc.field("u"), pc.field("f"), pc.scalar(math.nan)
     cases = [
         (n < nan, "n < CAST('NaN' AS DOUBLE)"),
@@ -629,16 +651,7 @@ def test_integer_columns_against_a_nan_answer_as_datafusion_on_every_path(tmp_pa
         ((n < 2.5) & (u > 0), "n < 2.5 AND u > 0"),
     ]
     for expr, where in cases:
-        query = f"SELECT id FROM t WHERE {where} ORDER BY id"
-        want = oracle.sql(query).to_pydict()["id"]
-        for cache in (False, True, True):
-            ctx = datafusion.SessionContext()
-            table.register(ctx, "t", cache=cache)
-            assert ctx.sql(query).to_pydict()["id"] == want, (where, cache)
-        assert sorted(table.to_reader(columns=["id"], filter=expr).read_all()["id"].to_pylist()) == want, where
-        for cache in (False, True, True):
-            got = table.dataset(cache=cache).to_table(columns=["id"], filter=expr)["id"].to_pylist()
-            assert sorted(got) == want, (str(expr), cache)
+        _answers_alike(table, oracle, expr, where)
     t.flush()
 
 
@@ -667,20 +680,10 @@ def test_integer_columns_against_float_columns_compare_in_the_float_columns_type
             schema=schema,
         )
 
-    t = ModelTable(str(tmp_path / "t"), schema, rows(0), unsharded=True)
-    t.put(rows(10))
-    t.flush()
-    t.put(rows(20))  # a WAL tail
-    table = mq.open_table(t.uri)
-    oracle = datafusion.SessionContext()
-    oracle.register_record_batches("t", [t.expected().to_batches()])
+    t, table, oracle = _on_three_levels(tmp_path, schema, rows)
     n, g, h = pc.field("n"), pc.field("g"), pc.field("h")
     for expr, where in ((n == g, "n = g"), (g != n, "g <> n"), (n < g, "n < g"), (h != n, "h <> n"), (n == h, "n = h")):
-        want = oracle.sql(f"SELECT id FROM t WHERE {where} ORDER BY id").to_pydict()["id"]
-        assert sorted(table.to_reader(columns=["id"], filter=expr).read_all()["id"].to_pylist()) == want, where
-        for cache in (False, True, True):
-            got = table.dataset(cache=cache).to_table(columns=["id"], filter=expr)["id"].to_pylist()
-            assert sorted(got) == want, (where, cache)
+        _answers_alike(table, oracle, expr, where, sql=False)
     t.flush()
 
 
@@ -708,24 +711,13 @@ def test_two_columns_holding_zeros_of_both_signs_compare_equal_on_every_path(tmp
             schema=schema,
         )  # fmt: skip
 
-    t = ModelTable(str(tmp_path / "t"), schema, rows(0), unsharded=True)
-    t.put(rows(10))
-    t.flush()
-    t.put(rows(20))  # a WAL tail
-    table = mq.open_table(t.uri)
-    oracle = datafusion.SessionContext()
-    oracle.register_record_batches("t", [t.expected().to_batches()])
+    t, table, oracle = _on_three_levels(tmp_path, schema, rows)
     f, g, u = pc.field("f"), pc.field("g"), pc.field("u")
     cases = [(f == g, "f = g"), (f != g, "f <> g"), (f < g, "f < g"), (g >= f, "g >= f"), (f == u, "f = u"),
              (f > u, "f > u"), (~(f <= g), "NOT (f <= g)"), ((f == g) & (u < 1), "f = g AND u < 1")]  # fmt: skip
     for expr, where in cases:
-        query = f"SELECT id FROM t WHERE {where} ORDER BY id"
-        want = oracle.sql(query).to_pydict()["id"]
-        assert table.sql(query).to_pydict()["id"] == want, where
-        assert sorted(table.to_reader(columns=["id"], filter=expr).read_all()["id"].to_pylist()) == want, where
-        for cache in (False, True, True):
-            got = table.dataset(cache=cache).to_table(columns=["id"], filter=expr)["id"].to_pylist()
-            assert sorted(got) == want, (where, cache)
+        _answers_alike(table, oracle, expr, where)
+        want = oracle.sql(f"SELECT id FROM t WHERE {where} ORDER BY id").to_pydict()["id"]
         assert sorted(table.nearest("vec", [0.0, 1.0], k=50, filter=expr)["id"].to_pylist()) == want, where
     t.flush()
 
