@@ -685,3 +685,33 @@ def test_tied_scores_come_back_alike_from_one_search_to_the_next(tmp_path: Path)
         assert all(run == runs[0] for run in runs), query
         scores = [r["_score"] for r in runs[0]]
         assert len(set(scores)) < len(scores)  # ties, in the same order each time
+
+
+@pytest.mark.parametrize("change", ["dropped and added again", "names swapped"])
+def test_rows_searched_flat_follow_the_columns_after_a_schema_change(tmp_path: Path, change: str) -> None:
+    """The rows of base fragments searched without the index are kept for later searches by
+    their data files: after ``drop_columns`` + ``add_columns`` of the same name, or two names
+    swapped, ``search_text`` still showed the old values under the names (to_arrow and Lance
+    did not)."""
+    schema = pa.schema(
+        [pa.field("id", pa.int64(), False, metadata=PK), pa.field("b", pa.string()), pa.field("c", pa.string()),
+         pa.field("txt", pa.string())]
+    )  # fmt: skip
+    uri = str(tmp_path / "t")
+    ds = lance.write_dataset(pa.table({"id": [1], "b": ["b1"], "c": ["c1"], "txt": ["plum"]}, schema), uri)
+    ds.create_scalar_index("txt", "INVERTED")
+    later = pa.table({"id": [5], "b": ["b5"], "c": ["c5"], "txt": ["plum"]}, schema)
+    lance.write_dataset(later, uri, mode="append")  # outside the index: searched flat
+    lance.dataset(uri).initialize_mem_wal(unsharded=True)
+    first = mq.open_table(uri)
+    first.search_text("txt", "plum", k=10)  # keeps the flat fragment's rows
+    if change == "names swapped":
+        for old, new in (("b", "tmp"), ("c", "b"), ("tmp", "c")):
+            lance.dataset(uri).alter_columns({"path": old, "name": new})
+    else:
+        lance.dataset(uri).drop_columns(["b"])
+        lance.dataset(uri).add_columns(pa.field("b", pa.string()))
+    want = sorted(lance.dataset(uri).to_table().to_pylist(), key=lambda r: r["id"])
+    for table in (mq.open_table(uri), first.refresh()):
+        found = table.search_text("txt", "plum", k=10).drop_columns(["_score"]).to_pylist()
+        assert sorted(found, key=lambda r: r["id"]) == want

@@ -24,6 +24,7 @@ across snapshots (a row address never changes its text).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import weakref
@@ -334,9 +335,16 @@ class _Build:
     options: Mapping[str, str]
 
 
-def _fragment_key(ds: lance.LanceDataset, frag: lance.LanceFragment) -> str:
-    """What makes a fragment's rows: its id and data files (deletions only hide rows)."""
-    return f"{ds.uri}#{frag.fragment_id}:" + ",".join(f.path for f in frag.metadata.files)
+def _fragment_key(ds: lance.LanceDataset, frag: lance.LanceFragment, layout: str) -> str:
+    """What makes a fragment's rows: its id and data files (deletions only hide rows), and the
+    columns' names and field ids (``layout``: a dropped column's name taken by a new one, two
+    names swapped, change the rows read from the same files)."""
+    return f"{ds.uri}#{frag.fragment_id}:" + ",".join(f.path for f in frag.metadata.files) + f"@{layout}"
+
+
+def _layout(ds: lance.LanceDataset) -> str:
+    """A digest of ``ds``'s Lance schema (names, field ids, types)."""
+    return hashlib.blake2b(str(ds.lance_schema).encode(), digest_size=16).hexdigest()
 
 
 def index_analyzer(ds: lance.LanceDataset, desc: Any, options: Mapping[str, str], what: str = "the index") -> Analyzer:
@@ -390,6 +398,7 @@ def _build(view: TableView, column: str) -> Corpus:
         unindexed = "the base's unindexed fragments"
         indexed = [_indexed_source("base", None, base, desc, ctx, merge.base_drop, restrict=view.indexed_only)]
         covered = {int(f) for s in desc.segments for f in s.fragment_ids}
+    layout = _layout(base)
     flat = [
         _flat_source(
             unindexed,
@@ -398,7 +407,7 @@ def _build(view: TableView, column: str) -> Corpus:
             [f.fragment_id],
             ctx,
             merge.base_drop,
-            _fragment_key(base, f),
+            _fragment_key(base, f, layout),
         )
         for f in base.get_fragments()
         if f.fragment_id not in covered
