@@ -374,7 +374,7 @@ def test_search_filters_substrait_cannot_carry_are_handed_to_lance_as_sql(tmp_pa
     """pyarrow binds an integer column compared with a float, or a dictionary column compared
     with a string, by a safe cast, which its Substrait cannot represent: ``nearest`` and
     ``search_text`` refused such filters (to_reader, which filters rows itself, answered them).
-    They are written as SQL for Lance (as DataFusion compares: ``n = 2``, ``CAST(n AS DOUBLE) > 2.5``)."""
+    They are written as SQL for Lance (as DataFusion compares: ``CAST(n AS DOUBLE) > 2.5``)."""
     t = _typed_table(tmp_path)
     table = mq.open_table(t.uri)
     n, dec, cat = pc.field("n"), pc.field("dec"), pc.field("cat")

@@ -687,6 +687,29 @@ def test_integer_columns_against_float_columns_compare_in_the_float_columns_type
     t.flush()
 
 
+def test_integer_columns_above_a_float32s_range_against_a_float_literal(tmp_path: Path) -> None:
+    """pyarrow compares an int64 column with a float literal by casting it to float32, and refused
+    any value above 2**24: ``pc.field("n") > 3.0`` failed wherever rows were filtered in memory
+    (to_reader: "cannot be applied"; dataset(): a raw ArrowInvalid). DataFusion compares in
+    float64 (``n = 2.0**53`` holds for 2**53 + 1)."""
+    schema = pa.schema(
+        [pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("n", pa.int64()), pa.field("u", pa.uint64())]
+    )
+    values = [2**53 + 1, 2**53, 20_000_000, 3, -(2**53) - 1, None, 2**63 - 1]
+
+    def rows(start: int) -> pa.Table:
+        ids = list(range(start, start + len(values)))
+        unsigned = pa.array([None if v is None else abs(v) for v in values], pa.uint64())
+        return pa.table({"id": ids, "n": values, "u": unsigned}, schema=schema)
+
+    t, table, oracle = _on_three_levels(tmp_path, schema, rows)
+    n, u = pc.field("n"), pc.field("u")
+    for expr, where in ((n > 3.0, "n > 3.0"), (n == 2.0**53, f"n = {2.0**53!r}"), (n > 2.5, "n > 2.5"),
+                        (n != 0.5, "n <> 0.5"), (u > 1e19, "u > 1e19"), (u <= 2.0e7, "u <= 2.0e7")):  # fmt: skip
+        _answers_alike(table, oracle, expr, where)
+    t.flush()
+
+
 def test_two_columns_holding_zeros_of_both_signs_compare_equal_on_every_path(tmp_path: Path) -> None:
     """DataFusion takes -0.0 and 0.0 for one value; Lance compares two columns in IEEE 754's total
     order (-0.0 < 0.0): ``f == g`` kept only the WAL tail's rows through ``to_reader`` and none

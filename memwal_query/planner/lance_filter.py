@@ -224,12 +224,7 @@ def _compared(pair: list[Tree], sql: list[str], types: dict[str, pa.DataType]) -
             if not _holds(column, v):  # only then: a cast column is no index lookup
                 out[i] = f"CAST({out[i]} AS DOUBLE)"
         elif isinstance(v, float) and pa.types.is_integer(column):
-            # Lance refuses the float: as DataFusion compares them, an integral one as the integer
-            # it is (DataFusion unwraps the cast), another in float64
-            if v.is_integer() and _fits(int(v), column):
-                out[1 - i] = str(int(v))
-            else:
-                out[i] = f"CAST({out[i]} AS DOUBLE)"
+            out[i] = f"CAST({out[i]} AS DOUBLE)"  # as DataFusion compares them (Lance refuses the float)
         elif isinstance(v, int) and pa.types.is_float16(column):
             out[1 - i] = _literal(_as_half(v)) or out[1 - i]
     return out

@@ -64,9 +64,11 @@ def nan_ordered(expr: pc.Expression, schema: pa.Schema) -> pc.Expression:
     DataFusion does, and its IN lists answering as SQL's."""
     if not isinstance(expr, pc.Expression):
         return expr
-    floats = tuple(f.name for f in schema if pa.types.is_floating(f.type))
+    # float columns; integer ones too (a float literal prints as an integer: ``n > 3.0`` is
+    # "(n > 3)", and pyarrow's own comparison refused integers above 2**24 there)
+    numeric = tuple(f.name for f in schema if pa.types.is_floating(f.type) or pa.types.is_integer(f.type))
     text = str(expr)
-    if "is_in(" not in text and "nan" not in text and not any(name in text for name in floats):
+    if "is_in(" not in text and "nan" not in text and not any(name in text for name in numeric):
         return expr
     rebuilt = _rebuilt(expr, schema)
     return rebuilt if rebuilt is not None else expr
@@ -195,7 +197,7 @@ def _compare(name: str, left: Tree, right: Tree, types: dict[str, pa.DataType]) 
     if isinstance(right, Lit):
         v = right.value.as_py()
         if kinds[0] == "number" and not (isinstance(v, float) and math.isnan(v)):
-            return plain  # no NaN on either side
+            return _against_integers(name, a, b, v)
         if not (isinstance(v, float) and math.isnan(v)):
             # NaN is above every number: f > c is NOT (f <= c), which IEEE makes true for NaN
             # (and NULL for NULL); one comparison and a bitmap flip, no is_nan pass
@@ -234,6 +236,14 @@ def _compare(name: str, left: Tree, right: Tree, types: dict[str, pa.DataType]) 
         return plain | (nan_a & b.is_valid())
     same = (a == b) | (nan_a & nan_b)
     return same if name == "equal" else ~same
+
+
+def _against_integers(name: str, a: pc.Expression, b: pc.Expression, v: object) -> pc.Expression:
+    """An integer column against a number: against a float in float64, as DataFusion casts it
+    (pyarrow's own comparison cast to float32 and refused integers above 2**24)."""
+    if not isinstance(v, float):
+        return _CMP[name](a, b)
+    return _CMP[name](a.cast(pa.float64(), safe=False), b)
 
 
 _FLIP = {
