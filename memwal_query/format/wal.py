@@ -212,8 +212,10 @@ def replay_wal_tail(
     fenced: list[int] = []
     max_epoch = 0
     pos = replay_after + 1
+    reused: int | None = None  # the last position read from ``cache``
     while pos <= MAX_WAL_POSITION:
         cached = cache.get((region_id, pos)) if cache is not None else None
+        reused = pos if cached is not None else reused
         result: WalEntry | None | Exception = cached if cached is not None else read_wal_entry(storage, region_id, pos)
         if result is None:
             found = _end_or_gap(storage, region_id, pos)
@@ -255,7 +257,22 @@ def replay_wal_tail(
             entries.append(result)
         max_epoch = max(max_epoch, result.writer_epoch)
         pos += 1
+    if _forgot_gone(storage, region_id, reused, cache):
+        return replay_wal_tail(storage, region_id, replay_after, current_generation, cache)
     return WalTail(tuple(entries), replay_after + 1, pos - 1, tuple(skipped), torn, tuple(fenced), gap)
+
+
+def _forgot_gone(
+    storage: Storage, region_id: str, reused: int | None, cache: MutableMapping[tuple[str, int], WalEntry] | None
+) -> bool:
+    """Whether the last entry a replay took from ``cache`` (at ``reused``) is gone from
+    storage (the table restored from an older copy): the region's cached entries are then
+    forgotten, to be read again."""
+    if cache is None or reused is None or storage.exists(wal_entry_path(region_id, reused)):
+        return False
+    for key in [k for k in list(cache) if k[0] == region_id]:
+        cache.pop(key, None)
+    return True
 
 
 @dataclass(frozen=True)

@@ -227,11 +227,20 @@ def load_snapshot(
         raise TableNotFoundError(msg)
     attempts = _OPEN_ATTEMPTS if version is None else 1
     before: int | None = None
-    for attempt in range(attempts):
+    warm = bool(cache.manifests)  # a refresh: what it knows may be of a table since replaced
+    for attempt in range(attempts + 1):
         snap = _load_once(storage, version, consistency, live, cache, max_workers)
         gone = [s for r in snap.regions for s in r.skipped if s.missing]
         # again while merges move the base on (a busy merger and collector can outrun a few reads)
-        if not gone or attempt == attempts - 1 or snap.base_version == before:
+        final = not gone or attempt >= attempts - 1 or snap.base_version == before
+        if gone and final and warm:
+            # the region manifests known may be newer than the table's (restored from an older
+            # copy): a generation they list is not lost; read everything afresh once
+            log.info("generation(s) %s of %s missing on a refresh; reading the table afresh", gone, storage.uri)
+            cache.reset()
+            warm = False
+            continue
+        if final:
             # Still unreadable and not merged by the newest base version: lost.
             pinned = version is not None
             since = _merged_since(storage, snap) if gone and pinned else None

@@ -537,3 +537,27 @@ def test_an_open_reads_again_while_merges_move_the_base_on(tmp_path: Path, monke
     assert reads([5, 6, 7, 8, 9, 10], clean_at=5)[0] == [5, 6, 7, 8, 9, 10]  # base moving: read on
     assert reads([5, 6, 6, 7], clean_at=None)[0] == [5, 6, 6]  # the base did not move: lost
     events.flush()
+
+
+@pytest.mark.parametrize("after_the_copy", ["a WAL tail", "a flushed generation"])
+def test_a_refresh_after_the_table_was_restored_from_an_older_copy(tmp_path: Path, after_the_copy: str) -> None:
+    """A table replaced by an older copy of itself (a backup restored: the same base manifest):
+    ``refresh()`` kept the WAL entries and region manifests it had read, so it showed rows
+    written after the copy, or called a generation written after it lost. A WAL entry read
+    before that is gone, or a generation missing on a refresh, has it read the table afresh."""
+    uri, backup = str(tmp_path / "t"), str(tmp_path / "backup")
+    t = ModelTable(uri, SCHEMA, pa.Table.from_pylist(_rows(range(4), 0), schema=SCHEMA), unsharded=True)
+    t.put(_rows([0], 1))
+    t.flush()
+    shutil.copytree(uri, backup)
+    want = sorted(mq.open_table(backup).to_arrow().to_pylist(), key=lambda r: r["id"])
+    t.put(_rows([1, 2], 2))
+    if after_the_copy == "a flushed generation":
+        t.flush()
+    reader = mq.open_table(uri)
+    assert sorted(reader.to_arrow().to_pylist(), key=lambda r: r["id"]) != want
+    shutil.rmtree(uri)
+    shutil.copytree(backup, uri)
+    t.writers.clear()
+    for table in (reader.refresh(), mq.open_table(uri)):
+        assert sorted(table.to_arrow().to_pylist(), key=lambda r: r["id"]) == want
