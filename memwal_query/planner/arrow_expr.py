@@ -276,6 +276,26 @@ def in_values(call: Call, types: dict[str, pa.DataType]) -> pa.Array | None:
     return values if column == values.type or any(kind(column) and kind(values.type) for kind in kinds) else None
 
 
+def widened_in(call: Call, types: dict[str, pa.DataType]) -> pa.Array | None:
+    """The float values of an ``is_in`` ``call`` over a float32 or integer column, as float64:
+    DataFusion compares them with the column widened to float64 (pyarrow would cast them to the
+    column's type: float32(0.1) matched 0.1); None for any other ``is_in``.
+
+    Example:
+        >>> call = expression_tree(pc.field("g").isin([0.1]), ["g"])
+        >>> widened_in(call, {"g": pa.float32()}).type
+        DataType(double)
+    """
+    listed = value_set(call.options)
+    arg = call.args[0] if len(call.args) == 1 else None
+    column = types.get(arg.name) if isinstance(arg, Field) else None
+    if listed is None or column is None or not pa.types.is_floating(listed.type):
+        return None
+    if not (pa.types.is_float32(column) or pa.types.is_integer(column)):
+        return None
+    return listed.cast(pa.float64())
+
+
 def _is_text(t: pa.DataType) -> bool:
     return bool(pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t))
 

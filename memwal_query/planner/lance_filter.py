@@ -41,6 +41,7 @@ from memwal_query.planner.arrow_expr import (
     from_arrow_expression,
     in_values,
     nan_is_null,
+    widened_in,
 )
 from memwal_query.planner.predicates import needed_columns
 
@@ -160,19 +161,22 @@ def _sql(n: Tree, types: dict[str, pa.DataType]) -> str | None:
             return None  # SQL's IS NULL does not count NaN
         return f"({args[0]} IS {'NOT ' if n.name == 'is_valid' else ''}NULL)"
     if n.name == "is_in" and len(args) == 1:
-        found = in_values(n, types)
-        if found is None:
-            return None  # Lance would read the literals in the column's type, as pyarrow does: not DataFusion's answer
-        listed = found.to_pylist()
+        found, subject = in_values(n, types), args[0]
         column = types.get(n.args[0].name) if isinstance(n.args[0], Field) else None
+        if found is None:  # Lance would read the literals in the column's type, as pyarrow does
+            found, subject, column = widened_in(n, types), f"CAST({args[0]} AS DOUBLE)", pa.float64()
+            if found is None:
+                return None
+        listed = found.to_pylist()
         if column is not None and pa.types.is_integer(column):
-            listed = [v for v in listed if v is None or _fits(v, column)]  # Lance refuses 300 for an int8
+            low, high = _limits(column)
+            listed = [v for v in listed if v is None or low <= v <= high]  # Lance refuses 300 for an int8
         values = ["NULL" if v is None else _literal(v) for v in listed]
         if any(v is None for v in values):
             return None
         # SQL's IN, as every other filter of memwal answers (nan_order): NULL for a NULL input,
         # and for an unlisted value when NULL is listed; an empty list is FALSE (NULL for NULL)
-        return f"({args[0]} IN ({', '.join(str(v) for v in values)}))" if values else f"({args[0]} IS NULL AND NULL)"
+        return f"({subject} IN ({', '.join(str(v) for v in values)}))" if values else f"({subject} IS NULL AND NULL)"
     return None
 
 
@@ -246,10 +250,10 @@ def _as_half(v: int) -> float:
         return math.inf if v > 0 else -math.inf
 
 
-def _fits(v: int, t: pa.DataType) -> bool:
-    """Whether integer ``v`` is a value of integer type ``t``."""
+def _limits(t: pa.DataType) -> tuple[int, int]:
+    """The least and greatest value of integer type ``t``."""
     limits = np.iinfo(t.to_pandas_dtype())
-    return bool(limits.min <= v <= limits.max)
+    return int(limits.min), int(limits.max)
 
 
 def _literal(v: object) -> str | None:

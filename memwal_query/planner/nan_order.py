@@ -45,6 +45,7 @@ from memwal_query.planner.arrow_expr import (
     expression_tree,
     in_values,
     nan_is_null,
+    widened_in,
 )
 
 __all__ = ["as_given", "nan_ordered", "reads_whole"]
@@ -145,9 +146,11 @@ def _rebuild(n: Tree, types: dict[str, pa.DataType]) -> pc.Expression | None:
         return done[0].is_null(nan_is_null=nan_is_null(n.options))
     if n.name == "is_in" and len(done) == 1:
         values = in_values(n, types)
-        if values is None:
-            return None  # pyarrow casts the values to the column's type; DataFusion widens the column
-        return _sql_in(done[0], values)
+        if values is not None:
+            return _sql_in(done[0], values)
+        # pyarrow casts the values to the column's type; DataFusion widens the column
+        wide = widened_in(n, types)
+        return None if wide is None else _sql_in(done[0].cast(pa.float64(), safe=False), wide)
     return None
 
 
