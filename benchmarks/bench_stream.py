@@ -318,6 +318,7 @@ def child(kind: str, uri: str) -> dict[str, Any]:
     import memwal_query as mq
     from memwal_write import read_spark
 
+    _ = mq.open_table  # memwal_query loads its modules on first use: not timed
     spark = spark_session() if kind in SPARK_KINDS else None
     if spark is not None:
         spark.range(10).count()  # the JVM and a Python worker up (not timed)
