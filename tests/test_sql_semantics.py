@@ -696,7 +696,7 @@ def test_integer_columns_above_a_float32s_range_against_a_float_literal(tmp_path
     schema = pa.schema(
         [pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("n", pa.int64()), pa.field("u", pa.uint64())]
     )
-    values = [2**53 + 1, 2**53, 20_000_000, 3, -(2**53) - 1, None, 2**63 - 1]
+    values = [2**53 + 1, 2**53, 20_000_000, 3, -(2**53) - 1, None, 2**63 - 1, 2**24 + 1, 2**24]
 
     def rows(start: int) -> pa.Table:
         ids = list(range(start, start + len(values)))
@@ -705,8 +705,12 @@ def test_integer_columns_above_a_float32s_range_against_a_float_literal(tmp_path
 
     t, table, oracle = _on_three_levels(tmp_path, schema, rows)
     n, u = pc.field("n"), pc.field("u")
+    f32, f32s = pa.scalar(2.0**24, pa.float32()), pa.array([2.0**24], pa.float32())
     for expr, where in ((n > 3.0, "n > 3.0"), (n == 2.0**53, f"n = {2.0**53!r}"), (n > 2.5, "n > 2.5"),
-                        (n != 0.5, "n <> 0.5"), (u > 1e19, "u > 1e19"), (u <= 2.0e7, "u <= 2.0e7")):  # fmt: skip
+                        (n != 0.5, "n <> 0.5"), (u > 1e19, "u > 1e19"), (u <= 2.0e7, "u <= 2.0e7"),
+                        # a float32 literal or list: compared in float32 (2**24 + 1 is 2**24 there)
+                        (n == f32, "n = CAST(16777216.0 AS FLOAT)"), (n.isin(f32s), "n IN (CAST(16777216.0 AS FLOAT))"),
+                        (u.isin([2.0**24, 3.0]), "u IN (16777216.0, 3.0)")):  # fmt: skip
         _answers_alike(table, oracle, expr, where)
     t.flush()
 

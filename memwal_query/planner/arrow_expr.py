@@ -277,9 +277,10 @@ def in_values(call: Call, types: dict[str, pa.DataType]) -> pa.Array | None:
 
 
 def widened_in(call: Call, types: dict[str, pa.DataType]) -> pa.Array | None:
-    """The float values of an ``is_in`` ``call`` over a float32 or integer column, as float64:
-    DataFusion compares them with the column widened to float64 (pyarrow would cast them to the
-    column's type: float32(0.1) matched 0.1); None for any other ``is_in``.
+    """The float values of an ``is_in`` ``call`` over a float32 or integer column, in the type
+    DataFusion compares them in, the column cast to it: float64 for float64 values, else float32
+    (pyarrow would cast the values to the column's type: float32(0.1) matched 0.1, and 0.5 an
+    integer 0); None for any other ``is_in``.
 
     Example:
         >>> call = expression_tree(pc.field("g").isin([0.1]), ["g"])
@@ -293,7 +294,7 @@ def widened_in(call: Call, types: dict[str, pa.DataType]) -> pa.Array | None:
         return None
     if not (pa.types.is_float32(column) or pa.types.is_integer(column)):
         return None
-    return listed.cast(pa.float64())
+    return listed.cast(pa.float64() if pa.types.is_float64(listed.type) else pa.float32())
 
 
 def _is_text(t: pa.DataType) -> bool:

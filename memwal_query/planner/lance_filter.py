@@ -164,9 +164,10 @@ def _sql(n: Tree, types: dict[str, pa.DataType]) -> str | None:
         found, subject = in_values(n, types), args[0]
         column = types.get(n.args[0].name) if isinstance(n.args[0], Field) else None
         if found is None:  # Lance would read the literals in the column's type, as pyarrow does
-            found, subject, column = widened_in(n, types), f"CAST({args[0]} AS DOUBLE)", pa.float64()
+            found = widened_in(n, types)
             if found is None:
                 return None
+            subject, column = f"CAST({args[0]} AS {_SQL_FLOAT[str(found.type)]})", found.type
         listed = found.to_pylist()
         if column is not None and pa.types.is_integer(column):
             low, high = _limits(column)
@@ -180,6 +181,7 @@ def _sql(n: Tree, types: dict[str, pa.DataType]) -> str | None:
     return None
 
 
+_SQL_FLOAT = {"double": "DOUBLE", "float": "FLOAT"}
 _HOLD_AT_ZEROS = ("equal", "less_equal", "greater_equal")
 
 
@@ -228,7 +230,8 @@ def _compared(pair: list[Tree], sql: list[str], types: dict[str, pa.DataType]) -
             if not _holds(column, v):  # only then: a cast column is no index lookup
                 out[i] = f"CAST({out[i]} AS DOUBLE)"
         elif isinstance(v, float) and pa.types.is_integer(column):
-            out[i] = f"CAST({out[i]} AS DOUBLE)"  # as DataFusion compares them (Lance refuses the float)
+            # in the float's type, as DataFusion compares them (Lance refuses the float)
+            out[i] = f"CAST({out[i]} AS {_SQL_FLOAT.get(str(b.value.type), 'DOUBLE')})"  # type: ignore[union-attr]
         elif isinstance(v, int) and pa.types.is_float16(column):
             out[1 - i] = _literal(_as_half(v)) or out[1 - i]
     return out

@@ -150,7 +150,7 @@ def _rebuild(n: Tree, types: dict[str, pa.DataType]) -> pc.Expression | None:
             return _sql_in(done[0], values)
         # pyarrow casts the values to the column's type; DataFusion widens the column
         wide = widened_in(n, types)
-        return None if wide is None else _sql_in(done[0].cast(pa.float64(), safe=False), wide)
+        return None if wide is None else _sql_in(done[0].cast(wide.type, safe=False), wide)
     return None
 
 
@@ -200,7 +200,7 @@ def _compare(name: str, left: Tree, right: Tree, types: dict[str, pa.DataType]) 
     if isinstance(right, Lit):
         v = right.value.as_py()
         if kinds[0] == "number" and not (isinstance(v, float) and math.isnan(v)):
-            return _against_integers(name, a, b, v)
+            return _against_integers(name, a, b, right.value.type)
         if not (isinstance(v, float) and math.isnan(v)):
             # NaN is above every number: f > c is NOT (f <= c), which IEEE makes true for NaN
             # (and NULL for NULL); one comparison and a bitmap flip, no is_nan pass
@@ -241,12 +241,15 @@ def _compare(name: str, left: Tree, right: Tree, types: dict[str, pa.DataType]) 
     return same if name == "equal" else ~same
 
 
-def _against_integers(name: str, a: pc.Expression, b: pc.Expression, v: object) -> pc.Expression:
-    """An integer column against a number: against a float in float64, as DataFusion casts it
-    (pyarrow's own comparison cast to float32 and refused integers above 2**24)."""
-    if not isinstance(v, float):
+def _against_integers(name: str, a: pc.Expression, b: pc.Expression, literal: pa.DataType) -> pc.Expression | None:
+    """An integer column against a number: against a float in the float's type, as DataFusion
+    casts it (a float16 one: not rewritten; pyarrow's own comparison cast to float32 whatever
+    the float, and refused integers above 2**24)."""
+    if not pa.types.is_floating(literal):
         return _CMP[name](a, b)
-    return _CMP[name](a.cast(pa.float64(), safe=False), b)
+    if pa.types.is_float16(literal):
+        return None
+    return _CMP[name](a.cast(literal, safe=False), b)
 
 
 _FLIP = {

@@ -126,6 +126,9 @@ class SnapshotCache:
     #: records, by version: a version never changes, so a refresh reads only newer ones.
     base_operations: dict[int, object] = field(default_factory=dict)
     merged_at: dict[int, tuple[tuple[str, int], ...] | None] = field(default_factory=dict)
+    #: Lost generations served from the WAL that a warning was logged for (once per lineage,
+    #: not on every refresh), by directory.
+    lost_warned: set[str] = field(default_factory=set)
     #: The base version the cache was last loaded at and a digest of its Lance manifest: a
     #: table deleted and written again at the same place reuses region ids, WAL positions
     #: and version numbers, so only the manifest tells it from the table cached.

@@ -233,10 +233,10 @@ def load_snapshot(
         gone = [s for r in snap.regions for s in r.skipped if s.missing]
         # again while merges move the base on (a busy merger and collector can outrun a few reads)
         final = not gone or attempt >= attempts - 1 or snap.base_version == before
-        if gone and final and warm:
-            # the region manifests known may be newer than the table's (restored from an older
+        if gone and final and warm and _went_back(storage, cache, {s.region_id for s in gone}):
+            # the region manifests known are newer than the table's (restored from an older
             # copy): a generation they list is not lost; read everything afresh once
-            log.info("generation(s) %s of %s missing on a refresh; reading the table afresh", gone, storage.uri)
+            log.info("%s: region manifests older than those read before; reading the table afresh", storage.uri)
             cache.reset()
             warm = False
             continue
@@ -252,6 +252,20 @@ def load_snapshot(
         log.info("generation(s) %s vanished while opening %s; retrying with the newest base version", gone, storage.uri)
         before = snap.base_version
     raise AssertionError("unreachable")
+
+
+def _went_back(storage: Storage, cache: SnapshotCache, region_ids: set[str]) -> bool:
+    """Whether one of ``region_ids`` has no region manifest as new as the one ``cache`` holds
+    (the table was replaced by an older copy of itself), read afresh from its version hint."""
+    for rid in region_ids:
+        with cache.lock:
+            known = cache.manifests.get(rid)
+        if known is None:
+            continue
+        now = latest_region_manifest(storage, rid)
+        if now is None or now.version < known.version:
+            return True
+    return False
 
 
 def _check_column_names(uri: str, schema: pa.Schema) -> None:

@@ -168,7 +168,11 @@ def _resolve_region(
         elif found.complete:
             generations.append(_rebuilt_source(snap, s, found, cache))
             why = f"its rows are served from the WAL ({found.describe()}); {REPAIR_HINT}"
-            log.warning("%s", lost_generation_message(snap.uri, region, s, why))
+            with cache.lock:
+                first = s.uri not in cache.lost_warned
+                cache.lost_warned.add(s.uri)
+            # once per table lineage: a reader refreshing every second logged it every second
+            log.log(logging.WARNING if first else logging.INFO, "%s", lost_generation_message(snap.uri, region, s, why))
         elif policy == "skip":
             state = "GONE (merged by a newer base version; " if collected(s) else "LOST ("
             reason = (

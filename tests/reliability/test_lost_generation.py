@@ -561,3 +561,31 @@ def test_a_refresh_after_the_table_was_restored_from_an_older_copy(tmp_path: Pat
     t.writers.clear()
     for table in (reader.refresh(), mq.open_table(uri)):
         assert sorted(table.to_arrow().to_pylist(), key=lambda r: r["id"]) == want
+
+
+def test_a_lost_generation_is_warned_about_once_and_refreshes_stay_light(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A generation really lost (served from the WAL) is not taken for a table restored from an
+    older copy: a refresh does not read everything afresh (a rebuild from the whole WAL on every
+    refresh, 4 -> 45 ms at 400 entries), and its warning is logged once, not on every refresh."""
+    from memwal_query.snapshot.cache import SnapshotCache
+
+    t = ModelTable(str(tmp_path / "t"), SCHEMA, pa.Table.from_pylist(_rows(range(4), 0), schema=SCHEMA), unsharded=True)
+    t.put(_rows(range(2, 40), 1))
+    t.flush()
+    t.put(_rows([5], 2))
+    region = t.regions()[0]
+    shutil.rmtree(t.storage().child_uri(f"_mem_wal/{region}/{t.flushed(region)[0][1]}"))
+    resets: list[int] = []
+    reset = SnapshotCache.reset
+    monkeypatch.setattr(SnapshotCache, "reset", lambda self: (resets.append(1), reset(self))[1])
+    want = sorted(t.model.values(), key=lambda r: r["id"])
+    with caplog.at_level(logging.WARNING, logger="memwal_query"):
+        table = mq.open_table(t.uri)
+        for _ in range(3):
+            table = table.refresh()
+            assert sorted(table.to_arrow().to_pylist(), key=lambda r: r["id"]) == want
+    assert sum("served from the WAL" in m for m in caplog.messages) == 1
+    assert not resets
+    t.flush()
