@@ -191,6 +191,11 @@ def test_not_a_memwal_table(tmp_path: Path) -> None:
     lance.write_dataset(pa.table({"id": pa.array([1], pa.int64())}).cast(schema), uri)
     with pytest.raises(mq.NotAMemWalTableError, match="initialize_mem_wal"):
         mq.open_table(uri)
+    # a plain table without a key either: what it lacks first (the key error, fixed, led to this one)
+    bare = str(tmp_path / "bare")
+    lance.write_dataset(pa.table({"id": [1]}), bare)
+    with pytest.raises(mq.NotAMemWalTableError, match="initialize_mem_wal"):
+        mq.open_table(bare)
 
 
 def test_no_primary_key(tmp_path: Path) -> None:

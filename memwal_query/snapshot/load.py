@@ -326,6 +326,7 @@ def _load_once(
     max_workers: int,
 ) -> Snapshot:
     base = lance_dataset(storage, storage.uri, version=version)
+    index, digest = read_version(storage, base.version)  # a plain Lance table: said first
     pk = primary_key_of(base.schema)
     schema = merged_schema(base.schema, pk)
     if not pk:
@@ -335,7 +336,6 @@ def _load_once(
         )
         raise NoPrimaryKeyError(msg)
     _check_column_names(storage.uri, schema)
-    index, digest = read_version(storage, base.version)
     _same_table(storage, cache, base, digest)
     data_schema = pa.schema(list(schema) + [pa.field(TOMBSTONE, pa.bool_())])
     columns = BaseColumns.of(base, pk)
