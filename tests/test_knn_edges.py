@@ -409,6 +409,10 @@ def test_search_filters_naming_lances_row_columns_are_refused(tmp_path: Path) ->
             refused = r"(?i)invalid (vector|text) search filter .* no column '_row"
             with pytest.raises(mq.InvalidArgumentError, match=refused):
                 search(filt)
+    # a column name in double quotes (SQL's quoted name) is a string to Lance: no row, silently
+    for search in searches:
+        with pytest.raises(mq.InvalidArgumentError, match='Lance reads "cat" as a string, not the column'):
+            search("\"cat\" = 'c1'")
     # strings (Lance reads "..." as one too) and comments name no column
     for filt in ("text = '_rowid = 0'", 'text = "_rowid"', "id = 1 -- _rowid", "id = 1 /* _rowid */"):
         want = 1 if filt.startswith("id") else 0

@@ -107,6 +107,11 @@ def check_search_filter(filt: object, uri: str, schema: pa.Schema, kind: str) ->
             if m.group("name").lower() not in schema.names:
                 why = f"no column {m.group('name')!r} (columns: {', '.join(schema.names)})"
                 raise InvalidArgumentError(f"invalid {kind}filter {filt!r} for {uri}: {why}")
+        for m in _QUOTED.finditer(filt):
+            name = m.group(0)[1:-1].replace('""', '"') if m.group(0).startswith('"') else None
+            if name in schema.names:  # SQL's quoted name is a string to Lance: silently no row
+                why = f'Lance reads "{name}" as a string, not the column: write {name} or `{name}`'
+                raise InvalidArgumentError(f"invalid {kind}filter {filt!r} for {uri}: {why}")
 
 
 @contextmanager
