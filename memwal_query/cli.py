@@ -255,9 +255,12 @@ def _cmd_sql(args: argparse.Namespace) -> int:
     ticker = Ticker()  # elapsed time on a terminal until the first rows
     reader = ticking(_run_query(table, args.query), ticker)
     binary = args.format in ("arrow", "csv")
+    # written next to --output and renamed to it once every row is: a query failing while it
+    # runs leaves an existing file as it was, and no file of headers alone
+    part = f"{args.output}.{os.getpid()}.part" if args.output else ""
     if args.output:
         try:
-            fh: Any = open(args.output, "wb" if binary else "w", encoding=None if binary else "utf-8")  # noqa: SIM115
+            fh: Any = open(part, "wb" if binary else "w", encoding=None if binary else "utf-8")  # noqa: SIM115
         except OSError as err:
             raise InvalidArgumentError(f"cannot write {args.output}: {err.strerror or err}") from err
     else:
@@ -279,6 +282,10 @@ def _cmd_sql(args: argparse.Namespace) -> int:
         if args.output:
             with contextlib.nullcontext() if written else contextlib.suppress(OSError):
                 fh.close()  # failing, it would hide what failed first
+                if written:
+                    os.replace(part, args.output)
+                else:
+                    os.remove(part)
     return EXIT_OK
 
 

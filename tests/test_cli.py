@@ -113,6 +113,11 @@ def test_sql_csv_json_arrow_agree(
     assert main(["sql", demo, q, "-f", "arrow", "--output", str(out)]) == 0
     with pa.ipc.open_stream(out.read_bytes()) as r:
         assert sort_table(r.read_all(), ["id"]).equals(expected)
+    # a query failing while it runs left a file of headers alone in place of the one there
+    kept = tmp_path / "kept.csv"
+    kept.write_text("earlier\n")
+    assert main(["sql", demo, "SELECT 1 / (id - id) AS x FROM t", "-f", "csv", "-o", str(kept)]) != 0
+    assert kept.read_text() == "earlier\n" and sorted(p.name for p in tmp_path.iterdir()) == ["kept.csv", "rows.arrows"]
 
 
 def test_sql_csv_writes_nested_values_as_json(
