@@ -49,6 +49,7 @@ def write_pretty(reader: pa.RecordBatchReader, out: IO[str], max_rows: int) -> N
     import pyarrow as pa
 
     from memwal_query.display import format_text_table
+    from memwal_query.terminal_text import shown
 
     taken: list[pa.RecordBatch] = []
     n = 0
@@ -61,6 +62,11 @@ def write_pretty(reader: pa.RecordBatchReader, out: IO[str], max_rows: int) -> N
         taken.append(batch)
         n += batch.num_rows
     table = pa.Table.from_batches(taken, schema=reader.schema)
+    if table.column_names == ["plan_type", "plan"]:  # EXPLAIN: each plan whole, one line per node
+        for kind, plan in zip(*table.to_pydict().values(), strict=True):
+            lines = str(plan).split("\n")  # each escaped as a table's cell is (a literal may hold \x1b)
+            out.write(f"{shown(str(kind))}:\n" + "".join(shown(line, backslash=False) + "\n" for line in lines) + "\n")
+        return
     footer = f"more rows not shown (--max-rows {max_rows}; --format csv|json|arrow writes all)" if more else None
     out.write(format_text_table(table, footer=footer) + "\n")
 
