@@ -71,6 +71,14 @@ class MemWalDataFrame(datafusion.DataFrame):
         table, more = self._first_rows()
         return format_text_table(table, footer="more rows not shown" if more else None)
 
+    def show(self, num: int = 20) -> None:
+        """Print the first ``num`` rows as memwal's text table (DataFusion's printed a stray
+        ``DataFrame()`` line first, and names and values as they are)."""
+        from memwal_query.display import format_text_table
+
+        first = pa.Table.from_batches(self.limit(num + 1).collect(), schema=self.schema())
+        print(format_text_table(first.slice(0, num), footer="more rows not shown" if first.num_rows > num else None))
+
     def _repr_html_(self) -> str:
         """Jupyter's view: DataFusion's HTML table of the first rows (its formatter, its
         settings and type formatters), names and values HTML-escaped where they hold markup

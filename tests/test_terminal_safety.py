@@ -134,6 +134,18 @@ def test_query_results_in_a_notebook_are_escaped(hostile: str) -> None:
     assert "more rows not shown" in repr(many) and "Data truncated" in many._repr_html_()
 
 
+def test_show_prints_the_escaped_text_table(hostile: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``Table.sql(...).show()`` (the README's examples) printed DataFusion's stray
+    ``DataFrame()`` line, then the values as they are (``\x1b[2J`` cleared the terminal)."""
+    df = mq.open_table(hostile).sql("SELECT * FROM t ORDER BY 1")
+    df.show()
+    out = capsys.readouterr().out
+    _no_raw_controls(out)
+    assert out == repr(df) + "\n" and "DataFrame()" not in out
+    df.show(1)
+    assert capsys.readouterr().out.rstrip().endswith("1 row; more rows not shown")
+
+
 def _memwal(argv: list[str], stdout: object, closed: bool = False) -> subprocess.CompletedProcess[str]:
     """``memwal ARGV`` in a process of its own (with its standard output closed: ``>&-``)."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
