@@ -40,7 +40,7 @@ from memwal_query.format.row_address import address_option, addresses, take_rows
 from memwal_query.format.sets import member
 from memwal_query.format.topk import smallest
 from memwal_query.planner.filter_refusal import refusal
-from memwal_query.planner.lance_filter import search_scanner
+from memwal_query.planner.lance_filter import lance_scanner
 from memwal_query.vector_distance import exact_distances, vector_matrix
 from memwal_query.vector_pool import PoolPart
 
@@ -127,7 +127,7 @@ def lance_search(
         kwargs["row_addr_blocklist"] = serialize_row_addrs(block.tolist())
         kwargs["prefilter"] = True
     try:
-        return search_scanner(ds, filt, **kwargs).to_table()
+        return lance_scanner(ds, filt, **kwargs).to_table()
     except (ValueError, OSError, RuntimeError) as err:
         text = lance_message(err)
         if filt is not None and (why := refusal(text)) is not None:  # e.g. a column this source lacks

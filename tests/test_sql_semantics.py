@@ -715,6 +715,27 @@ def test_integer_columns_above_a_float32s_range_against_a_float_literal(tmp_path
     t.flush()
 
 
+def test_a_sign_bit_nan_beside_a_filter_substrait_cannot_carry(tmp_path: Path) -> None:
+    """Rows whose float column holds a NaN with its sign bit set are filtered by Lance; a filter
+    pyarrow cannot hand it through Substrait (``n < 0.5``: an integer column against a float)
+    was refused there and filtered by pyarrow, which put that NaN above every number
+    (``(d >= -129.0) & (n < 0.5)`` kept it, on every level). Lance gets such a filter as SQL."""
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("d", pa.float64()),
+                        pa.field("n", pa.int32())])  # fmt: skip
+    values = [math.copysign(math.nan, -1.0), math.nan, -200.0, 1.0, None]
+
+    def rows(start: int) -> pa.Table:
+        ids = list(range(start, start + len(values)))
+        return pa.table({"id": ids, "d": values, "n": [0, 0, 0, 0, 0]}, schema=schema)
+
+    t, table, oracle = _on_three_levels(tmp_path, schema, rows)
+    d, n = pc.field("d"), pc.field("n")
+    cases = (((d >= -129.0) & (n < 0.5), "d >= -129.0 AND n < 0.5"), ((d < 0) | (n > 2.5), "d < 0 OR n > 2.5"))
+    for expr, where in cases:
+        _answers_alike(table, oracle, expr, where)
+    t.flush()
+
+
 def test_two_columns_holding_zeros_of_both_signs_compare_equal_on_every_path(tmp_path: Path) -> None:
     """DataFusion takes -0.0 and 0.0 for one value; Lance compares two columns in IEEE 754's total
     order (-0.0 < 0.0): ``f == g`` kept only the WAL tail's rows through ``to_reader`` and none

@@ -56,7 +56,7 @@ from memwal_query.fts.corpus import (
     tokenize_rows,
 )
 from memwal_query.planner.filter_refusal import blamed_on_filter, check_search_filter, refusal
-from memwal_query.planner.lance_filter import search_scanner
+from memwal_query.planner.lance_filter import lance_scanner
 from memwal_query.scan.fragment import search_columns
 from memwal_query.view.table_view import TableView
 
@@ -136,7 +136,7 @@ class _Fetch:
         }
         kwargs.update(indexed_only(src.dataset, src.indexed_only, q.filter is not None))
         try:
-            return search_scanner(src.dataset, q.filter, **kwargs)
+            return lance_scanner(src.dataset, q.filter, **kwargs)
         except (ValueError, OSError, RuntimeError) as err:
             raise _search_error(err, q, src.name, src.dataset) from err
 
@@ -242,7 +242,7 @@ def _passing(src: FlatSource, q: _Query) -> np.ndarray:
     """Which rows of ``src``'s postings pass the query's filter."""
     try:
         frags = fragments_of(src.dataset, src.fragments)
-        scan = search_scanner(src.dataset, q.filter, columns=[], fragments=frags, **address_option(src.dataset))
+        scan = lance_scanner(src.dataset, q.filter, columns=[], fragments=frags, **address_option(src.dataset))
         addrs = addresses(scan.to_table())
     except (ValueError, OSError, RuntimeError) as err:
         raise _search_error(err, q, src.name, src.dataset) from err

@@ -45,7 +45,7 @@ from memwal_query.planner.arrow_expr import (
 )
 from memwal_query.planner.predicates import needed_columns
 
-__all__ = ["expression_runs", "for_lance", "needs_sql", "quote_name", "search_scanner"]
+__all__ = ["expression_runs", "for_lance", "needs_sql", "quote_name", "lance_scanner"]
 
 #: How an ``is_in`` of an untyped empty or all-NULL list prints: Lance answers it as pyarrow
 #: (``~n.isin([])`` kept NULL rows), not as the SQL ``IN`` it gives a typed list.
@@ -63,11 +63,12 @@ def for_lance(filt: str | pc.Expression | None, schema: pa.Schema) -> str | pc.E
     return sql if sql is not None else filt
 
 
-def search_scanner(ds: lance.LanceDataset, filt: str | pc.Expression | None, **kwargs: Any) -> lance.LanceScanner:
-    """``ds.scanner(filter=..., **kwargs)`` for a search (vector or text) filtered by ``filt``:
-    :func:`for_lance`, and an expression pyarrow cannot hand Lance (its Substrait has no safe
-    cast: an integer column against a float, a dictionary column) as SQL text where it can be
-    written (a scan filters such rows itself; a search has no other way)."""
+def lance_scanner(ds: lance.LanceDataset, filt: str | pc.Expression | None, **kwargs: Any) -> lance.LanceScanner:
+    """``ds.scanner(filter=..., **kwargs)`` filtered by ``filt``: :func:`for_lance`, and an
+    expression pyarrow cannot hand Lance (its Substrait has no safe cast: an integer column
+    against a float, a dictionary column) as SQL text where it can be written (a search has no
+    other way; rows filtered in memory would otherwise be filtered by pyarrow, which cannot
+    tell a NaN with its sign bit set)."""
     given = for_lance(filt, ds.schema)
     if given is not None:
         kwargs["filter"] = given

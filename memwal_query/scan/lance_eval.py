@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memwal_query.format.scratch import scratch
-from memwal_query.planner.lance_filter import for_lance
+from memwal_query.planner.lance_filter import for_lance, lance_scanner
 from memwal_query.planner.nan_order import as_given
 from memwal_query.scan.filters import filter_columns
 
@@ -58,7 +58,7 @@ def lance_filtered(table: pa.Table, filt: pc.Expression | str, otherwise: pc.Exp
     if table.num_rows == 0:
         return table
     try:
-        return memory_dataset(table).to_table(filter=for_lance(filt, table.schema))
+        return lance_scanner(memory_dataset(table), filt).to_table()
     except (ValueError, OSError, RuntimeError, pa.ArrowException):
         return table.filter(filt if otherwise is None else otherwise)
 
