@@ -25,6 +25,7 @@ import json
 import os
 import re
 import signal
+import stat
 import sys
 from collections.abc import Sequence
 from typing import IO, TYPE_CHECKING, Any, NoReturn
@@ -242,6 +243,18 @@ def _run_query(table: Table, query: str) -> pa.RecordBatchReader:
         raise failed from err
 
 
+def _part_path(output: str) -> str:
+    """Where ``memwal sql -o output`` writes: beside a regular file (or a new path), to be
+    renamed onto it; ``output`` itself for anything else (a device, a pipe, a link to one)."""
+    try:
+        regular = stat.S_ISREG(os.stat(output).st_mode)
+    except FileNotFoundError:
+        regular = True
+    except OSError:
+        regular = False
+    return f"{output}.{os.getpid()}.part" if regular and not os.path.islink(output) else output
+
+
 def _cmd_sql(args: argparse.Namespace) -> int:
     from memwal_query.cli_output import write_arrow, write_csv, write_json, write_pretty
     from memwal_query.cli_ticker import Ticker, ticking
@@ -255,9 +268,10 @@ def _cmd_sql(args: argparse.Namespace) -> int:
     ticker = Ticker()  # elapsed time on a terminal until the first rows
     reader = ticking(_run_query(table, args.query), ticker)
     binary = args.format in ("arrow", "csv")
-    # written next to --output and renamed to it once every row is: a query failing while it
-    # runs leaves an existing file as it was, and no file of headers alone
-    part = f"{args.output}.{os.getpid()}.part" if args.output else ""
+    # a file is written next to --output and renamed to it once every row is: a query failing
+    # while it runs leaves an existing file as it was, and no file of headers alone (a device,
+    # a pipe, /dev/stdout are written as they are: a rename would replace them)
+    part = _part_path(args.output) if args.output else ""
     if args.output:
         try:
             fh: Any = open(part, "wb" if binary else "w", encoding=None if binary else "utf-8")  # noqa: SIM115
@@ -282,9 +296,9 @@ def _cmd_sql(args: argparse.Namespace) -> int:
         if args.output:
             with contextlib.nullcontext() if written else contextlib.suppress(OSError):
                 fh.close()  # failing, it would hide what failed first
-                if written:
+                if part != args.output and written:
                     os.replace(part, args.output)
-                else:
+                elif part != args.output:
                     os.remove(part)
     return EXIT_OK
 

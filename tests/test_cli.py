@@ -118,6 +118,10 @@ def test_sql_csv_json_arrow_agree(
     kept.write_text("earlier\n")
     assert main(["sql", demo, "SELECT 1 / (id - id) AS x FROM t", "-f", "csv", "-o", str(kept)]) != 0
     assert kept.read_text() == "earlier\n" and sorted(p.name for p in tmp_path.iterdir()) == ["kept.csv", "rows.arrows"]
+    link = tmp_path / "link.csv"  # a link is written through, not replaced by a file
+    link.symlink_to(kept)
+    assert main(["sql", demo, "SELECT 1 AS one", "-f", "csv", "-o", str(link)]) == 0
+    assert link.is_symlink() and kept.read_text().splitlines() == ['"one"', "1"]
 
 
 def test_sql_csv_writes_nested_values_as_json(

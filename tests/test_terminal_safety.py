@@ -165,6 +165,11 @@ def test_results_to_a_full_disk_or_a_closed_stdout(hostile: str, tmp_path: Path,
             "full file": _memwal([*query, "-o", "/dev/full"], stdout=null),
             "closed stdout": _memwal(query, stdout=null, closed=True),
         }
+    import stat
+
+    # -o writes a regular file beside it and renames it; a device is written as it is (renamed
+    # onto, /dev/full became a regular file)
+    assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
     for what, proc in runs.items():
         assert proc.returncode == 1 and proc.stderr.count("\n") == 1, (what, proc.stderr)
         assert proc.stderr.startswith("memwal: error: "), (what, proc.stderr)
