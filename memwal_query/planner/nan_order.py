@@ -184,9 +184,9 @@ def _type(n: Tree, types: dict[str, pa.DataType]) -> pa.DataType | None:
 
 def _compare(name: str, left: Tree, right: Tree, types: dict[str, pa.DataType]) -> pc.Expression | None:
     """One comparison in DataFusion's order: NaN above every number, equal to itself. An
-    integer column is compared with a float literal in float64 (``n < 'NaN'`` holds for every
-    number), with a float column in that column's type, as DataFusion casts it (float16:
-    not rewritten, pyarrow compares none)."""
+    integer column is compared with a float literal in the literal's type (``n < 'NaN'`` holds
+    for every number), with a float column in that column's type, as DataFusion casts it
+    (float16: not rewritten, pyarrow compares none)."""
     if isinstance(left, Lit) and isinstance(right, Field):  # the field first: c < f is f > c
         return _compare(_FLIP[name], right, left, types)
     a, b = _rebuild(left, types), _rebuild(right, types)
