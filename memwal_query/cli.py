@@ -243,16 +243,17 @@ def _run_query(table: Table, query: str) -> pa.RecordBatchReader:
         raise failed from err
 
 
-def _part_path(output: str) -> str:
-    """Where ``memwal sql -o output`` writes: beside a regular file (or a new path), to be
-    renamed onto it; ``output`` itself for anything else (a device, a pipe, a link to one)."""
+def _part_path(output: str) -> tuple[str, str]:
+    """Where ``memwal sql -o output`` writes, and the file it renames that onto: beside a regular
+    file (a link's target; or a new path); ``output`` itself for anything else (a device, a pipe)."""
+    real = os.path.realpath(output)
     try:
-        regular = stat.S_ISREG(os.stat(output).st_mode)
+        regular = stat.S_ISREG(os.stat(real).st_mode)
     except FileNotFoundError:
         regular = True
     except OSError:
         regular = False
-    return f"{output}.{os.getpid()}.part" if regular and not os.path.islink(output) else output
+    return (f"{real}.{os.getpid()}.part", real) if regular else (output, output)
 
 
 def _cmd_sql(args: argparse.Namespace) -> int:
@@ -271,10 +272,17 @@ def _cmd_sql(args: argparse.Namespace) -> int:
     # a file is written next to --output and renamed to it once every row is: a query failing
     # while it runs leaves an existing file as it was, and no file of headers alone (a device,
     # a pipe, /dev/stdout are written as they are: a rename would replace them)
-    part = _part_path(args.output) if args.output else ""
+    part, target = _part_path(args.output) if args.output else ("", "")
     if args.output:
+        mode, encoding = ("wb", None) if binary else ("w", "utf-8")
         try:
-            fh: Any = open(part, "wb" if binary else "w", encoding=None if binary else "utf-8")  # noqa: SIM115
+            try:
+                fh: Any = open(part, mode, encoding=encoding)  # noqa: SIM115
+            except PermissionError:  # a file one may write in a folder one may not: written in place
+                if part == target:
+                    raise
+                part = target
+                fh = open(target, mode, encoding=encoding)  # noqa: SIM115
         except OSError as err:
             raise InvalidArgumentError(f"cannot write {args.output}: {err.strerror or err}") from err
     else:
@@ -296,9 +304,9 @@ def _cmd_sql(args: argparse.Namespace) -> int:
         if args.output:
             with contextlib.nullcontext() if written else contextlib.suppress(OSError):
                 fh.close()  # failing, it would hide what failed first
-                if part != args.output and written:
-                    os.replace(part, args.output)
-                elif part != args.output:
+                if part != target and written:
+                    os.replace(part, target)
+                elif part != target:
                     os.remove(part)
     return EXIT_OK
 

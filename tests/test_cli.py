@@ -122,6 +122,9 @@ def test_sql_csv_json_arrow_agree(
     link.symlink_to(kept)
     assert main(["sql", demo, "SELECT 1 AS one", "-f", "csv", "-o", str(link)]) == 0
     assert link.is_symlink() and kept.read_text().splitlines() == ['"one"', "1"]
+    assert main(["sql", demo, "SELECT 1 / (id - id) AS x FROM t", "-f", "csv", "-o", str(link)]) != 0
+    assert link.is_symlink() and kept.read_text().splitlines() == ['"one"', "1"]  # not emptied
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.csv", "link.csv", "rows.arrows"]
 
 
 def test_sql_csv_writes_nested_values_as_json(

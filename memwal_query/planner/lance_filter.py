@@ -235,6 +235,10 @@ def _compared(pair: list[Tree], sql: list[str], types: dict[str, pa.DataType]) -
             out[i] = f"CAST({out[i]} AS {_SQL_FLOAT.get(str(b.value.type), 'DOUBLE')})"  # type: ignore[union-attr]
         elif isinstance(v, int) and pa.types.is_float16(column):
             out[1 - i] = _literal(_as_half(v)) or out[1 - i]
+        elif isinstance(v, int) and pa.types.is_integer(column) and -(2**63) <= v < 2**63:
+            low, high = _limits(column)
+            if not low <= v <= high:  # Lance refuses -129 for an int8; DataFusion widens the column
+                out[i] = f"CAST({out[i]} AS BIGINT)"
     return out
 
 
