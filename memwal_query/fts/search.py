@@ -292,7 +292,9 @@ def _output(hits: list[_Hits], q: _Query, out: list[str], schema: pa.Schema) -> 
     pos = np.concatenate([np.arange(h.scores.size) for h in hits])
     # ties by source, then by row address (or position): Lance returns tied rows of an index of
     # several segments in another order each time, and a hybrid search's ranks followed it
-    at = np.concatenate([np.arange(h.scores.size) if h.addrs is None else h.addrs.astype(np.uint64) for h in hits])
+    at = np.concatenate(
+        [np.arange(h.scores.size, dtype=np.uint64) if h.addrs is None else h.addrs.astype(np.uint64) for h in hits]
+    )
     order = np.lexsort((at, part, -scores))[: q.k]
     by_part = np.argsort(part[order], kind="stable")  # the winners grouped by source
     pieces = []
