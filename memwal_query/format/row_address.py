@@ -27,9 +27,14 @@ import lance
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["ADDR", "address_option", "addresses", "take_rows"]
+__all__ = ["ADDR", "LANCE_ROW_COLUMNS", "address_option", "addresses", "take_rows"]
 
 ADDR = "_rowaddr"
+#: The columns Lance gives every dataset's rows itself (no column of a table can take these
+#: names; its SQL filters read them in each dataset apart).
+LANCE_ROW_COLUMNS = frozenset(
+    {"_rowid", "_rowaddr", "_rowoffset", "_row_created_at_version", "_row_last_updated_at_version"}
+)
 _ID = "_rowid"
 
 

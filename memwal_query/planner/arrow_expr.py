@@ -276,6 +276,22 @@ def in_values(call: Call, types: dict[str, pa.DataType]) -> pa.Array | None:
     return values if column == values.type or any(kind(column) and kind(values.type) for kind in kinds) else None
 
 
+def numeric_kind(n: Tree, types: dict[str, pa.DataType]) -> str | None:
+    """``"float"`` for a float column or literal, ``"number"`` for an integer one, None for
+    anything else (a decimal too: DataFusion compares one with a float as decimals).
+
+    Example:
+        >>> numeric_kind(Field("g"), {"g": pa.float32()}), numeric_kind(Field("n"), {"n": pa.int8()})
+        ('float', 'number')
+    """
+    t = n.value.type if isinstance(n, Lit) else types.get(n.name) if isinstance(n, Field) else None
+    if t is None:
+        return None
+    if pa.types.is_floating(t):
+        return "float"
+    return "number" if pa.types.is_integer(t) else None
+
+
 def widened_in(call: Call, types: dict[str, pa.DataType]) -> pa.Array | None:
     """The float values of an ``is_in`` ``call`` over a float32 or integer column, in the type
     DataFusion compares them in, the column cast to it: float64 for float64 values, else float32

@@ -41,6 +41,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pds
 
 from memwal_query.errors import InvalidArgumentError
+from memwal_query.format.row_address import LANCE_ROW_COLUMNS
 
 __all__ = ["blamed_on_filter", "check_filter", "check_search_filter", "refusal"]
 
@@ -52,9 +53,7 @@ _VALID = re.compile(r"Valid fields are (?P<names>.*?)\.(?:\s|$)", re.S)
 _TEMPORAL = re.compile(
     r"Received literal Utf8\(\"(?P<v>[^\"]*)\"\) and could not convert to literal of type '(?P<t>\w+)"
 )
-_INTERNAL = {"_rowid", "_rowaddr", "_rowoffset", "_distance", "_score", "_tombstone"} | {
-    f"_row_{when}_at_version" for when in ("created", "last_updated")
-}
+_INTERNAL = LANCE_ROW_COLUMNS | {"_distance", "_score", "_tombstone"}
 _DATE = re.compile(r"\d{4}-\d\d-\d\d")
 _NON_FINITE = {"nan", "inf", "infinity"}
 _LITERALS = {"Timestamp": "TIMESTAMP", "Date32": "DATE", "Date64": "DATE", "Time64": "TIME", "Time32": "TIME"}
@@ -153,8 +152,7 @@ def blamed_on_filter(filt: object, schema: pa.Schema, uri: str, kind: str = "") 
 
 #: Lance's row columns, which its SQL filters take in every dataset: each source of a merged
 #: table numbers its rows on its own (``_rowid = 0`` matched the first row of every source).
-_ROW_NAMES = r"_rowid|_rowaddr|_rowoffset|_row_created_at_version|_row_last_updated_at_version"
-_ROW_COLUMN = re.compile(rf"(?<![\w$.])(?P<name>{_ROW_NAMES})(?![\w$])", re.I)
+_ROW_COLUMN = re.compile(rf"(?<![\w$.])(?P<name>{'|'.join(sorted(LANCE_ROW_COLUMNS))})(?![\w$])", re.I)
 #: What names no column: strings (Lance reads "..." as one too), comments; and quoted names.
 _QUOTED = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|/\*.*?\*/|`(?P<name>[^`]*)`", re.S)
 
@@ -162,7 +160,7 @@ _QUOTED = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|/\*.*?\*/|`(?
 def _bare_name(m: re.Match[str]) -> str:
     """A quoted name as the bare word it names, anything else that names no column as a space."""
     name = m.group("name")
-    return f" {name} " if name is not None and re.fullmatch(_ROW_NAMES, name, re.I) else " "
+    return f" {name} " if name is not None and name.lower() in LANCE_ROW_COLUMNS else " "
 
 
 #: What Lance says of an expression its Substrait conversion cannot carry (a cast, a function).

@@ -41,6 +41,7 @@ from memwal_query.planner.arrow_expr import (
     from_arrow_expression,
     in_values,
     nan_is_null,
+    numeric_kind,
     widened_in,
 )
 from memwal_query.planner.predicates import needed_columns
@@ -57,9 +58,10 @@ def for_lance(filt: str | pc.Expression | None, schema: pa.Schema) -> str | pc.E
     and can be written as SQL; otherwise ``filt`` itself."""
     if not isinstance(filt, pc.Expression):
         return filt
-    if expression_runs(filt, schema) and _UNTYPED_SET not in str(filt) and not _compares_float_columns(filt, schema):
+    text = str(filt)
+    if expression_runs(filt, schema) and _UNTYPED_SET not in text and not _compares_float_columns(filt, text, schema):
         return filt
-    sql = _sql(expression_tree(filt, schema.names), {f.name: f.type for f in schema})
+    sql = _as_sql(filt, schema)
     return sql if sql is not None else filt
 
 
@@ -77,7 +79,7 @@ def lance_scanner(ds: lance.LanceDataset, filt: str | pc.Expression | None, **kw
     except pa.ArrowInvalid as err:
         if not isinstance(given, pc.Expression) or "Substrait" not in str(err):
             raise
-        sql = _sql(expression_tree(given, ds.schema.names), {f.name: f.type for f in ds.schema})
+        sql = _as_sql(given, ds.schema)
         if sql is None:
             raise
         kwargs["filter"] = sql
@@ -134,6 +136,11 @@ def _unconvertible(t: pa.DataType) -> bool:
     return False
 
 
+def _as_sql(filt: pc.Expression, schema: pa.Schema) -> str | None:
+    """``filt`` as Lance SQL over a dataset of ``schema``, or None where it cannot be written."""
+    return _sql(expression_tree(filt, schema.names), {f.name: f.type for f in schema})
+
+
 def _sql(n: Tree, types: dict[str, pa.DataType]) -> str | None:
     if isinstance(n, Field):
         return quote_name(n.name)
@@ -188,15 +195,13 @@ _HOLD_AT_ZEROS = ("equal", "less_equal", "greater_equal")
 
 def _float_columns(pair: list[Tree], types: dict[str, pa.DataType]) -> bool:
     """Whether ``pair`` is two numeric columns, a float one among them."""
-    kinds = [types.get(a.name) if isinstance(a, Field) else None for a in pair]
-    numeric = all(t is not None and (pa.types.is_floating(t) or pa.types.is_integer(t)) for t in kinds)
-    return numeric and any(t is not None and pa.types.is_floating(t) for t in kinds)
+    kinds = [numeric_kind(a, types) if isinstance(a, Field) else None for a in pair]
+    return None not in kinds and "float" in kinds
 
 
-def _compares_float_columns(filt: pc.Expression, schema: pa.Schema) -> bool:
-    """Whether ``filt`` compares two numeric columns, a float one among them (read only when
-    its text names a float column and another column)."""
-    text = str(filt)
+def _compares_float_columns(filt: pc.Expression, text: str, schema: pa.Schema) -> bool:
+    """Whether ``filt`` (printed as ``text``) compares two numeric columns, a float one among
+    them (read only when its text names a float column and another column)."""
     named = [f for f in schema if f.name in text]
     if len(named) < 2 or not any(pa.types.is_floating(f.type) for f in named):
         return False

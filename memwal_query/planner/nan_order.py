@@ -45,6 +45,7 @@ from memwal_query.planner.arrow_expr import (
     expression_tree,
     in_values,
     nan_is_null,
+    numeric_kind,
     widened_in,
 )
 
@@ -167,17 +168,6 @@ def _sql_in(x: pc.Expression, values: pa.Array) -> pc.Expression:
     return pc.if_else(x.isin(listed), pc.scalar(True), miss)
 
 
-def _kind(n: Tree, types: dict[str, pa.DataType]) -> str | None:
-    """``"float"`` for a float column or literal, ``"number"`` for an integer one (DataFusion
-    compares a decimal with a float as decimals: not rewritten here)."""
-    t = _type(n, types)
-    if t is None:
-        return None
-    if pa.types.is_floating(t):
-        return "float"
-    return "number" if pa.types.is_integer(t) else None
-
-
 def _type(n: Tree, types: dict[str, pa.DataType]) -> pa.DataType | None:
     return n.value.type if isinstance(n, Lit) else types.get(n.name) if isinstance(n, Field) else None
 
@@ -193,7 +183,7 @@ def _compare(name: str, left: Tree, right: Tree, types: dict[str, pa.DataType]) 
     if a is None or b is None:
         return None
     plain = _CMP[name](a, b)
-    kinds = (_kind(left, types), _kind(right, types))
+    kinds = (numeric_kind(left, types), numeric_kind(right, types))
     if not isinstance(left, Field) or kinds[0] is None or "float" not in kinds:
         return plain
     nan_a = pc.is_nan(a if kinds[0] == "float" else a.cast(pa.float64(), safe=False))

@@ -35,15 +35,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from memwal_query.format.row_address import LANCE_ROW_COLUMNS
 from memwal_query.format.scratch import scratch
 from memwal_query.planner.lance_filter import for_lance, lance_scanner
 from memwal_query.planner.nan_order import as_given
 from memwal_query.scan.filters import filter_columns
 
 __all__ = ["NegativeNans", "lance_filtered", "memory_dataset", "memory_filtered", "negative_nan"]
-
-#: Columns Lance makes itself: a dataset cannot hold one of these names.
-_LANCE_OWN = frozenset({"_rowid", "_rowaddr", "_rowoffset", "_row_created_at_version", "_row_last_updated_at_version"})
 
 
 def memory_dataset(table: pa.Table) -> lance.LanceDataset:
@@ -94,7 +92,7 @@ def memory_filtered(
     used = filter_columns(given, rows.column_names)  # Lance holds no `_rowaddr` column: only these
     # not read (a bare boolean column in it): every column Lance can hold (with `_rowaddr` the
     # write failed, and pyarrow's answer, which puts a sign-bit NaN above every number, was used)
-    names = [c for c in rows.column_names if (c in used if used is not None else c not in _LANCE_OWN)]
+    names = [c for c in rows.column_names if (c in used if used is not None else c not in LANCE_ROW_COLUMNS)]
     at = scratch("_at", rows.column_names)
     probe = rows.select(names)
     lance_filter = for_lance(given, probe.schema)  # by the column types as stored (SQL for a float16)
