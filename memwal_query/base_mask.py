@@ -13,10 +13,10 @@ fragment's columns decodes its key column with them and hands it over through
 :class:`~memwal_query.snapshot.cache.SnapshotCache` (a refresh reuses them for the
 fragments that did not change, within a byte budget), or one read of the key columns:
 straight from the fragment's data and deletion files
-(:mod:`memwal_query.format.fragment_files`), else through Lance. Integer keys are looked
-up in a table over the newer keys' span when it is small enough (:class:`KeyTable`: one
-gather per key, a byte or a bit per value of the span); otherwise key-sorted fragments
-search the sorted newer keys and unsorted ones hash them.
+(:mod:`memwal_query.format.fragment_files`), else through Lance. Before that read, a local
+fragment of consecutive integer keys is decided from the runs of them an earlier process
+kept on this machine (:mod:`memwal_query.key_runs`), and that read keeps them. Keys are
+looked up in the newer keys by :class:`~memwal_query.newer_lookup.NewerLookup`.
 """
 
 from __future__ import annotations
@@ -27,33 +27,23 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
-from typing import Protocol
 
 import lance
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from memwal_query import key_runs
 from memwal_query.format.fragment_files import FragmentColumns, read_columns
 from memwal_query.format.lance_open import base_read_error
 from memwal_query.format.storage import Storage
-from memwal_query.mask_delta import PriorDecisions, sorted_hits
+from memwal_query.mask_delta import PriorDecisions
+from memwal_query.newer_lookup import KeySet, KeyTable, NewerLookup
 from memwal_query.regionspec.spec import lance_field_ids
 from memwal_query.snapshot.cache import SnapshotCache, fragment_cache_key
 
 __all__ = ["BaseMask", "KeySet", "KeyTable", "MaskStatus", "fragment_identity"]
 
 _EMPTY = np.empty(0, dtype=np.uint64)
-
-
-class KeySet(Protocol):
-    """The newer levels' keys (``merge.NewerKeys``) as the mask needs them."""
-
-    def __len__(self) -> int: ...
-
-    def contains(self, keys: pa.Table) -> np.ndarray: ...
-
-    def sorted_numeric(self) -> np.ndarray | None: ...
 
 
 @dataclass(frozen=True)
@@ -68,7 +58,8 @@ class MaskStatus:
             pairs: ``"data files"`` (read straight from the data and deletion files),
             ``"Lance scanner"`` (the direct read could not prove it sees Lance's rows),
             ``"earlier snapshot"`` (kept by a refresh), ``"scan"`` (columns a query decoded,
-            or the rows a first full scan left out).
+            or the rows a first full scan left out), ``"key runs"`` (runs of consecutive keys
+            kept on this machine for the fragment's data file: :mod:`memwal_query.key_runs`).
     """
 
     fragments: int
@@ -97,77 +88,6 @@ def _addresses(run: pa.Table | FragmentColumns, positions: np.ndarray) -> np.nda
             positions = positions[run.live[positions]]
         return run.addresses(positions)
     return np.sort(np.asarray(run.column("_rowaddr").to_numpy(), dtype=np.uint64)[positions])
-
-
-_DENSE_CHUNK = 1 << 16
-DENSE_MAX_SPAN = 1 << 25
-"""Largest key span (max - min + 1 of the newer keys) held as a table of one byte per key value."""
-BITMAP_MAX_SPAN = 1 << 28
-"""Largest key span held as a bitmap (one bit per key value, 32 MiB at most): wider spans
-(and spans over 2,048 values per newer key) search the sorted newer keys instead."""
-
-
-@dataclass(frozen=True)
-class KeyTable:
-    """Membership of integer keys in the newer keys, by one gather per key.
-
-    ``table[k - lo]`` is true for the newer keys: one byte per value of their span, or one
-    bit per value (``packed``) when the span is too wide for bytes. Order-independent: a
-    base fragment whose keys are not sorted costs the same as a sorted one (an ``argsort``
-    of 10M keys takes ~2 s, the gather ~20 ms).
-    """
-
-    lo: int
-    table: np.ndarray
-    packed: bool
-
-    @staticmethod
-    def of(newer: np.ndarray) -> KeyTable | None:
-        """The table of the sorted, unique integer keys ``newer``; None when their span is too
-        wide or too sparse to be worth one (a sparse span costs more to allocate than searching)."""
-        if not newer.size or newer.dtype.kind not in "iu":
-            return None
-        lo, hi = int(newer[0]), int(newer[-1])
-        span = hi - lo + 1
-        if abs(lo) >= 1 << 62 or abs(hi) >= 1 << 62:
-            return None
-        offsets = newer.astype(np.int64) - np.int64(lo)
-        if span <= DENSE_MAX_SPAN and span <= 256 * newer.size:
-            table = np.zeros(span, dtype=bool)
-            table[offsets] = True
-            return KeyTable(lo, table, packed=False)
-        if span <= BITMAP_MAX_SPAN and span <= 2048 * newer.size:
-            bits = np.zeros((span + 7) // 8, dtype=np.uint8)
-            np.bitwise_or.at(bits, offsets >> 3, np.left_shift(1, offsets & 7).astype(np.uint8))
-            return KeyTable(lo, bits, packed=True)
-        return None
-
-    @property
-    def span(self) -> int:
-        """Key values the table covers."""
-        return self.table.size * 8 if self.packed else self.table.size
-
-    def hits(self, k: np.ndarray) -> np.ndarray:
-        """Boolean per integer key of ``k`` (any order, the newer keys' dtype): whether it is a newer key."""
-        out = np.empty(k.size, dtype=bool)
-        off = np.empty(min(k.size, _DENSE_CHUNK), dtype=np.int64)
-        span = np.uint64(self.span)
-        # uint64 keys subtract in uint64 (keys below lo wrap to huge): uint64 - int64 would
-        # compute in float64, which rounds keys over 2^53 to a neighbour's offset
-        lo = np.uint64(self.lo) if k.dtype == np.uint64 else np.int64(self.lo)
-        for at in range(0, k.size, _DENSE_CHUNK):  # chunks that stay in cache
-            part = k[at : at + _DENSE_CHUNK]
-            o = off[: part.size]
-            np.subtract(part, lo, out=o.view(np.uint64) if k.dtype == np.uint64 else o, casting="unsafe")
-            hit = out[at : at + part.size]
-            inside = o.view(np.uint64) < span  # negatives wrap to huge
-            if self.packed:
-                np.clip(o, 0, self.span - 1, out=o)
-                hit[:] = (self.table[o >> 3] >> (o & 7).astype(np.uint8)) & np.uint8(1)
-            else:
-                np.take(self.table, o, mode="clip", out=hit)
-            hit &= inside
-        return out
 
 
 class BaseMask:
@@ -201,8 +121,7 @@ class BaseMask:
         self._all: np.ndarray | None = None
         self._field_ids: dict[str, int] | None = None
         self._sources: dict[int, str] = {}
-        self._table: KeyTable | None = None
-        self._table_built = False
+        self._lookup = NewerLookup(self.newer, self.primary_key) if self.newer is not None else None
         self._prior: PriorDecisions | None = None
 
     @classmethod
@@ -277,59 +196,17 @@ class BaseMask:
         return np.sort(addrs[self._hit_positions(run)])
 
     def _hit_positions(self, keys: pa.Table) -> np.ndarray:
-        """Positions (ascending) of the rows of key columns ``keys`` whose key has a newer version."""
-        assert self.newer is not None
-        numeric = self.newer.sorted_numeric()
-        col = keys.column(self.primary_key[0])
-        if numeric is None or not keys.num_rows or col.null_count:
-            return np.flatnonzero(np.asarray(self.newer.contains(keys), dtype=bool))
-        hits = self._table_hits(col, numeric.dtype)
-        if hits is not None:
-            return np.flatnonzero(hits)
-        k = np.asarray(col.to_numpy(), dtype=numeric.dtype)
-        if bool(np.all(k[1:] >= k[:-1])):
-            return sorted_hits(k, numeric)
-        # unsorted keys over a wide span: a hash lookup (5x faster than sorting 10M keys)
-        hit = pc.is_in(pa.array(k), value_set=pa.array(numeric))
-        return np.flatnonzero(hit.to_numpy(zero_copy_only=False))
-
-    def _hit_mask(self, keys: pa.Table) -> np.ndarray:
-        """Boolean per row of key columns ``keys``: whether a newer version of its key exists."""
-        assert self.newer is not None
-        numeric = self.newer.sorted_numeric()
-        col = keys.column(self.primary_key[0])
-        if numeric is None or not keys.num_rows or col.null_count:
-            return np.asarray(self.newer.contains(keys), dtype=bool)
-        hits = self._table_hits(col, numeric.dtype)
-        if hits is not None:
-            return hits
-        hit = np.zeros(keys.num_rows, dtype=bool)
-        hit[self._hit_positions(keys)] = True
-        return hit
-
-    def _table_hits(self, col: pa.ChunkedArray, dtype: np.dtype) -> np.ndarray | None:
-        """Boolean per key of ``col`` (no NULLs) from the key table, chunk by chunk (no copy
-        of the keys: ``to_numpy`` of a chunked column concatenates); None without a table."""
-        table = self.key_table()
-        if table is None:
-            return None
-        parts = [table.hits(np.asarray(c.to_numpy(), dtype=dtype)) for c in col.chunks]
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+        assert self._lookup is not None
+        return self._lookup.positions(keys)
 
     @property
     def lookup_table_bytes(self) -> int:
         """Memory of the table over the newer keys' span (0 until built, or none was)."""
-        return int(self._table.table.nbytes) if self._table is not None else 0
+        return self._lookup.table_bytes if self._lookup is not None else 0
 
     def key_table(self) -> KeyTable | None:
         """The newer integer keys' membership table (built on first use; None when not worth one)."""
-        if not self._table_built:
-            with self._lock:
-                if not self._table_built:
-                    numeric = self.newer.sorted_numeric() if self.newer is not None else None
-                    self._table = KeyTable.of(numeric) if numeric is not None else None
-                    self._table_built = True
-        return self._table
+        return self._lookup.key_table() if self._lookup is not None else None
 
     def _prior_decisions(self) -> PriorDecisions | None:
         """Drop lists of earlier snapshots kept in the cache (integer keys only; None otherwise)."""
@@ -348,7 +225,8 @@ class BaseMask:
         """
         if self.newer is None or keys.num_rows == 0:
             return np.ones(keys.num_rows, dtype=bool)
-        return ~self._hit_mask(keys)
+        assert self._lookup is not None
+        return ~self._lookup.mask(keys)
 
     def live_rows(self, batch: pa.RecordBatch, dropped: list[np.ndarray] | None = None) -> pa.RecordBatch:
         """Rows of a base batch whose key has no newer version (:meth:`live`); ``dropped``
@@ -364,24 +242,55 @@ class BaseMask:
         got = self.known(frag.fragment_id)
         if got is not None:
             return got
-        return self.decide(frag, self._keys(frag))
+        keys = self._kept_keys(frag)
+        runs = self._runs() if keys is None else None
+        drop = runs.shadowed(frag.metadata) if runs is not None else None
+        if drop is not None:
+            self._note_source(frag, "key runs")
+            with self._lock:
+                return self._drops.setdefault(frag.fragment_id, drop)
+        return self.decide(frag, keys if keys is not None else self._read_keys(frag, runs))
 
-    def _keys(self, frag: lance.fragment.LanceFragment) -> pa.Table | FragmentColumns:
-        cache = self.cache
-        ident = fragment_identity(frag)
+    def _kept_keys(self, frag: lance.fragment.LanceFragment) -> pa.Table | FragmentColumns | None:
+        """The fragment's keys if this process has them: kept by an earlier snapshot, or decoded by a scan."""
+        if self.cache is None:
+            return None
         names = [*self.primary_key, "_rowaddr"]
-        if cache is not None:
-            with cache.lock:
-                hit = cache.base_runs.get(ident)
-                source = "earlier snapshot"
-                decoded = cache.fragment_columns.get(fragment_cache_key(self.uri, frag), {})
-                if hit is None and all(n in decoded for n in names):
-                    hit, source = pa.table({n: decoded[n] for n in names}), "scan"  # a scan decoded them
-            if hit is not None:
-                self._note_source(frag, source)
-                return hit
+        with self.cache.lock:
+            hit = self.cache.base_runs.get(fragment_identity(frag))
+            source = "earlier snapshot"
+            decoded = self.cache.fragment_columns.get(fragment_cache_key(self.uri, frag), {})
+            if hit is None and all(n in decoded for n in names):
+                hit, source = pa.table({n: decoded[n] for n in names}), "scan"  # a scan decoded them
+        if hit is not None:
+            self._note_source(frag, source)
+        return hit
+
+    def _runs(self) -> key_runs.FragmentRuns | None:
+        """Key runs kept on this machine, for a local base with one integer key (None otherwise)."""
+        numeric = self.newer.sorted_numeric() if self.newer is not None else None
+        if numeric is None or len(self.primary_key) != 1 or self.storage is None or self.base is None:
+            return None
+        field = self._key_field_ids().get(self.primary_key[0])
+        local = self.storage.local_path("") is not None
+        return key_runs.FragmentRuns(self.storage, field, numeric) if field is not None and local else None
+
+    def _key_field_ids(self) -> dict[str, int]:
+        """Column name -> Lance field id in the base's schema (listed once)."""
+        if self._field_ids is None:
+            assert self.base is not None
+            self._field_ids = {name: i for i, name in lance_field_ids(self.base).items()}
+        return self._field_ids
+
+    def _read_keys(
+        self, frag: lance.fragment.LanceFragment, runs: key_runs.FragmentRuns | None
+    ) -> pa.Table | FragmentColumns:
+        """The fragment's keys read from its data files (or through Lance), kept for later
+        snapshots (and their runs for later processes)."""
         t: pa.Table | FragmentColumns | None = self._read_columns(frag, self.primary_key)
         self._note_source(frag, "data files" if t is not None else "Lance scanner")
+        if t is not None and runs is not None:
+            runs.keep(frag.metadata, t.table.column(0))
         try:
             if t is None and frag.metadata.deletion_file is None:
                 # every row of the fragment, in order: its addresses follow from the row offsets
@@ -392,8 +301,8 @@ class BaseMask:
             assert self.base is not None
             what = f"the key columns of base fragment {frag.fragment_id}"
             raise base_read_error(self.base, what, err, frag) from err
-        if cache is not None:
-            cache.store_base_run(ident, t)
+        if self.cache is not None:
+            self.cache.store_base_run(fragment_identity(frag), t)
         return t
 
     def read_rows(self, frag: lance.fragment.LanceFragment, columns: Sequence[str]) -> pa.Table | None:
@@ -415,9 +324,7 @@ class BaseMask:
         against a real object store, so Lance reads those."""
         if self.storage is None or self.base is None or self.storage.local_path("") is None:
             return None
-        if self._field_ids is None:
-            self._field_ids = {name: i for i, name in lance_field_ids(self.base).items()}
-        return read_columns(self.storage, frag.metadata, self._field_ids, list(columns), self.base.schema)
+        return read_columns(self.storage, frag.metadata, self._key_field_ids(), list(columns), self.base.schema)
 
     def all(self) -> np.ndarray:
         """Every shadowed base row address, sorted (decides every fragment once)."""

@@ -166,9 +166,12 @@ def test_count_then_mask_equals_plain_lance(table: ModelTable) -> None:
     assert t.merge_state.base_shadowed_rows == shadowed.num_rows
 
 
-def test_count_reads_base_keys_from_the_data_files(table: ModelTable, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_count_reads_base_keys_from_the_data_files(
+    table: ModelTable, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """count(*) reads each base fragment's key column from its data file and deletion file,
     not through Lance's scanner; the answer and mask equal Lance's way and the model."""
+    monkeypatch.setenv("MEMWAL_CACHE_DIR", str(tmp_path))  # no key runs kept yet (memwal_query.key_runs)
     fragments = lance.dataset(table.uri).get_fragments()
     assert any(f.metadata.deletion_file is not None for f in fragments)  # merges deleted base rows
     spy = _BaseReads(monkeypatch, table.uri)
@@ -186,6 +189,7 @@ def test_count_reads_base_keys_from_the_data_files(table: ModelTable, monkeypatc
     assert again.count_rows() == len(table.model)  # a refresh reuses the keys read
     assert again.merge_state.base_mask.status().key_sources == (("earlier snapshot", len(fragments)),)
     monkeypatch.setattr(base_mask_module, "read_columns", lambda *a, **k: None)  # Lance's way
+    monkeypatch.setenv("MEMWAL_CACHE_DIR", "off")
     t = mq.open_table(table.uri)
     t.view.cache.keep_base_runs(set())
     assert t.count_rows() == len(table.model)
@@ -197,6 +201,7 @@ def test_count_reads_base_keys_from_the_data_files(table: ModelTable, monkeypatc
 def test_key_runs_kept_for_refresh_stay_within_their_budget(table: ModelTable, monkeypatch: pytest.MonkeyPatch) -> None:
     """Base key runs are kept for refreshed snapshots only up to a byte budget; the ones left
     out are read again by the refreshed snapshot, with the same answers."""
+    monkeypatch.setenv("MEMWAL_CACHE_DIR", "off")  # every fragment's keys read (none from key runs)
     t = mq.open_table(table.uri)
     assert t.count_rows() == len(table.model)
     cache = t.view.cache

@@ -44,7 +44,7 @@ from memwal_query.errors import MemWalError, is_panic
 from memwal_query.format.deletions import fragment_deletions
 from memwal_query.format.storage import Storage
 
-__all__ = ["FragmentColumns", "read_columns", "read_live_columns"]
+__all__ = ["FragmentColumns", "column_file", "read_columns", "read_live_columns", "read_liveness"]
 
 log = logging.getLogger(__name__)
 
@@ -213,3 +213,20 @@ def read_live_columns(
     (arguments as :func:`read_columns`)."""
     got = read_columns(storage, meta, field_ids, columns, expect)
     return got.live_table() if got is not None else None
+
+
+def column_file(storage: Storage, meta: Any, field_id: int) -> str | None:
+    """The local path of the one data file of a fragment holding field ``field_id`` as a
+    top-level column (what :func:`read_columns` reads it from); None otherwise."""
+    f = _data_file(meta, [field_id])
+    return storage.local_path(f"data/{f.path}") if f is not None else None
+
+
+def read_liveness(storage: Storage, meta: Any) -> FragmentColumns | None:
+    """Which of a fragment's stored rows are live, as :class:`FragmentColumns` of no column;
+    None when its deletion file cannot be proven to read as Lance reads it."""
+    try:
+        return FragmentColumns(pa.table({}), _live(storage, meta, int(meta.physical_rows)), int(meta.id))
+    except (_Fallback, MemWalError, OSError, ValueError, RuntimeError, pa.ArrowException) as err:
+        log.debug("fragment %s of %s: deletions not read directly (%s)", meta.id, storage.uri, err)
+        return None

@@ -1,0 +1,273 @@
+"""A base fragment's integer keys as runs of consecutive values, kept on this machine's disk.
+
+Keys written in order (an auto-increment id, a timestamp-ordered id) form long runs in a
+base fragment's data file: rows ``s, s+1, ...`` hold keys ``k, k+1, ...``. :class:`KeyRuns`
+keeps one ``(first row, first key, last key)`` triple per run, and answers which rows hold a
+newer level's key with two binary searches per run instead of one lookup per row: a
+fragment of 1M sequential keys is one run, where reading its key column costs ~8 ms.
+
+A fragment's data file never changes, so its runs stay true: :func:`load` and :func:`store`
+keep them per data file in a cache directory on this machine (``MEMWAL_CACHE_DIR``;
+default ``$XDG_CACHE_HOME/memwal`` or ``~/.cache/memwal``; ``off`` keeps nothing), so a new
+process decides such a fragment without reading its keys. A file is found by the data
+file's path, size and modification time, the key's field id and type; one that does not
+decode to well-formed runs over the fragment's rows is ignored. Only compressible keys are
+kept (at most one run per :data:`ROWS_PER_RUN` rows): other fragments are read as before.
+
+Example:
+    >>> import numpy as np
+    >>> keys = np.concatenate([np.arange(10, 500), np.arange(1000, 1300)])  # rows 0-489, 490-789
+    >>> runs = KeyRuns.of(keys)
+    >>> len(runs), runs.hits(np.array([11, 12, 1001, 2000])).tolist()
+    (2, [1, 2, 491])
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import threading
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from memwal_query.format.fragment_files import column_file, read_liveness
+from memwal_query.format.storage import Storage
+
+__all__ = ["ROWS_PER_RUN", "FragmentRuns", "KeyRuns", "cache_dir", "load", "store"]
+
+log = logging.getLogger(__name__)
+
+ROWS_PER_RUN = 128
+"""Runs are kept for a fragment with at most one run per this many rows (1M rows: 7,813 runs, 180 KiB)."""
+_CHUNK = 1 << 16
+_MAGIC = b"MWKRUNS1"
+_EMPTY = np.empty(0, dtype=np.int64)
+MAX_FILES = 20_000
+"""Run files kept at most; beyond, the oldest are removed down to half of it."""
+
+
+@dataclass(frozen=True)
+class KeyRuns:
+    """Rows ``starts[i]`` .. ``starts[i+1] - 1`` of a fragment hold keys ``firsts[i]`` .. ``lasts[i]``, one apart.
+
+    Attributes:
+        starts: First row (offset in the data file) of each run, ascending from 0.
+        firsts: Key of each run's first row (the fragment's key type).
+        lasts: Key of each run's last row.
+        rows: Rows of the data file.
+    """
+
+    starts: np.ndarray
+    firsts: np.ndarray
+    lasts: np.ndarray
+    rows: int
+
+    def __len__(self) -> int:
+        return int(self.starts.size)
+
+    @staticmethod
+    def of(keys: np.ndarray) -> KeyRuns | None:
+        """The runs of integer ``keys`` (every row of a data file, in order); None when there
+        are more than one per :data:`ROWS_PER_RUN` rows (or the keys are not integers)."""
+        if keys.dtype.kind not in "iu" or not keys.size:
+            return None
+        limit = max(1, keys.size // ROWS_PER_RUN)
+        breaks: list[np.ndarray] = [np.zeros(1, dtype=np.int64)]
+        found = 0
+        for at in range(0, keys.size - 1, _CHUNK):  # chunks that stay in cache; give up early
+            part = keys[at : at + _CHUNK + 1]
+            b = np.flatnonzero((part[1:] - part[:-1]) != 1)  # wraps at the type's ends: checked below
+            found += b.size
+            if found >= limit:
+                return None
+            breaks.append(b.astype(np.int64) + at + 1)
+        starts = np.concatenate(breaks)
+        ends = np.append(starts[1:], keys.size)
+        runs = KeyRuns(starts, keys[starts], keys[ends - 1], int(keys.size))
+        return runs if runs.well_formed() else None  # a run across the type's largest value
+
+    def well_formed(self) -> bool:
+        """Whether the runs tile the rows and each run's keys fit its length (a damaged file's do not)."""
+        s, f, last = self.starts, self.firsts, self.lasts
+        if not (s.size and s.size == f.size == last.size and f.dtype == last.dtype and f.dtype.kind in "iu"):
+            return False
+        if int(s[0]) != 0 or not bool(np.all(s[1:] > s[:-1])) or int(s[-1]) >= self.rows or self.rows >= 1 << 32:
+            return False
+        lengths = np.diff(np.append(s, self.rows))
+        if not bool(np.all(last >= f)):
+            return False
+        # last - first in uint64 (no overflow: last >= first) must be the run's length - 1
+        span = last.astype(np.uint64, copy=False) - f.astype(np.uint64, copy=False)
+        return bool(np.all(span == (lengths - 1).astype(np.uint64)))
+
+    def hits(self, newer: np.ndarray) -> np.ndarray:
+        """Rows (ascending offsets) whose key is one of ``newer`` (sorted, unique, the keys' type)."""
+        if not newer.size:
+            return _EMPTY
+        lo = np.searchsorted(newer, self.firsts, "left")
+        hi = np.searchsorted(newer, self.lasts, "right")
+        counts = hi - lo
+        total = int(counts.sum())
+        if not total:
+            return _EMPTY
+        run = np.repeat(np.arange(counts.size), counts)
+        at = lo[run] + np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+        off = newer[at].astype(np.uint64, copy=False) - self.firsts[run].astype(np.uint64, copy=False)
+        return np.asarray(off.astype(np.int64) + self.starts[run])
+
+    def encode(self, identity: bytes) -> bytes:
+        """The file :func:`store` writes: header, the three arrays, a CRC-32 of all of it."""
+        dtype = self.firsts.dtype.str.encode().ljust(8, b" ")
+        head = _MAGIC + identity + dtype + np.array([self.rows, len(self)], dtype="<u8").tobytes()
+        body = self.starts.astype("<u4").tobytes() + self.firsts.tobytes() + self.lasts.tobytes()
+        crc = zlib.crc32(head + body).to_bytes(4, "little")
+        return head + body + crc
+
+    @staticmethod
+    def decode(data: bytes, identity: bytes, dtype: np.dtype) -> KeyRuns | None:
+        """The runs in ``data`` when it is a whole, well-formed file for ``identity`` of keys ``dtype``."""
+        head = len(_MAGIC) + len(identity) + 8 + 16
+        if len(data) < head + 4 or data[: len(_MAGIC) + len(identity)] != _MAGIC + identity:
+            return None
+        if zlib.crc32(data[:-4]) != int.from_bytes(data[-4:], "little"):
+            return None
+        at = len(_MAGIC) + len(identity)
+        if data[at : at + 8].rstrip(b" ") != dtype.str.encode():
+            return None
+        rows, n = (int(v) for v in np.frombuffer(data, dtype="<u8", count=2, offset=at + 8))
+        if len(data) != head + n * (4 + 2 * dtype.itemsize) + 4:
+            return None
+        starts = np.frombuffer(data, dtype="<u4", count=n, offset=head).astype(np.int64)
+        firsts = np.frombuffer(data, dtype=dtype, count=n, offset=head + 4 * n)
+        lasts = np.frombuffer(data, dtype=dtype, count=n, offset=head + (4 + dtype.itemsize) * n)
+        runs = KeyRuns(starts, firsts, lasts, rows)
+        return runs if runs.well_formed() else None
+
+
+def cache_dir() -> Path | None:
+    """Where run files are kept (``MEMWAL_CACHE_DIR``, else the user's cache directory); None when off."""
+    env = os.environ.get("MEMWAL_CACHE_DIR")
+    if env is not None:
+        return None if env.strip().lower() in ("", "off", "none", "0", "false") else Path(env) / "key-runs"
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "memwal" / "key-runs"
+
+
+def _identity(data_file: str, field_id: int, dtype: np.dtype) -> tuple[bytes, str] | None:
+    """The identity of the runs of a data file's key column: its path, size, modification
+    time, the field and the type (32 bytes), and the file name it is kept under."""
+    try:
+        st = os.stat(data_file)
+    except OSError:
+        return None
+    what = f"{os.path.realpath(data_file)}\0{st.st_size}\0{st.st_mtime_ns}\0{field_id}\0{dtype.str}"
+    digest = hashlib.blake2b(what.encode(), digest_size=32).digest()
+    return digest, digest.hex()
+
+
+def load(data_file: str, field_id: int, dtype: np.dtype, rows: int) -> KeyRuns | None:
+    """The runs kept for key field ``field_id`` of local ``data_file`` of ``rows`` rows, if any."""
+    where = cache_dir()
+    ident = _identity(data_file, field_id, dtype) if where is not None else None
+    if where is None or ident is None:
+        return None
+    try:
+        data = (where / ident[1][:2] / ident[1]).read_bytes()
+    except OSError:
+        return None
+    runs = KeyRuns.decode(data, ident[0], dtype)
+    return runs if runs is not None and runs.rows == rows else None
+
+
+def store(data_file: str, field_id: int, runs: KeyRuns) -> bool:
+    """Keep ``runs`` for key field ``field_id`` of local ``data_file`` (written whole or not at
+    all; a cache directory that cannot be written keeps nothing). Returns whether it was kept."""
+    where = cache_dir()
+    ident = _identity(data_file, field_id, runs.firsts.dtype) if where is not None else None
+    if where is None or ident is None:
+        return False
+    folder = where / ident[1][:2]
+    target = folder / ident[1]
+    part = folder / f"{ident[1]}.{os.getpid()}.{threading.get_ident()}.part"
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        part.write_bytes(runs.encode(ident[0]))
+        os.replace(part, target)
+    except OSError as err:
+        log.debug("key runs not kept in %s: %s", where, err)
+        with contextlib.suppress(OSError):
+            part.unlink(missing_ok=True)
+        return False
+    _trim_once(where)
+    return True
+
+
+@dataclass(frozen=True)
+class FragmentRuns:
+    """The key runs of one local base's fragments, against one snapshot's newer keys.
+
+    Attributes:
+        storage: The base's storage (local).
+        field_id: The Lance field id of its integer key.
+        newer: The newer levels' keys, sorted and unique.
+    """
+
+    storage: Storage
+    field_id: int
+    newer: np.ndarray
+
+    def shadowed(self, meta: Any) -> np.ndarray | None:
+        """Sorted addresses of the live rows of fragment ``meta`` whose key is a newer one, from
+        the runs kept for its data file; None when none are (or its deletions cannot be read directly)."""
+        path = column_file(self.storage, meta, self.field_id)
+        runs = load(path, self.field_id, self.newer.dtype, int(meta.physical_rows)) if path is not None else None
+        live = read_liveness(self.storage, meta) if runs is not None else None
+        if runs is None or live is None:
+            return None
+        rows = runs.hits(self.newer)
+        if live.live is not None:
+            rows = rows[live.live[rows]]
+        return live.addresses(rows)
+
+    def keep(self, meta: Any, keys: pa.ChunkedArray) -> bool:
+        """Keep the runs of fragment ``meta``'s key column ``keys`` (every stored row, as
+        :func:`~memwal_query.format.fragment_files.read_columns` reads it) when they
+        compress. Returns whether they were kept."""
+        path = column_file(self.storage, meta, self.field_id)
+        if path is None or keys.null_count or cache_dir() is None:
+            return False
+        runs = KeyRuns.of(np.asarray(keys.to_numpy(), dtype=self.newer.dtype))
+        return runs is not None and store(path, self.field_id, runs)
+
+
+_trimmed: set[Path] = set()
+_trim_lock = threading.Lock()
+
+
+def _trim_once(where: Path) -> None:
+    """Once per process and directory, in the background: remove the oldest run files
+    beyond :data:`MAX_FILES`."""
+    with _trim_lock:
+        if where in _trimmed:
+            return
+        _trimmed.add(where)
+    threading.Thread(target=_trim, args=(where,), name="memwal-key-runs-trim", daemon=True).start()
+
+
+def _trim(where: Path) -> None:
+    try:
+        files = [(p.stat().st_mtime_ns, p) for p in where.glob("*/*") if not p.name.endswith(".part")]
+        if len(files) <= MAX_FILES:
+            return
+        files.sort()
+        for _, p in files[: len(files) - MAX_FILES // 2]:
+            p.unlink(missing_ok=True)
+    except OSError as err:  # another process trimming, a directory gone: the next process tries again
+        log.debug("key runs in %s not trimmed: %s", where, err)

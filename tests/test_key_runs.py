@@ -1,0 +1,195 @@
+"""Key runs kept on this machine (``memwal_query.key_runs``): a base fragment of consecutive
+integer keys is decided by a new process without reading its keys, with the answers of a
+read of its keys.
+
+Runs are checked against numpy membership on generated keys of every integer type; the
+tables are written by pylance's MemWAL writer and every count is compared with the dict
+model (``lsm_model.ModelTable``); run files damaged in every way are ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import memwal_query as mq
+import memwal_query.base_mask as base_mask_module
+from memwal_query import key_runs
+from memwal_query.key_runs import KeyRuns
+
+from builders import events_schema, rows
+from lsm_model import ModelTable
+
+REPO = Path(__file__).resolve().parents[1]
+_TYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]
+
+
+@st.composite
+def _runs_and_probes(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray]:
+    """Keys made of runs of consecutive values (some across the type's largest value, some
+    repeating earlier keys), and probe keys in and around them."""
+    dtype = np.dtype(draw(st.sampled_from(_TYPES)))
+    info = np.iinfo(dtype)
+    parts = []
+    for _ in range(draw(st.integers(1, 6))):
+        n = draw(st.integers(1, 3000))
+        first = draw(st.one_of(st.integers(int(info.min), int(info.max)), st.just(int(info.max) - n // 2)))
+        first = max(int(info.min), min(first, int(info.max)))
+        with np.errstate(over="ignore"):  # consecutive in the type's arithmetic: wraps past its end
+            parts.append(np.arange(n, dtype=np.uint64).astype(dtype) + np.array(first, dtype=dtype))
+    keys = np.concatenate(parts)
+    near = np.concatenate([keys, keys.astype(object) + 1, keys.astype(object) - 1])
+    near = np.array([v for v in near if info.min <= v <= info.max], dtype=object).astype(dtype)
+    pick = draw(st.lists(st.integers(0, near.size - 1), max_size=200))
+    return keys, np.unique(near[pick]) if pick else np.empty(0, dtype=dtype)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_runs_and_probes())
+def test_runs_answer_which_rows_hold_a_key_as_numpy_does(case: tuple[np.ndarray, np.ndarray]) -> None:
+    """Rows found through runs are exactly the rows whose key numpy finds among the probes,
+    for keys of every integer type and keys repeated across runs; keys with a run across
+    the type's largest value, or more than one run per 128 rows, have none; a file of the
+    runs decodes to the same answers."""
+    big, probes = case
+    runs = KeyRuns.of(big)
+    step_one = (big[1:] - big[:-1]) == 1  # in the type: a step from its largest value wraps
+    wraps = step_one & (big[1:] < big[:-1])
+    breaks = int((~step_one).sum() + wraps.sum())
+    if runs is None:
+        assert breaks >= max(1, big.size // 128) or wraps.any()
+        return
+    assert len(runs) == breaks + 1 and not wraps.any()
+    want = np.flatnonzero(np.isin(big, probes))
+    assert runs.hits(probes).tolist() == want.tolist()
+    ident = b"i" * 32
+    again = KeyRuns.decode(runs.encode(ident), ident, big.dtype)
+    assert again is not None and again.hits(probes).tolist() == want.tolist()
+
+
+def test_keys_that_do_not_compress_are_not_kept() -> None:
+    """Shuffled keys (more than one run per 128 rows) have no runs: the fragment is read."""
+    keys = np.random.default_rng(0).permutation(10_000).astype(np.int64)
+    assert KeyRuns.of(keys) is None
+    assert KeyRuns.of(np.arange(10_000, dtype=np.int64)) is not None
+    assert KeyRuns.of(np.array([0.5, 1.5])) is None
+
+
+def test_damaged_run_files_are_ignored() -> None:
+    """A run file cut short, with any byte changed, of another data file or key type, or
+    whose runs do not tile the rows, decodes to nothing."""
+    runs = KeyRuns.of(np.concatenate([np.arange(5000), np.arange(100, 2000)]).astype(np.int64))
+    assert runs is not None
+    ident = bytes(range(32))
+    data = runs.encode(ident)
+    assert KeyRuns.decode(data, ident, np.dtype(np.int64)) is not None
+    for cut in range(len(data)):
+        assert KeyRuns.decode(data[:cut], ident, np.dtype(np.int64)) is None
+    for at in range(len(data)):
+        flipped = bytearray(data)
+        flipped[at] ^= 0x10
+        assert KeyRuns.decode(bytes(flipped), ident, np.dtype(np.int64)) is None, at
+    assert KeyRuns.decode(data, bytes(32), np.dtype(np.int64)) is None
+    assert KeyRuns.decode(data, ident, np.dtype(np.uint64)) is None
+    bad = KeyRuns(np.array([0, 4000]), np.array([0, 7]), np.array([3999, 2905]), 6900)  # 2nd run one short
+    assert not bad.well_formed()
+    assert KeyRuns.decode(bad.encode(ident), ident, np.dtype(np.int64)) is None
+
+
+def _build(path: str, seed: int = 5) -> ModelTable:
+    """A base of 3,000 consecutive keys (one run), two merges (deletion files, base fragments of
+    scattered keys), unmerged generations and a WAL tail."""
+    rng = np.random.default_rng(seed)
+    base = pa.Table.from_pylist(rows(range(3000), 0, rng), schema=events_schema())
+    t = ModelTable(path, events_schema(), base, bucket=("id", 4), max_memtable_rows=200)
+    t.put(rows(rng.choice(3400, 500, replace=False), 1, rng))
+    t.delete([(int(k),) for k in rng.choice(3000, 50, replace=False)])
+    t.flush()
+    for r in t.regions()[:2]:
+        t.merge(r, t.flushed(r)[0][0])
+    t.put(rows(rng.choice(3400, 400, replace=False), 2, rng))
+    t.delete([(int(k),) for k in rng.choice(3000, 30, replace=False)])
+    t.flush()
+    t.put(rows(rng.choice(3400, 80, replace=False), 3, rng))  # left open: WAL tail
+    return t
+
+
+_CHILD = """
+import json, sys
+import memwal_query as mq
+t = mq.open_table(sys.argv[1])
+n = t.sql("SELECT count(*) AS n FROM t").to_arrow_table().column("n")[0].as_py()
+mask = t.merge_state.base_mask
+print(json.dumps({"n": n, "sources": dict(mask.status().key_sources), "mask": mask.all().tolist()}))
+"""
+
+
+def _fresh_process(uri: str, cache_dir: str) -> dict[str, object]:
+    env = {**os.environ, "MEMWAL_CACHE_DIR": cache_dir, "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-c", _CHILD, uri], env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def test_a_new_process_decides_consecutive_keys_from_kept_runs(tmp_path: Path) -> None:
+    """The first process reads every base fragment's keys and keeps runs for the one of
+    consecutive keys; the next process decides it from them (no read of its keys), with the
+    same mask and the model's count, also after a merge changed its deletion file."""
+    table = _build(str(tmp_path / "t"))
+    cache_dir = str(tmp_path / "cache")
+    first = _fresh_process(table.uri, cache_dir)
+    frags = lance.dataset(table.uri).get_fragments()
+    assert first["n"] == len(table.model) and first["sources"] == {"data files": len(frags)}
+    kept = [p for p in Path(cache_dir).rglob("*") if p.is_file()]
+    assert len(kept) == 1  # the 3,000 consecutive keys; merged fragments' keys are scattered
+    second = _fresh_process(table.uri, cache_dir)
+    assert second == {**first, "sources": {"key runs": 1, "data files": len(frags) - 1}}
+    region = table.regions()[2]
+    table.merge(region, table.flushed(region)[0][0])  # deletes base rows: a new deletion file
+    third = _fresh_process(table.uri, cache_dir)
+    assert third["n"] == len(table.model) and dict(third["sources"])["key runs"] == 1  # type: ignore[call-overload]
+    assert third["mask"] == _fresh_process(table.uri, str(tmp_path / "empty"))["mask"]
+
+
+def test_runs_in_process_equal_a_read_of_the_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A snapshot deciding from runs drops the rows one reading the keys drops; with the
+    cache off, nothing is kept; an unwritable cache directory keeps nothing and answers alike."""
+    table = _build(str(tmp_path / "t"), seed=8)
+    monkeypatch.setenv("MEMWAL_CACHE_DIR", str(tmp_path / "cache"))
+    read = mq.open_table(table.uri)
+    assert read.count_rows() == len(table.model)
+    want = read.merge_state.base_mask.all().tolist()
+    read.view.cache.reset()
+    calls: list[object] = []
+    real = base_mask_module.read_columns
+    monkeypatch.setattr(base_mask_module, "read_columns", lambda *a, **k: calls.append(a) or real(*a, **k))
+    runs = mq.open_table(table.uri)
+    assert runs.count_rows() == len(table.model) and runs.merge_state.base_mask.all().tolist() == want
+    assert dict(runs.merge_state.base_mask.status().key_sources)["key runs"] == 1
+    assert "key runs: 1" in runs.explain()
+    assert len(calls) == len(lance.dataset(table.uri).get_fragments()) - 1
+    first = next(f for f in lance.dataset(table.uri).get_fragments() if f.metadata.physical_rows == 3000)
+    data_file = Path(table.uri) / "data" / first.metadata.files[0].path
+    st_ = data_file.stat()
+    os.utime(data_file, ns=(st_.st_atime_ns, st_.st_mtime_ns + 10**9))  # a file changed since: not trusted
+    runs.view.cache.reset()
+    touched = mq.open_table(table.uri)
+    assert touched.count_rows() == len(table.model) and touched.merge_state.base_mask.all().tolist() == want
+    assert "key runs" not in dict(touched.merge_state.base_mask.status().key_sources)
+    for setting in ("off", str(tmp_path / "a-file")):
+        (tmp_path / "a-file").write_text("not a directory")
+        monkeypatch.setenv("MEMWAL_CACHE_DIR", setting)
+        runs.view.cache.reset()
+        again = mq.open_table(table.uri)
+        assert again.count_rows() == len(table.model) and again.merge_state.base_mask.all().tolist() == want
+        assert "key runs" not in dict(again.merge_state.base_mask.status().key_sources)
+        assert key_runs.cache_dir() is None or not key_runs.cache_dir().exists()  # type: ignore[union-attr]
