@@ -81,9 +81,16 @@ class KeyRuns:
         limit = max(1, keys.size // ROWS_PER_RUN)
         breaks: list[np.ndarray] = [np.zeros(1, dtype=np.int64)]
         found = 0
+        step = np.empty(min(_CHUNK, keys.size), dtype=keys.dtype)
+        broken = np.empty(step.size, dtype=bool)
         for at in range(0, keys.size - 1, _CHUNK):  # chunks that stay in cache; give up early
             part = keys[at : at + _CHUNK + 1]
-            b = np.flatnonzero((part[1:] - part[:-1]) != 1)  # wraps at the type's ends: checked below
+            n = part.size - 1
+            np.subtract(part[1:], part[:-1], out=step[:n])  # wraps at the type's ends: checked below
+            np.not_equal(step[:n], 1, out=broken[:n])
+            if not broken[:n].any():
+                continue
+            b = np.flatnonzero(broken[:n])
             found += b.size
             if found >= limit:
                 return None
