@@ -37,6 +37,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -314,6 +315,7 @@ def main(argv: list[str] | None = None) -> None:
         "targets": goals,
     }
     Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
+    shutil.rmtree(KEPT_RUNS, ignore_errors=True)
     print(f"wrote {args.out}")
 
 

@@ -204,8 +204,10 @@ def store(data_file: str, field_id: int, runs: KeyRuns) -> bool:
     target = folder / ident[1]
     part = folder / f"{ident[1]}.{os.getpid()}.{threading.get_ident()}.part"
     try:
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        part.write_bytes(runs.encode(ident[0]))
+        _private_folder(folder)
+        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # key ranges are the user's
+        with os.fdopen(fd, "wb") as f:
+            f.write(runs.encode(ident[0]))
         os.replace(part, target)
     except OSError as err:
         log.debug("key runs not kept in %s: %s", where, err)
@@ -252,6 +254,20 @@ class FragmentRuns:
             return False
         runs = KeyRuns.of(np.asarray(keys.to_numpy(), dtype=self.newer.dtype))
         return runs is not None and store(path, self.field_id, runs)
+
+
+_made: set[Path] = set()
+
+
+def _private_folder(folder: Path) -> None:
+    """Create ``folder`` and the cache folders above it that are missing, readable by this user
+    only (the walk up once per process and folder; one probe after that: removed meanwhile, made again)."""
+    if folder in _made and folder.is_dir():
+        return
+    missing = [p for p in [folder, *folder.parents] if not p.exists()]
+    for p in reversed(missing):
+        p.mkdir(mode=0o700, exist_ok=True)
+    _made.add(folder)
 
 
 _trimmed: set[Path] = set()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -106,6 +107,21 @@ def test_damaged_run_files_are_ignored() -> None:
     assert KeyRuns.decode(bad.encode(ident), ident, np.dtype(np.int64)) is None
 
 
+def test_a_cache_directory_removed_meanwhile_is_made_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs kept after the cache directory was removed by hand are kept again, and found."""
+    monkeypatch.setenv("MEMWAL_CACHE_DIR", str(tmp_path / "cache"))
+    data = tmp_path / "a.lance"
+    data.write_bytes(b"rows")
+    runs = KeyRuns.of(np.arange(1000, dtype=np.int64))
+    assert runs is not None and key_runs.store(str(data), 3, runs)
+    shutil.rmtree(tmp_path / "cache")
+    assert key_runs.load(str(data), 3, np.dtype(np.int64), 1000) is None
+    assert key_runs.store(str(data), 3, runs)
+    again = key_runs.load(str(data), 3, np.dtype(np.int64), 1000)
+    assert again is not None and again.hits(np.array([5, 999, 1000])).tolist() == [5, 999]
+    assert key_runs.load(str(data), 4, np.dtype(np.int64), 1000) is None  # another field's
+
+
 def _build(path: str, seed: int = 5) -> ModelTable:
     """A base of 3,000 consecutive keys (one run), two merges (deletion files, base fragments of
     scattered keys), unmerged generations and a WAL tail."""
@@ -151,6 +167,9 @@ def test_a_new_process_decides_consecutive_keys_from_kept_runs(tmp_path: Path) -
     assert first["n"] == len(table.model) and first["sources"] == {"data files": len(frags)}
     kept = [p for p in Path(cache_dir).rglob("*") if p.is_file()]
     assert len(kept) == 1  # the 3,000 consecutive keys; merged fragments' keys are scattered
+    assert kept[0].stat().st_mode & 0o777 == 0o600  # key ranges are the user's: private
+    folders = [kept[0].parent, *kept[0].parent.parents][:3]  # <prefix>/, key-runs/, the cache directory
+    assert [p.stat().st_mode & 0o777 for p in folders] == [0o700] * 3 and folders[2] == Path(cache_dir)
     second = _fresh_process(table.uri, cache_dir)
     assert second == {**first, "sources": {"key runs": 1, "data files": len(frags) - 1}}
     region = table.regions()[2]
