@@ -126,7 +126,10 @@ def _arrow(data: bytes, what: str) -> np.ndarray:
     if out.size and int(out.min()) < 0:
         msg = f"deletion file {what} lists a negative row offset"
         raise MemWalCorruptionError(msg)
-    return np.unique(out.astype(np.uint64))
+    offsets = out.astype(np.uint64)
+    if bool(np.all(offsets[1:] > offsets[:-1])):  # as Lance writes them: sorted, no repeat
+        return offsets
+    return np.unique(offsets)
 
 
 def _name(f: pa.Field) -> str:

@@ -276,3 +276,18 @@ def test_every_file_format_version_reads_as_lance_or_falls_back(tmp_path: Path, 
             assert got.equals(_lance_live(frag, columns)), (version, columns)
         elif version not in ("legacy", "2.0"):
             pytest.fail(f"a {version} file fell back")
+
+
+@pytest.mark.parametrize(
+    ("offsets", "want"),
+    [([1, 2, 7], [1, 2, 7]), ([9, 3, 3, 5], [3, 5, 9]), ([4, 4], [4]), ([], [])],
+)
+def test_arrow_deletion_offsets_come_out_sorted_and_unique(offsets: list[int], want: list[int]) -> None:
+    """An Arrow deletion file's offsets are sorted and unique as Lance writes them; others
+    (a hand-made file) are sorted and their repeats dropped."""
+    sink = pa.BufferOutputStream()
+    table = pa.table({"row_id": pa.array(offsets, pa.uint32())})
+    with pa.ipc.new_file(sink, table.schema) as w:
+        w.write_table(table)
+    got = deleted_offsets(sink.getvalue().to_pybytes(), "array", "_deletions/1-2-3.arrow")
+    assert got.dtype == np.uint64 and got.tolist() == want
