@@ -122,6 +122,23 @@ def test_a_cache_directory_removed_meanwhile_is_made_again(tmp_path: Path, monke
     assert key_runs.load(str(data), 4, np.dtype(np.int64), 1000) is None  # another field's
 
 
+def test_the_cache_directory_follows_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MEMWAL_CACHE_DIR first, then XDG_CACHE_HOME, then ~/.cache; off (or empty), or no home, keeps nothing."""
+    monkeypatch.setenv("MEMWAL_CACHE_DIR", str(tmp_path / "mine"))
+    assert key_runs.cache_dir() == tmp_path / "mine" / "key-runs"
+    for off in ("off", "OFF", "", "0", "none"):
+        monkeypatch.setenv("MEMWAL_CACHE_DIR", off)
+        assert key_runs.cache_dir() is None
+    monkeypatch.delenv("MEMWAL_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert key_runs.cache_dir() == tmp_path / "xdg" / "memwal" / "key-runs"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert key_runs.cache_dir() == tmp_path / "home" / ".cache" / "memwal" / "key-runs"
+    monkeypatch.setattr(os.path, "expanduser", lambda p: p)  # no home directory known
+    assert key_runs.cache_dir() is None
+
+
 def _build(path: str, seed: int = 5) -> ModelTable:
     """A base of 3,000 consecutive keys (one run), two merges (deletion files, base fragments of
     scattered keys), unmerged generations and a WAL tail."""
