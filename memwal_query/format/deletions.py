@@ -128,7 +128,7 @@ def _arrow(data: bytes, what: str) -> np.ndarray:
         raise MemWalCorruptionError(msg)
     offsets = out.astype(np.uint64)
     if bool(np.all(offsets[1:] > offsets[:-1])):  # as Lance writes them: sorted, no repeat
-        return offsets
+        return np.asarray(offsets)
     return np.unique(offsets)
 
 
