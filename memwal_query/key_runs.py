@@ -28,6 +28,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import stat
 import threading
 import zlib
 from dataclasses import dataclass
@@ -140,7 +141,7 @@ class KeyRuns:
     @staticmethod
     def decode(data: bytes, identity: bytes, dtype: np.dtype) -> KeyRuns | None:
         """The runs in ``data`` when it is a whole, well-formed file for ``identity`` of keys ``dtype``."""
-        head = len(_MAGIC) + len(identity) + 8 + 16
+        head = _file_size(len(identity), dtype, 0) - 4
         if len(data) < head + 4 or data[: len(_MAGIC) + len(identity)] != _MAGIC + identity:
             return None
         if zlib.crc32(data[:-4]) != int.from_bytes(data[-4:], "little"):
@@ -149,7 +150,7 @@ class KeyRuns:
         if data[at : at + 8].rstrip(b" ") != dtype.str.encode():
             return None
         rows, n = (int(v) for v in np.frombuffer(data, dtype="<u8", count=2, offset=at + 8))
-        if len(data) != head + n * (4 + 2 * dtype.itemsize) + 4:
+        if len(data) != _file_size(len(identity), dtype, n):
             return None
         starts = np.frombuffer(data, dtype="<u4", count=n, offset=head).astype(np.int64)
         firsts = np.frombuffer(data, dtype=dtype, count=n, offset=head + 4 * n)
@@ -186,12 +187,35 @@ def load(data_file: str, field_id: int, dtype: np.dtype, rows: int) -> KeyRuns |
     ident = _identity(data_file, field_id, dtype) if where is not None else None
     if where is None or ident is None:
         return None
+    most = max(1, rows // ROWS_PER_RUN)  # runs a kept file can hold (KeyRuns.of keeps no more)
+    data = _read_regular(where / ident[1][:2] / ident[1], _file_size(len(ident[0]), dtype, most))
+    runs = KeyRuns.decode(data, ident[0], dtype) if data is not None else None
+    return runs if runs is not None and runs.rows == rows else None
+
+
+def _file_size(ident: int, dtype: np.dtype, runs: int) -> int:
+    """The size of a run file of ``runs`` runs of keys ``dtype`` (identity of ``ident`` bytes):
+    magic, identity, type, rows and runs, then starts, first and last keys, a CRC-32."""
+    return len(_MAGIC) + ident + 8 + 16 + runs * (4 + 2 * dtype.itemsize) + 4
+
+
+def _read_regular(path: Path, limit: int) -> bytes | None:
+    """The bytes of ``path`` when it is a regular file of at most ``limit`` bytes; None otherwise
+    (missing, a pipe or device a read would wait on or never finish, a file too large to be one)."""
     try:
-        data = (where / ident[1][:2] / ident[1]).read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
         return None
-    runs = KeyRuns.decode(data, ident[0], dtype)
-    return runs if runs is not None and runs.rows == rows else None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read(limit + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def store(data_file: str, field_id: int, runs: KeyRuns) -> bool:

@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import lance
@@ -120,6 +121,31 @@ def test_a_cache_directory_removed_meanwhile_is_made_again(tmp_path: Path, monke
     again = key_runs.load(str(data), 3, np.dtype(np.int64), 1000)
     assert again is not None and again.hits(np.array([5, 999, 1000])).tolist() == [5, 999]
     assert key_runs.load(str(data), 4, np.dtype(np.int64), 1000) is None  # another field's
+
+
+def test_a_pipe_or_an_oversized_file_in_its_place_is_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A named pipe where a run file should be is not waited on, a file larger than the most
+    runs a fragment can have is not read (a later store puts a good file back)."""
+    monkeypatch.setenv("MEMWAL_CACHE_DIR", str(tmp_path / "cache"))
+    data = tmp_path / "a.lance"
+    data.write_bytes(b"rows")
+    runs = KeyRuns.of(np.arange(1000, dtype=np.int64))
+    assert runs is not None and key_runs.store(str(data), 3, runs)
+    (kept,) = [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
+    kept.unlink()
+    os.mkfifo(kept)
+    answers: list[object] = []
+    reader = threading.Thread(
+        target=lambda: answers.append(key_runs.load(str(data), 3, np.dtype(np.int64), 1000)), daemon=True
+    )
+    reader.start()
+    reader.join(20)
+    assert not reader.is_alive() and answers == [None]
+    kept.unlink()
+    with kept.open("wb") as f:  # sparse: larger than a 1,000-row fragment's runs can be
+        f.truncate(1 << 30)
+    assert key_runs.load(str(data), 3, np.dtype(np.int64), 1000) is None
+    assert key_runs.store(str(data), 3, runs) and key_runs.load(str(data), 3, np.dtype(np.int64), 1000) is not None
 
 
 def test_the_cache_directory_follows_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
