@@ -12,7 +12,9 @@ default ``$XDG_CACHE_HOME/memwal`` or ``~/.cache/memwal``; ``off`` keeps nothing
 process decides such a fragment without reading its keys. A file is found by the data
 file's path, size and modification time, the key's field id and type; one that does not
 decode to well-formed runs over the fragment's rows is ignored. Only compressible keys are
-kept (at most one run per :data:`ROWS_PER_RUN` rows): other fragments are read as before.
+kept (at most one run per :data:`ROWS_PER_RUN` rows), and small fragments' keys whatever they
+are (up to :data:`SMALL_ROWS` rows: a merge writes such fragments of scattered keys, whose read
+costs ~1 ms, mostly opening the file): other fragments are read as before.
 
 Example:
     >>> import numpy as np
@@ -31,6 +33,7 @@ import os
 import stat
 import threading
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,17 +44,22 @@ import pyarrow as pa
 from memwal_query.format.fragment_files import column_file, read_liveness
 from memwal_query.format.storage import Storage
 
-__all__ = ["ROWS_PER_RUN", "FragmentRuns", "KeyRuns", "cache_dir", "load", "store"]
+__all__ = ["ROWS_PER_RUN", "SMALL_ROWS", "FragmentRuns", "KeyRuns", "cache_dir", "load", "most_runs", "store", "trim"]
 
 log = logging.getLogger(__name__)
 
 ROWS_PER_RUN = 128
 """Runs are kept for a fragment with at most one run per this many rows (1M rows: 7,813 runs, 180 KiB)."""
+SMALL_ROWS = 1 << 14
+"""A fragment of at most this many rows has its runs kept however many (its keys, in effect: a
+merge writes such fragments of scattered keys, and reading one costs ~1 ms, mostly opening it)."""
 _CHUNK = 1 << 16
 _MAGIC = b"MWKRUNS1"
 _EMPTY = np.empty(0, dtype=np.int64)
 MAX_FILES = 20_000
-"""Run files kept at most; beyond, the oldest are removed down to half of it."""
+"""Run files kept at most; beyond it (or :data:`MAX_BYTES`), the oldest are removed down to half."""
+MAX_BYTES = 256 << 20
+"""Bytes of run files kept at most (a small fragment's file holds up to ~320 KiB)."""
 
 
 @dataclass(frozen=True)
@@ -76,10 +84,10 @@ class KeyRuns:
     @staticmethod
     def of(keys: np.ndarray) -> KeyRuns | None:
         """The runs of integer ``keys`` (every row of a data file, in order); None when there
-        are more than one per :data:`ROWS_PER_RUN` rows (or the keys are not integers)."""
+        are more than :func:`most_runs` (or the keys are not integers)."""
         if keys.dtype.kind not in "iu" or not keys.size:
             return None
-        limit = max(1, keys.size // ROWS_PER_RUN)
+        limit = most_runs(keys.size) + 1
         breaks: list[np.ndarray] = [np.zeros(1, dtype=np.int64)]
         found = 0
         step = np.empty(min(_CHUNK, keys.size), dtype=keys.dtype)
@@ -100,6 +108,19 @@ class KeyRuns:
         ends = np.append(starts[1:], keys.size)
         runs = KeyRuns(starts, keys[starts], keys[ends - 1], int(keys.size))
         return runs if runs.well_formed() else None  # a run across the type's largest value
+
+    @property
+    def scattered(self) -> bool:
+        """Whether there are more runs than a large fragment keeps (a small fragment's keys, in
+        effect): a lookup of each key beats two searches per run then."""
+        return len(self) > max(1, self.rows // ROWS_PER_RUN)
+
+    def keys(self) -> np.ndarray:
+        """Every row's key, in row order."""
+        lengths = np.diff(np.append(self.starts, self.rows))
+        offsets = np.arange(self.rows) - np.repeat(self.starts, lengths)
+        firsts = np.repeat(self.firsts, lengths)
+        return np.asarray(firsts + offsets.astype(firsts.dtype))
 
     def well_formed(self) -> bool:
         """Whether the runs tile the rows and each run's keys fit its length (a damaged file's do not)."""
@@ -187,10 +208,16 @@ def load(data_file: str, field_id: int, dtype: np.dtype, rows: int) -> KeyRuns |
     ident = _identity(data_file, field_id, dtype) if where is not None else None
     if where is None or ident is None:
         return None
-    most = max(1, rows // ROWS_PER_RUN)  # runs a kept file can hold (KeyRuns.of keeps no more)
-    data = _read_regular(where / ident[1][:2] / ident[1], _file_size(len(ident[0]), dtype, most))
+    most = _file_size(len(ident[0]), dtype, most_runs(rows))  # KeyRuns.of keeps no more
+    data = _read_regular(where / ident[1][:2] / ident[1], most)
     runs = KeyRuns.decode(data, ident[0], dtype) if data is not None else None
     return runs if runs is not None and runs.rows == rows else None
+
+
+def most_runs(rows: int) -> int:
+    """The most runs kept for a fragment of ``rows`` rows: one per :data:`ROWS_PER_RUN` rows, any
+    number up to :data:`SMALL_ROWS` rows."""
+    return rows if rows <= SMALL_ROWS else max(1, rows // ROWS_PER_RUN)
 
 
 def _file_size(ident: int, dtype: np.dtype, runs: int) -> int:
@@ -251,11 +278,14 @@ class FragmentRuns:
         storage: The base's storage (local).
         field_id: The Lance field id of its integer key.
         newer: The newer levels' keys, sorted and unique.
+        lookup: Rows (ascending) of an array of keys that are newer keys (scattered runs: a
+            small fragment's keys, looked up as a read of them would be).
     """
 
     storage: Storage
     field_id: int
     newer: np.ndarray
+    lookup: Callable[[np.ndarray], np.ndarray]
 
     def shadowed(self, meta: Any) -> np.ndarray | None:
         """Sorted addresses of the live rows of fragment ``meta`` whose key is a newer one, from
@@ -265,7 +295,7 @@ class FragmentRuns:
         live = read_liveness(self.storage, meta) if runs is not None else None
         if runs is None or live is None:
             return None
-        rows = runs.hits(self.newer)
+        rows = self.lookup(runs.keys()) if runs.scattered else runs.hits(self.newer)
         if live.live is not None:
             rows = rows[live.live[rows]]
         return live.addresses(rows)
@@ -301,21 +331,31 @@ _trim_lock = threading.Lock()
 
 def _trim_once(where: Path) -> None:
     """Once per process and directory, in the background: remove the oldest run files
-    beyond :data:`MAX_FILES`."""
+    beyond :data:`MAX_FILES` or :data:`MAX_BYTES` (leftover ``.part`` files too)."""
     with _trim_lock:
         if where in _trimmed:
             return
         _trimmed.add(where)
-    threading.Thread(target=_trim, args=(where,), name="memwal-key-runs-trim", daemon=True).start()
+    threading.Thread(target=trim, args=(where,), name="memwal-key-runs-trim", daemon=True).start()
 
 
-def _trim(where: Path) -> None:
+def trim(where: Path) -> None:
+    """Remove the oldest run files in ``where`` beyond :data:`MAX_FILES` or :data:`MAX_BYTES`, down
+    to half of both (what a process does once, in the background, when it first keeps runs)."""
     try:
-        files = [(p.stat().st_mtime_ns, p) for p in where.glob("*/*") if not p.name.endswith(".part")]
-        if len(files) <= MAX_FILES:
+        files = []
+        for p in where.glob("*/*"):
+            st = p.stat()
+            files.append((st.st_mtime_ns, st.st_size, p))
+        total = sum(f[1] for f in files)
+        if len(files) <= MAX_FILES and total <= MAX_BYTES:
             return
-        files.sort()
-        for _, p in files[: len(files) - MAX_FILES // 2]:
+        files.sort()  # oldest first
+        left = len(files)
+        for _, size, p in files:
+            if left <= MAX_FILES // 2 and total <= MAX_BYTES // 2:
+                break
             p.unlink(missing_ok=True)
+            left, total = left - 1, total - size
     except OSError as err:  # another process trimming, a directory gone: the next process tries again
         log.debug("key runs in %s not trimmed: %s", where, err)

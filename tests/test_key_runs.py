@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 import memwal_query as mq
 import memwal_query.base_mask as base_mask_module
 from memwal_query import key_runs
-from memwal_query.key_runs import KeyRuns
+from memwal_query.key_runs import SMALL_ROWS, KeyRuns, most_runs
 
 from builders import events_schema, rows
 from lsm_model import ModelTable
@@ -69,9 +69,9 @@ def test_runs_answer_which_rows_hold_a_key_as_numpy_does(case: tuple[np.ndarray,
     wraps = step_one & (big[1:] < big[:-1])
     breaks = int((~step_one).sum() + wraps.sum())
     if runs is None:
-        assert breaks >= max(1, big.size // 128) or wraps.any()
+        assert breaks + 1 > most_runs(big.size) or wraps.any()
         return
-    assert len(runs) == breaks + 1 and not wraps.any()
+    assert len(runs) == breaks + 1 and not wraps.any() and runs.keys().tolist() == big.tolist()
     want = np.flatnonzero(np.isin(big, probes))
     assert runs.hits(probes).tolist() == want.tolist()
     ident = b"i" * 32
@@ -80,10 +80,14 @@ def test_runs_answer_which_rows_hold_a_key_as_numpy_does(case: tuple[np.ndarray,
 
 
 def test_keys_that_do_not_compress_are_not_kept() -> None:
-    """Shuffled keys (more than one run per 128 rows) have no runs: the fragment is read."""
-    keys = np.random.default_rng(0).permutation(10_000).astype(np.int64)
-    assert KeyRuns.of(keys) is None
-    assert KeyRuns.of(np.arange(10_000, dtype=np.int64)) is not None
+    """Shuffled keys of a large fragment (more than one run per 128 rows) have no runs: it is
+    read; a small fragment's are kept whatever they are, and give its keys back."""
+    rng = np.random.default_rng(0)
+    assert KeyRuns.of(rng.permutation(SMALL_ROWS + 1).astype(np.int64)) is None
+    assert KeyRuns.of(np.arange(SMALL_ROWS * 4, dtype=np.int64)) is not None
+    small = rng.permutation(SMALL_ROWS).astype(np.int64)
+    runs = KeyRuns.of(small)
+    assert runs is not None and runs.scattered and runs.keys().tolist() == small.tolist()
     assert KeyRuns.of(np.array([0.5, 1.5])) is None
 
 
@@ -148,6 +152,23 @@ def test_a_pipe_or_an_oversized_file_in_its_place_is_not_read(tmp_path: Path, mo
     assert key_runs.store(str(data), 3, runs) and key_runs.load(str(data), 3, np.dtype(np.int64), 1000) is not None
 
 
+@pytest.mark.parametrize(("max_files", "max_bytes", "left"), [(8, 1 << 30, 4), (1000, 5 * 100, 2), (1000, 1 << 30, 10)])
+def test_the_oldest_run_files_are_removed_beyond_the_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, max_files: int, max_bytes: int, left: int
+) -> None:
+    """Beyond the most files or bytes kept, the oldest files are removed down to half of both."""
+    monkeypatch.setattr(key_runs, "MAX_FILES", max_files)
+    monkeypatch.setattr(key_runs, "MAX_BYTES", max_bytes)
+    for i in range(10):
+        f = tmp_path / f"{i:02x}" / f"{i:02x}{'0' * 62}"
+        f.parent.mkdir()
+        f.write_bytes(b"x" * 100)
+        os.utime(f, ns=(10**18 + i, 10**18 + i))  # file i is the i-th oldest
+    key_runs.trim(tmp_path)
+    kept = sorted(p.name[:2] for p in tmp_path.glob("*/*"))
+    assert kept == [f"{i:02x}" for i in range(10 - left, 10)]
+
+
 def test_the_cache_directory_follows_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """MEMWAL_CACHE_DIR first, then XDG_CACHE_HOME, then ~/.cache; off (or empty), or no home, keeps nothing."""
     monkeypatch.setenv("MEMWAL_CACHE_DIR", str(tmp_path / "mine"))
@@ -165,21 +186,29 @@ def test_the_cache_directory_follows_the_environment(tmp_path: Path, monkeypatch
     assert key_runs.cache_dir() is None
 
 
+_CONSECUTIVE = 20_000  # above key_runs.SMALL_ROWS: runs kept only as runs
+
+
 def _build(path: str, seed: int = 5) -> ModelTable:
-    """A base of 3,000 consecutive keys (one run), two merges (deletion files, base fragments of
-    scattered keys), unmerged generations and a WAL tail."""
+    """A base of two fragments: 20,000 consecutive keys (one run), 20,000 shuffled ones (too
+    many runs to keep); two merges (deletion files, small base fragments of scattered keys,
+    kept whole); unmerged generations and a WAL tail."""
     rng = np.random.default_rng(seed)
-    base = pa.Table.from_pylist(rows(range(3000), 0, rng), schema=events_schema())
-    t = ModelTable(path, events_schema(), base, bucket=("id", 4), max_memtable_rows=200)
-    t.put(rows(rng.choice(3400, 500, replace=False), 1, rng))
-    t.delete([(int(k),) for k in rng.choice(3000, 50, replace=False)])
+    n = _CONSECUTIVE
+    ids = np.concatenate([np.arange(n), rng.permutation(np.arange(n, 2 * n))])
+    base = pa.Table.from_pylist(rows(ids, 0, rng), schema=events_schema())
+    t = ModelTable(
+        path, events_schema(), base, bucket=("id", 4), max_memtable_rows=200, write_params={"max_rows_per_file": n}
+    )
+    t.put(rows(rng.choice(2 * n + 400, 500, replace=False), 1, rng))
+    t.delete([(int(k),) for k in rng.choice(2 * n, 50, replace=False)])
     t.flush()
     for r in t.regions()[:2]:
         t.merge(r, t.flushed(r)[0][0])
-    t.put(rows(rng.choice(3400, 400, replace=False), 2, rng))
-    t.delete([(int(k),) for k in rng.choice(3000, 30, replace=False)])
+    t.put(rows(rng.choice(2 * n + 400, 400, replace=False), 2, rng))
+    t.delete([(int(k),) for k in rng.choice(2 * n, 30, replace=False)])
     t.flush()
-    t.put(rows(rng.choice(3400, 80, replace=False), 3, rng))  # left open: WAL tail
+    t.put(rows(rng.choice(2 * n + 400, 80, replace=False), 3, rng))  # left open: WAL tail
     return t
 
 
@@ -200,25 +229,28 @@ def _fresh_process(uri: str, cache_dir: str) -> dict[str, object]:
 
 
 def test_a_new_process_decides_consecutive_keys_from_kept_runs(tmp_path: Path) -> None:
-    """The first process reads every base fragment's keys and keeps runs for the one of
-    consecutive keys; the next process decides it from them (no read of its keys), with the
-    same mask and the model's count, also after a merge changed its deletion file."""
+    """The first process reads every base fragment's keys and keeps the runs of the one of
+    consecutive keys and of the small ones; the next process decides those from them (no read
+    of their keys), with the same mask and the model's count, also after a merge changed
+    their deletion files. The large fragment of shuffled keys is read each time."""
     table = _build(str(tmp_path / "t"))
     cache_dir = str(tmp_path / "cache")
     first = _fresh_process(table.uri, cache_dir)
     frags = lance.dataset(table.uri).get_fragments()
+    assert sorted(f.metadata.physical_rows for f in frags)[-2:] == [_CONSECUTIVE] * 2
     assert first["n"] == len(table.model) and first["sources"] == {"data files": len(frags)}
     kept = [p for p in Path(cache_dir).rglob("*") if p.is_file()]
-    assert len(kept) == 1  # the 3,000 consecutive keys; merged fragments' keys are scattered
-    assert kept[0].stat().st_mode & 0o777 == 0o600  # key ranges are the user's: private
+    assert len(kept) == len(frags) - 1  # not the shuffled keys
+    assert {p.stat().st_mode & 0o777 for p in kept} == {0o600}  # key ranges are the user's: private
     folders = [kept[0].parent, *kept[0].parent.parents][:3]  # <prefix>/, key-runs/, the cache directory
     assert [p.stat().st_mode & 0o777 for p in folders] == [0o700] * 3 and folders[2] == Path(cache_dir)
     second = _fresh_process(table.uri, cache_dir)
-    assert second == {**first, "sources": {"key runs": 1, "data files": len(frags) - 1}}
+    assert second == {**first, "sources": {"key runs": len(frags) - 1, "data files": 1}}
     region = table.regions()[2]
-    table.merge(region, table.flushed(region)[0][0])  # deletes base rows: a new deletion file
+    table.merge(region, table.flushed(region)[0][0])  # deletes base rows: new deletion files
     third = _fresh_process(table.uri, cache_dir)
-    assert third["n"] == len(table.model) and dict(third["sources"])["key runs"] == 1  # type: ignore[call-overload]
+    assert third["n"] == len(table.model)
+    assert third["sources"] == {"key runs": len(frags) - 1, "data files": 2}  # + the merge's new fragment
     assert third["mask"] == _fresh_process(table.uri, str(tmp_path / "empty"))["mask"]
 
 
@@ -236,17 +268,18 @@ def test_runs_in_process_equal_a_read_of_the_keys(tmp_path: Path, monkeypatch: p
     monkeypatch.setattr(base_mask_module, "read_columns", lambda *a, **k: calls.append(a) or real(*a, **k))
     runs = mq.open_table(table.uri)
     assert runs.count_rows() == len(table.model) and runs.merge_state.base_mask.all().tolist() == want
-    assert dict(runs.merge_state.base_mask.status().key_sources)["key runs"] == 1
-    assert "key runs: 1" in runs.explain()
-    assert len(calls) == len(lance.dataset(table.uri).get_fragments()) - 1
-    first = next(f for f in lance.dataset(table.uri).get_fragments() if f.metadata.physical_rows == 3000)
+    frags = lance.dataset(table.uri).get_fragments()
+    assert dict(runs.merge_state.base_mask.status().key_sources) == {"key runs": len(frags) - 1, "data files": 1}
+    assert f"key runs: {len(frags) - 1}" in runs.explain()
+    assert len(calls) == 1  # the shuffled keys
+    first = next(f for f in frags if f.metadata.physical_rows == _CONSECUTIVE)
     data_file = Path(table.uri) / "data" / first.metadata.files[0].path
     st_ = data_file.stat()
     os.utime(data_file, ns=(st_.st_atime_ns, st_.st_mtime_ns + 10**9))  # a file changed since: not trusted
     runs.view.cache.reset()
     touched = mq.open_table(table.uri)
     assert touched.count_rows() == len(table.model) and touched.merge_state.base_mask.all().tolist() == want
-    assert "key runs" not in dict(touched.merge_state.base_mask.status().key_sources)
+    assert dict(touched.merge_state.base_mask.status().key_sources)["data files"] == 2  # + the touched one
     for setting in ("off", str(tmp_path / "a-file")):
         (tmp_path / "a-file").write_text("not a directory")
         monkeypatch.setenv("MEMWAL_CACHE_DIR", setting)
