@@ -345,8 +345,9 @@ def trim(where: Path) -> None:
     try:
         files = []
         for p in where.glob("*/*"):
-            st = p.stat()
-            files.append((st.st_mtime_ns, st.st_size, p))
+            with contextlib.suppress(FileNotFoundError):  # renamed or removed by another process
+                st = p.stat()
+                files.append((st.st_mtime_ns, st.st_size, p))
         total = sum(f[1] for f in files)
         if len(files) <= MAX_FILES and total <= MAX_BYTES:
             return
