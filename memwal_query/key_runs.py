@@ -87,7 +87,7 @@ class KeyRuns:
         are more than :func:`most_runs` (or the keys are not integers)."""
         if keys.dtype.kind not in "iu" or not keys.size:
             return None
-        limit = most_runs(keys.size) + 1
+        limit = most_runs(keys.size)  # as many breaks make one run too many
         breaks: list[np.ndarray] = [np.zeros(1, dtype=np.int64)]
         found = 0
         step = np.empty(min(_CHUNK, keys.size), dtype=keys.dtype)
