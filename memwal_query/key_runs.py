@@ -185,9 +185,10 @@ def cache_dir() -> Path | None:
     env = os.environ.get("MEMWAL_CACHE_DIR")
     if env is not None:
         return None if env.strip().lower() in ("", "off", "none", "0", "false") else Path(env) / "key-runs"
-    home = os.path.expanduser("~")
-    base = os.environ.get("XDG_CACHE_HOME") or (os.path.join(home, ".cache") if os.path.isabs(home) else None)
-    return Path(base) / "memwal" / "key-runs" if base else None  # no home: nowhere to keep them
+    xdg, home = os.environ.get("XDG_CACHE_HOME", ""), os.path.expanduser("~")
+    if os.path.isabs(xdg):  # a relative one is ignored, as the XDG specification says
+        return Path(xdg) / "memwal" / "key-runs"
+    return Path(home) / ".cache" / "memwal" / "key-runs" if os.path.isabs(home) else None  # no home: nowhere
 
 
 def _identity(data_file: str, field_id: int, dtype: np.dtype) -> tuple[bytes, str] | None:

@@ -186,8 +186,10 @@ def test_the_cache_directory_follows_the_environment(tmp_path: Path, monkeypatch
     monkeypatch.delenv("MEMWAL_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert key_runs.cache_dir() == tmp_path / "xdg" / "memwal" / "key-runs"
-    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")  # not absolute: ignored (XDG's rule)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert key_runs.cache_dir() == tmp_path / "home" / ".cache" / "memwal" / "key-runs"
+    monkeypatch.delenv("XDG_CACHE_HOME")
     assert key_runs.cache_dir() == tmp_path / "home" / ".cache" / "memwal" / "key-runs"
     monkeypatch.setattr(os.path, "expanduser", lambda p: p)  # no home directory known
     assert key_runs.cache_dir() is None
