@@ -118,11 +118,15 @@ def _arrow(data: bytes, what: str) -> np.ndarray:
     except (pa.ArrowException, OSError) as err:  # invalid, unsupported or absurdly large
         msg = f"deletion file {what} is not a readable Arrow file: {one_line(err)}"
         raise MemWalCorruptionError(msg) from err
-    if t.num_columns != 1 or not pa.types.is_integer(t.schema.field(0).type) or t.column(0).null_count:
+    try:  # a column reads its field's name: not UTF-8 in a hostile file
+        one = t.num_columns == 1 and pa.types.is_integer(t.schema.field(0).type) and not t.column(0).null_count
+        out = t.column(0).to_numpy() if one else None
+    except UnicodeDecodeError:
+        out = None
+    if out is None:
         columns = ", ".join(f"{_name(f)}: {f.type}" for f in t.schema)
         msg = f"deletion file {what} does not hold one column of row offsets ({columns})"
         raise MemWalCorruptionError(msg)
-    out = t.column(0).to_numpy()
     if out.size and int(out.min()) < 0:
         msg = f"deletion file {what} lists a negative row offset"
         raise MemWalCorruptionError(msg)
