@@ -115,9 +115,13 @@ class KeyRuns:
         effect): a lookup of each key beats two searches per run then."""
         return len(self) > max(1, self.rows // ROWS_PER_RUN)
 
+    def lengths(self) -> np.ndarray:
+        """Rows of each run."""
+        return np.diff(np.append(self.starts, self.rows))
+
     def keys(self) -> np.ndarray:
         """Every row's key, in row order."""
-        lengths = np.diff(np.append(self.starts, self.rows))
+        lengths = self.lengths()
         offsets = np.arange(self.rows) - np.repeat(self.starts, lengths)
         firsts = np.repeat(self.firsts, lengths)
         return np.asarray(firsts + offsets.astype(firsts.dtype))
@@ -129,7 +133,7 @@ class KeyRuns:
             return False
         if int(s[0]) != 0 or not bool(np.all(s[1:] > s[:-1])) or int(s[-1]) >= self.rows or self.rows >= 1 << 32:
             return False
-        lengths = np.diff(np.append(s, self.rows))
+        lengths = self.lengths()
         if not bool(np.all(last >= f)):
             return False
         # last - first in uint64 (no overflow: last >= first) must be the run's length - 1

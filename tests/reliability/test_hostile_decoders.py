@@ -567,10 +567,9 @@ def test_a_base_manifest_that_panics_lance_is_a_manifest_error(tmp_path: Path) -
             call()
 
 
-def test_a_deletion_file_whose_column_name_is_not_utf8_is_a_corruption_error() -> None:
-    """Found by the deep decoder fuzz: an Arrow deletion file whose field name is not UTF-8
-    raised pyarrow's UnicodeDecodeError while memwal wrote its error message."""
-    data = (
+_NON_UTF8_NAMES = {
+    # not one column of row offsets: its name went into memwal's error message
+    "not offsets": (
         b"\x00\x00\x00\x00\x00\x00\x14\x00\x00\x00\x00\x00\x00\x00\x08\x00\x00\x00\x00\x00\x14\x00\x00\x00"
         b"\x00\x00\x0c\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x08\x00"
         b"\x00\x00\x00\x00\x04\x00\x08\x00\x00\x00\x04\x00\x00\x00\x01\x00\x00\x00\x14\x00\x00\x00\x0c\x00"
@@ -579,15 +578,9 @@ def test_a_deletion_file_whose_column_name_is_not_utf8_is_a_corruption_error() -
         b"\x00\x00\x00\x00\x00\x00\x0e\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x80"
         b"\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
         b"\x00\x00\x00\x00\x00\x00\xa8\x00\x00\x00ARROW1"
-    )
-    with pytest.raises(MemWalCorruptionError, match="not a readable Arrow file|not UTF-8"):
-        deleted_offsets(data, "array", "t/_deletions/1.arrow")
-
-
-def test_a_deletion_file_of_integers_whose_column_name_is_not_utf8_is_a_corruption_error() -> None:
-    """Found by the deep decoder fuzz in CI: an Arrow deletion file of one uint32 column whose
-    name is not UTF-8 raised pyarrow's UnicodeDecodeError when memwal took the column."""
-    data = (
+    ),
+    # one uint32 column: taking the column decoded its name (found in CI)
+    "uint32 offsets": (
         b"\x00\x00\x00\x00\x00\x00\x14\x00\x00\x00\x00\x00\x00\x00\x08\x00\x00\x00\x00\x00\x14\x00\x00\x00"
         b"\x00\x00\x0c\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x08\x00"
         b"\x00\x00\x00\x00\x04\x00\x08\x00\x00\x00\x04\x00\x00\x00\x01\x00\x00\x00\x14\x00\x00\x00\x0c\x00"
@@ -596,6 +589,20 @@ def test_a_deletion_file_of_integers_whose_column_name_is_not_utf8_is_a_corrupti
         b"\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
         b"\x00\x00\x00\x00\x00\x00\x00\x00\x00\x80\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
         b"\x00\x00\x00\x00\x00\x00\xa8\x00\x00\x00ARROW1"
-    )
-    with pytest.raises(MemWalCorruptionError, match="one column of row offsets .*not UTF-8"):
-        deleted_offsets(data, "array", "t/_deletions/1.arrow")
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("case", "match"),
+    [
+        ("not offsets", "not a readable Arrow file|not UTF-8"),
+        ("uint32 offsets", "one column of row offsets .*not UTF-8"),
+    ],
+)
+def test_a_deletion_file_whose_column_name_is_not_utf8_is_a_corruption_error(case: str, match: str) -> None:
+    """Found by the deep decoder fuzz: an Arrow deletion file whose field name is not UTF-8
+    raised pyarrow's UnicodeDecodeError (while memwal wrote its error message; when it took an
+    integer column) instead of a MemWalCorruptionError naming the file."""
+    with pytest.raises(MemWalCorruptionError, match=match):
+        deleted_offsets(_NON_UTF8_NAMES[case], "array", "t/_deletions/1.arrow")
