@@ -7,8 +7,8 @@ newer level's key with two binary searches per run instead of one lookup per row
 fragment of 1M sequential keys is one run, where reading its key column costs ~8 ms.
 
 A fragment's data file never changes, so its runs stay true: :func:`load` and :func:`store`
-keep them per data file in a cache directory on this machine (``MEMWAL_CACHE_DIR``;
-default ``$XDG_CACHE_HOME/memwal`` or ``~/.cache/memwal``; ``off`` keeps nothing), so a new
+keep them per data file in this machine's cache directory (:mod:`~memwal_query.format.machine_cache`:
+``MEMWAL_CACHE_DIR``, default ``~/.cache/memwal``; ``off`` keeps nothing), so a new
 process decides such a fragment without reading its keys. A file is found by the data
 file's path, size and modification time, the key's field id and type; one that does not
 decode to well-formed runs over the fragment's rows is ignored. Only compressible keys are
@@ -26,25 +26,20 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import logging
-import os
-import stat
-import threading
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from memwal_query.format import machine_cache
 from memwal_query.format.fragment_files import column_file, read_liveness
 from memwal_query.format.storage import Storage
 
-__all__ = ["ROWS_PER_RUN", "SMALL_ROWS", "FragmentRuns", "KeyRuns", "cache_dir", "load", "most_runs", "store", "trim"]
+__all__ = ["KIND", "ROWS_PER_RUN", "SMALL_ROWS", "FragmentRuns", "KeyRuns", "load", "most_runs", "store"]
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +51,8 @@ merge writes such fragments of scattered keys, and reading one costs ~1 ms, most
 _CHUNK = 1 << 16
 _MAGIC = b"MWKRUNS1"
 _EMPTY = np.empty(0, dtype=np.int64)
-MAX_FILES = 20_000
-"""Run files kept at most; beyond it (or :data:`MAX_BYTES`), the oldest are removed down to half."""
-MAX_BYTES = 256 << 20
-"""Bytes of run files kept at most (a small fragment's file holds up to ~320 KiB)."""
+KIND = "key-runs"
+"""The folder of run files in the cache directory (:mod:`~memwal_query.format.machine_cache`)."""
 
 
 @dataclass(frozen=True)
@@ -184,38 +177,21 @@ class KeyRuns:
         return runs if runs.well_formed() else None
 
 
-def cache_dir() -> Path | None:
-    """Where run files are kept (``MEMWAL_CACHE_DIR``, else the user's cache directory); None when off."""
-    env = os.environ.get("MEMWAL_CACHE_DIR")
-    if env is not None:
-        return None if env.strip().lower() in ("", "off", "none", "0", "false") else Path(env) / "key-runs"
-    xdg, home = os.environ.get("XDG_CACHE_HOME", ""), os.path.expanduser("~")
-    if os.path.isabs(xdg):  # a relative one is ignored, as the XDG specification says
-        return Path(xdg) / "memwal" / "key-runs"
-    return Path(home) / ".cache" / "memwal" / "key-runs" if os.path.isabs(home) else None  # no home: nowhere
-
-
-def _identity(data_file: str, field_id: int, dtype: np.dtype) -> tuple[bytes, str] | None:
-    """The identity of the runs of a data file's key column: its path, size, modification
-    time, the field and the type (32 bytes), and the file name it is kept under."""
-    try:
-        st = os.stat(data_file)
-    except OSError:
-        return None
-    what = f"{os.path.realpath(data_file)}\0{st.st_size}\0{st.st_mtime_ns}\0{field_id}\0{dtype.str}"
-    digest = hashlib.blake2b(what.encode(), digest_size=32).digest()
-    return digest, digest.hex()
+def _identity(data_file: str, field_id: int, dtype: np.dtype) -> bytes | None:
+    """The name of the runs of a data file's key column: a digest of the file's path, size and
+    modification time, the field and the type (32 bytes, also written in the file)."""
+    ident = machine_cache.file_identity(data_file)
+    return machine_cache.digest(KIND, ident, str(field_id), dtype.str) if ident is not None else None
 
 
 def load(data_file: str, field_id: int, dtype: np.dtype, rows: int) -> KeyRuns | None:
     """The runs kept for key field ``field_id`` of local ``data_file`` of ``rows`` rows, if any."""
-    where = cache_dir()
-    ident = _identity(data_file, field_id, dtype) if where is not None else None
-    if where is None or ident is None:
+    ident = _identity(data_file, field_id, dtype) if machine_cache.cache_dir(KIND) is not None else None
+    if ident is None:
         return None
-    most = _file_size(len(ident[0]), dtype, most_runs(rows))  # KeyRuns.of keeps no more
-    data = _read_regular(where / ident[1][:2] / ident[1], most)
-    runs = KeyRuns.decode(data, ident[0], dtype) if data is not None else None
+    most = _file_size(len(ident), dtype, most_runs(rows))  # KeyRuns.of keeps no more
+    data = machine_cache.read_kept(KIND, ident, most)
+    runs = KeyRuns.decode(data, ident, dtype) if data is not None else None
     return runs if runs is not None and runs.rows == rows else None
 
 
@@ -231,48 +207,11 @@ def _file_size(ident: int, dtype: np.dtype, runs: int) -> int:
     return len(_MAGIC) + ident + 8 + 16 + runs * (4 + 2 * dtype.itemsize) + 4
 
 
-def _read_regular(path: Path, limit: int) -> bytes | None:
-    """The bytes of ``path`` when it is a regular file of at most ``limit`` bytes; None otherwise
-    (missing, a pipe or device a read would wait on or never finish, a file too large to be one)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
-            return None
-        with os.fdopen(os.dup(fd), "rb") as f:
-            return f.read(limit + 1)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
 def store(data_file: str, field_id: int, runs: KeyRuns) -> bool:
     """Keep ``runs`` for key field ``field_id`` of local ``data_file`` (written whole or not at
     all; a cache directory that cannot be written keeps nothing). Returns whether it was kept."""
-    where = cache_dir()
-    ident = _identity(data_file, field_id, runs.firsts.dtype) if where is not None else None
-    if where is None or ident is None:
-        return False
-    folder = where / ident[1][:2]
-    target = folder / ident[1]
-    part = folder / f"{ident[1]}.{os.getpid()}.{threading.get_ident()}.part"
-    try:
-        _private_folder(folder)
-        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # key ranges are the user's
-        with os.fdopen(fd, "wb") as f:
-            f.write(runs.encode(ident[0]))
-        os.replace(part, target)
-    except OSError as err:
-        log.debug("key runs not kept in %s: %s", where, err)
-        with contextlib.suppress(OSError):
-            part.unlink(missing_ok=True)
-        return False
-    _trim_once(where)
-    return True
+    ident = _identity(data_file, field_id, runs.firsts.dtype) if machine_cache.cache_dir(KIND) is not None else None
+    return ident is not None and machine_cache.keep(KIND, ident, runs.encode(ident))
 
 
 @dataclass(frozen=True)
@@ -310,58 +249,7 @@ class FragmentRuns:
         :func:`~memwal_query.format.fragment_files.read_columns` reads it) when they
         compress. Returns whether they were kept."""
         path = column_file(self.storage, meta, self.field_id)
-        if path is None or keys.null_count or cache_dir() is None:
+        if path is None or keys.null_count or machine_cache.cache_dir(KIND) is None:
             return False
         runs = KeyRuns.of(np.asarray(keys.to_numpy(), dtype=self.newer.dtype))
         return runs is not None and store(path, self.field_id, runs)
-
-
-_made: set[Path] = set()
-
-
-def _private_folder(folder: Path) -> None:
-    """Create ``folder`` and the cache folders above it that are missing, readable by this user
-    only (the walk up once per process and folder; one probe after that: removed meanwhile, made again)."""
-    if folder in _made and folder.is_dir():
-        return
-    missing = [p for p in [folder, *folder.parents] if not p.exists()]
-    for p in reversed(missing):
-        p.mkdir(mode=0o700, exist_ok=True)
-    _made.add(folder)
-
-
-_trimmed: set[Path] = set()
-_trim_lock = threading.Lock()
-
-
-def _trim_once(where: Path) -> None:
-    """Once per process and directory, in the background: remove the oldest run files
-    beyond :data:`MAX_FILES` or :data:`MAX_BYTES` (leftover ``.part`` files too)."""
-    with _trim_lock:
-        if where in _trimmed:
-            return
-        _trimmed.add(where)
-    threading.Thread(target=trim, args=(where,), name="memwal-key-runs-trim", daemon=True).start()
-
-
-def trim(where: Path) -> None:
-    """Remove the oldest run files in ``where`` beyond :data:`MAX_FILES` or :data:`MAX_BYTES`, down
-    to half of both (what a process does once, in the background, when it first keeps runs)."""
-    try:
-        files = []
-        for p in where.glob("*/*"):
-            with contextlib.suppress(FileNotFoundError):  # renamed or removed by another process
-                st = p.stat()
-                files.append((st.st_mtime_ns, st.st_size, p))
-        total = sum(f[1] for f in files)
-        if len(files) <= MAX_FILES and total <= MAX_BYTES:
-            return
-        files.sort()  # oldest first
-        left = len(files)
-        for _, size, p in files:
-            if left <= MAX_FILES // 2 and total <= MAX_BYTES // 2:
-                break
-            p.unlink(missing_ok=True)
-            left, total = left - 1, total - size
-    except OSError as err:  # another process trimming, a directory gone: the next process tries again
-        log.debug("key runs in %s not trimmed: %s", where, err)

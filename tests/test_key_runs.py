@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 import memwal_query as mq
 import memwal_query.base_mask as base_mask_module
 from memwal_query import key_runs
+from memwal_query.format import machine_cache
 from memwal_query.key_runs import SMALL_ROWS, KeyRuns, most_runs
 
 from builders import events_schema, rows
@@ -164,14 +165,14 @@ def test_the_oldest_run_files_are_removed_beyond_the_budget(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, max_files: int, max_bytes: int, left: int
 ) -> None:
     """Beyond the most files or bytes kept, the oldest files are removed down to half of both."""
-    monkeypatch.setattr(key_runs, "MAX_FILES", max_files)
-    monkeypatch.setattr(key_runs, "MAX_BYTES", max_bytes)
+    monkeypatch.setattr(machine_cache, "MAX_FILES", max_files)
+    monkeypatch.setattr(machine_cache, "MAX_BYTES", max_bytes)
     for i in range(10):
         f = tmp_path / f"{i:02x}" / f"{i:02x}{'0' * 62}"
         f.parent.mkdir()
         f.write_bytes(b"x" * 100)
         os.utime(f, ns=(10**18 + i, 10**18 + i))  # file i is the i-th oldest
-    key_runs.trim(tmp_path)
+    machine_cache.trim(tmp_path)
     kept = sorted(p.name[:2] for p in tmp_path.glob("*/*"))
     assert kept == [f"{i:02x}" for i in range(10 - left, 10)]
 
@@ -179,20 +180,20 @@ def test_the_oldest_run_files_are_removed_beyond_the_budget(
 def test_the_cache_directory_follows_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """MEMWAL_CACHE_DIR first, then XDG_CACHE_HOME, then ~/.cache; off (or empty), or no home, keeps nothing."""
     monkeypatch.setenv("MEMWAL_CACHE_DIR", str(tmp_path / "mine"))
-    assert key_runs.cache_dir() == tmp_path / "mine" / "key-runs"
+    assert machine_cache.cache_dir(key_runs.KIND) == tmp_path / "mine" / "key-runs"
     for off in ("off", "OFF", "", "0", "none"):
         monkeypatch.setenv("MEMWAL_CACHE_DIR", off)
-        assert key_runs.cache_dir() is None
+        assert machine_cache.cache_dir(key_runs.KIND) is None
     monkeypatch.delenv("MEMWAL_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert key_runs.cache_dir() == tmp_path / "xdg" / "memwal" / "key-runs"
+    assert machine_cache.cache_dir(key_runs.KIND) == tmp_path / "xdg" / "memwal" / "key-runs"
     monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")  # not absolute: ignored (XDG's rule)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert key_runs.cache_dir() == tmp_path / "home" / ".cache" / "memwal" / "key-runs"
+    assert machine_cache.cache_dir(key_runs.KIND) == tmp_path / "home" / ".cache" / "memwal" / "key-runs"
     monkeypatch.delenv("XDG_CACHE_HOME")
-    assert key_runs.cache_dir() == tmp_path / "home" / ".cache" / "memwal" / "key-runs"
+    assert machine_cache.cache_dir(key_runs.KIND) == tmp_path / "home" / ".cache" / "memwal" / "key-runs"
     monkeypatch.setattr(os.path, "expanduser", lambda p: p)  # no home directory known
-    assert key_runs.cache_dir() is None
+    assert machine_cache.cache_dir(key_runs.KIND) is None
 
 
 _CONSECUTIVE = 20_000  # above key_runs.SMALL_ROWS: runs kept only as runs
@@ -296,4 +297,4 @@ def test_runs_in_process_equal_a_read_of_the_keys(tmp_path: Path, monkeypatch: p
         again = mq.open_table(table.uri)
         assert again.count_rows() == len(table.model) and again.merge_state.base_mask.all().tolist() == want
         assert "key runs" not in dict(again.merge_state.base_mask.status().key_sources)
-        assert key_runs.cache_dir() is None or not key_runs.cache_dir().exists()  # type: ignore[union-attr]
+        assert machine_cache.cache_dir(key_runs.KIND) is None or not machine_cache.cache_dir(key_runs.KIND).exists()  # type: ignore[union-attr]

@@ -1,0 +1,172 @@
+"""Files this machine keeps about a local table's files that never change, so that a new
+process need not read them again.
+
+A Lance data file is written once: what was derived from it stays true while its path,
+size and modification time are the same. Each kind of kept file (``key-runs``,
+``generation-keys``) lives in its own folder of the cache directory: ``MEMWAL_CACHE_DIR``,
+else ``$XDG_CACHE_HOME/memwal`` (an absolute one), else ``~/.cache/memwal``; ``off`` (or
+``""``, ``0``, ``none``, ``false``), or no home directory, keeps nothing. A kept file is named
+by a digest of what it was derived from; it is written whole or not at all (a ``.part`` file
+renamed), readable by this user only, and read only when it is a regular file of at most the
+size its reader allows. A reader checks its own checksum and contents: a kept file is a hint,
+never trusted. A background trim, once per process and folder, removes the oldest files
+beyond :data:`MAX_FILES` or :data:`MAX_BYTES`.
+
+Example:
+    >>> import os, tempfile
+    >>> from unittest import mock
+    >>> name = digest("a data file's path, size and time", "field 3")
+    >>> with mock.patch.dict(os.environ, {"MEMWAL_CACHE_DIR": tempfile.mkdtemp()}):
+    ...     kept = keep("example", name, b"derived bytes")
+    ...     print(kept, read_kept("example", name, 100), read_kept("example", name, 5))
+    True b'derived bytes' None
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import stat
+import threading
+from pathlib import Path
+
+__all__ = ["MAX_BYTES", "MAX_FILES", "cache_dir", "digest", "file_identity", "keep", "read_kept", "trim"]
+
+log = logging.getLogger(__name__)
+
+MAX_FILES = 20_000
+"""Files of one kind kept at most; beyond it (or :data:`MAX_BYTES`), the oldest are removed down to half."""
+MAX_BYTES = 256 << 20
+"""Bytes of files of one kind kept at most."""
+_OFF = ("", "off", "none", "0", "false")
+
+
+def cache_dir(kind: str) -> Path | None:
+    """The folder of kept files of ``kind`` (``MEMWAL_CACHE_DIR``, else the user's cache
+    directory); None when keeping is off or there is nowhere to keep them."""
+    env = os.environ.get("MEMWAL_CACHE_DIR")
+    if env is not None:
+        return None if env.strip().lower() in _OFF else Path(env) / kind
+    xdg, home = os.environ.get("XDG_CACHE_HOME", ""), os.path.expanduser("~")
+    if os.path.isabs(xdg):  # a relative one is ignored, as the XDG specification says
+        return Path(xdg) / "memwal" / kind
+    return Path(home) / ".cache" / "memwal" / kind if os.path.isabs(home) else None  # no home: nowhere
+
+
+def file_identity(path: str) -> str | None:
+    """What identifies the contents of a local file that is never rewritten: its real path,
+    size and modification time; None when it cannot be stat'ed."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return f"{os.path.realpath(path)}\0{st.st_size}\0{st.st_mtime_ns}"
+
+
+def digest(*parts: str) -> bytes:
+    """The 32-byte name of what ``parts`` describe."""
+    return hashlib.blake2b("\0\0".join(parts).encode(), digest_size=32).digest()
+
+
+def _kept_path(where: Path, name: bytes) -> Path:
+    hexed = name.hex()
+    return where / hexed[:2] / hexed
+
+
+def read_kept(kind: str, name: bytes, limit: int) -> bytes | None:
+    """The bytes kept of ``kind`` under ``name`` (:func:`digest`) when they are a regular file of
+    at most ``limit`` bytes; None otherwise (nothing kept, keeping off, a pipe or device a read
+    would wait on or never finish, a file too large to be one)."""
+    where = cache_dir(kind)
+    if where is None:
+        return None
+    try:
+        fd = os.open(_kept_path(where, name), os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read(limit + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def keep(kind: str, name: bytes, data: bytes) -> bool:
+    """Keep ``data`` of ``kind`` under ``name`` (written whole or not at all; a cache directory
+    that cannot be written keeps nothing). Returns whether it was kept."""
+    where = cache_dir(kind)
+    if where is None:
+        return False
+    target = _kept_path(where, name)
+    part = target.with_name(f"{target.name}.{os.getpid()}.{threading.get_ident()}.part")
+    try:
+        _private_folder(target.parent)
+        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # derived from the user's data
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(part, target)
+    except OSError as err:
+        log.debug("%s not kept in %s: %s", kind, where, err)
+        with contextlib.suppress(OSError):
+            part.unlink(missing_ok=True)
+        return False
+    _trim_once(where)
+    return True
+
+
+_made: set[Path] = set()
+
+
+def _private_folder(folder: Path) -> None:
+    """Create ``folder`` and the cache folders above it that are missing, readable by this user
+    only (the walk up once per process and folder; one probe after that: removed meanwhile, made again)."""
+    if folder in _made and folder.is_dir():
+        return
+    missing = [p for p in [folder, *folder.parents] if not p.exists()]
+    for p in reversed(missing):
+        p.mkdir(mode=0o700, exist_ok=True)
+    _made.add(folder)
+
+
+_trimmed: set[Path] = set()
+_trim_lock = threading.Lock()
+
+
+def _trim_once(where: Path) -> None:
+    """Once per process and folder, in the background: :func:`trim` it."""
+    with _trim_lock:
+        if where in _trimmed:
+            return
+        _trimmed.add(where)
+    threading.Thread(target=trim, args=(where,), name="memwal-cache-trim", daemon=True).start()
+
+
+def trim(where: Path) -> None:
+    """Remove the oldest files in folder ``where`` beyond :data:`MAX_FILES` or :data:`MAX_BYTES`,
+    down to half of both (leftover ``.part`` files too): what a process does once per folder,
+    in the background, when it first keeps a file there."""
+    try:
+        files = []
+        for p in where.glob("*/*"):
+            with contextlib.suppress(FileNotFoundError):  # renamed or removed by another process
+                st = p.stat()
+                files.append((st.st_mtime_ns, st.st_size, p))
+        total = sum(f[1] for f in files)
+        if len(files) <= MAX_FILES and total <= MAX_BYTES:
+            return
+        files.sort()  # oldest first
+        left = len(files)
+        for _, size, p in files:
+            if left <= MAX_FILES // 2 and total <= MAX_BYTES // 2:
+                break
+            p.unlink(missing_ok=True)
+            left, total = left - 1, total - size
+    except OSError as err:  # another process trimming, a directory gone: the next process tries again
+        log.debug("kept files in %s not trimmed: %s", where, err)
