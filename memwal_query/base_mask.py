@@ -273,10 +273,9 @@ class BaseMask:
             return None
         field = self._key_field_ids().get(self.primary_key[0])
         local = self.storage.local_path("") is not None
-        if field is None or not local or self._lookup is None:
+        if field is None or not local:
             return None
-        key, lookup = self.primary_key[0], self._lookup
-        return key_runs.FragmentRuns(self.storage, field, numeric, lambda k: lookup.positions(pa.table({key: k})))
+        return key_runs.FragmentRuns(self.storage, field, numeric)
 
     def _key_field_ids(self) -> dict[str, int]:
         """Column name -> Lance field id in the base's schema (listed once)."""

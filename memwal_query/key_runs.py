@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import logging
 import zlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 
 from memwal_query.format import machine_cache
-from memwal_query.format.fragment_files import column_file, read_liveness
+from memwal_query.format.fragment_files import column_file, deleted_rows
 from memwal_query.format.storage import Storage
 
 __all__ = ["KIND", "ROWS_PER_RUN", "SMALL_ROWS", "FragmentRuns", "KeyRuns", "load", "most_runs", "store"]
@@ -134,9 +133,13 @@ class KeyRuns:
         return bool(np.all(span == (lengths - 1).astype(np.uint64)))
 
     def hits(self, newer: np.ndarray) -> np.ndarray:
-        """Rows (ascending offsets) whose key is one of ``newer`` (sorted, unique, the keys' type)."""
+        """Rows (ascending offsets) whose key is one of ``newer`` (sorted, unique, the keys' type):
+        two searches per run, or one per key when the runs are :attr:`scattered`."""
         if not newer.size:
             return _EMPTY
+        if self.scattered:  # a search per key (no table over the newer keys' span to build for it)
+            k = self.keys()
+            return np.flatnonzero(newer[np.minimum(np.searchsorted(newer, k), newer.size - 1)] == k)
         lo = np.searchsorted(newer, self.firsts, "left")
         hi = np.searchsorted(newer, self.lasts, "right")
         counts = hi - lo
@@ -222,27 +225,24 @@ class FragmentRuns:
         storage: The base's storage (local).
         field_id: The Lance field id of its integer key.
         newer: The newer levels' keys, sorted and unique.
-        lookup: Rows (ascending) of an array of keys that are newer keys (scattered runs: a
-            small fragment's keys, looked up as a read of them would be).
     """
 
     storage: Storage
     field_id: int
     newer: np.ndarray
-    lookup: Callable[[np.ndarray], np.ndarray]
 
     def shadowed(self, meta: Any) -> np.ndarray | None:
         """Sorted addresses of the live rows of fragment ``meta`` whose key is a newer one, from
         the runs kept for its data file; None when none are (or its deletions cannot be read directly)."""
         path = column_file(self.storage, meta, self.field_id)
         runs = load(path, self.field_id, self.newer.dtype, int(meta.physical_rows)) if path is not None else None
-        live = read_liveness(self.storage, meta) if runs is not None else None
-        if runs is None or live is None:
+        gone = deleted_rows(self.storage, meta) if runs is not None else None
+        if runs is None or gone is None:
             return None
-        rows = self.lookup(runs.keys()) if runs.scattered else runs.hits(self.newer)
-        if live.live is not None:
-            rows = rows[live.live[rows]]
-        return live.addresses(rows)
+        rows = runs.hits(self.newer).astype(np.uint64)
+        if gone.size and rows.size:  # not the deleted ones
+            rows = rows[gone[np.minimum(np.searchsorted(gone, rows), gone.size - 1)] != rows]
+        return rows | (np.uint64(int(meta.id)) << np.uint64(32))  # row addresses, ascending
 
     def keep(self, meta: Any, keys: pa.ChunkedArray) -> bool:
         """Keep the runs of fragment ``meta``'s key column ``keys`` (every stored row, as

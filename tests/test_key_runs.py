@@ -249,7 +249,7 @@ def test_a_new_process_decides_consecutive_keys_from_kept_runs(tmp_path: Path) -
     frags = lance.dataset(table.uri).get_fragments()
     assert sorted(f.metadata.physical_rows for f in frags)[-2:] == [_CONSECUTIVE] * 2
     assert first["n"] == len(table.model) and first["sources"] == {"data files": len(frags)}
-    kept = [p for p in Path(cache_dir).rglob("*") if p.is_file()]
+    kept = [p for p in Path(cache_dir, key_runs.KIND).rglob("*") if p.is_file()]
     assert len(kept) == len(frags) - 1  # not the shuffled keys
     assert {p.stat().st_mode & 0o777 for p in kept} == {0o600}  # key ranges are the user's: private
     folders = [kept[0].parent, *kept[0].parent.parents][:3]  # <prefix>/, key-runs/, the cache directory

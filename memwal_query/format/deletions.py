@@ -130,10 +130,8 @@ def _arrow(data: bytes, what: str) -> np.ndarray:
     if out.size and int(out.min()) < 0:
         msg = f"deletion file {what} lists a negative row offset"
         raise MemWalCorruptionError(msg)
-    offsets = out.astype(np.uint64)
-    if bool(np.all(offsets[1:] > offsets[:-1])):  # as Lance writes them: sorted, no repeat
-        return np.asarray(offsets)
-    return np.unique(offsets)
+    offsets = np.sort(out.astype(np.uint64))  # Lance writes a set's values in any order
+    return offsets if bool(np.all(offsets[1:] > offsets[:-1])) else np.unique(offsets)
 
 
 def _name(f: pa.Field) -> str:

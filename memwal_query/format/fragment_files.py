@@ -44,7 +44,7 @@ from memwal_query.errors import MemWalError, is_panic
 from memwal_query.format.deletions import fragment_deletions
 from memwal_query.format.storage import Storage
 
-__all__ = ["FragmentColumns", "column_file", "read_columns", "read_live_columns", "read_liveness"]
+__all__ = ["FragmentColumns", "column_file", "read_columns", "deleted_rows", "read_live_columns"]
 
 log = logging.getLogger(__name__)
 
@@ -87,9 +87,18 @@ def _data_file(meta: Any, ids: Sequence[int]) -> Any | None:
 
 def _live(storage: Storage, meta: Any, rows: int) -> np.ndarray | None:
     """Which of the fragment's rows are not deleted (None: none is)."""
+    if meta.deletion_file is None:
+        return None
+    keep = np.ones(rows, dtype=bool)
+    keep[_deleted(storage, meta, rows).astype(np.int64)] = False
+    return keep
+
+
+def _deleted(storage: Storage, meta: Any, rows: int) -> np.ndarray:
+    """The sorted offsets of the fragment's deleted rows (of ``rows`` stored)."""
     d = meta.deletion_file
     if d is None:
-        return None
+        return np.empty(0, dtype=np.uint64)
     if getattr(d, "base_id", None) is not None:
         raise _Fallback
     gone = fragment_deletions(storage, meta)
@@ -97,9 +106,7 @@ def _live(storage: Storage, meta: Any, rows: int) -> np.ndarray | None:
         raise _Fallback
     if gone.size != int(d.num_deleted_rows) or (gone.size and int(gone[-1]) >= rows):
         raise _Fallback
-    keep = np.ones(rows, dtype=bool)
-    keep[gone.astype(np.int64)] = False
-    return keep
+    return gone
 
 
 class _Fallback(Exception):
@@ -222,11 +229,11 @@ def column_file(storage: Storage, meta: Any, field_id: int) -> str | None:
     return storage.local_path(f"data/{f.path}") if f is not None else None
 
 
-def read_liveness(storage: Storage, meta: Any) -> FragmentColumns | None:
-    """Which of a fragment's stored rows are live, as :class:`FragmentColumns` of no column;
-    None when its deletion file cannot be proven to read as Lance reads it."""
+def deleted_rows(storage: Storage, meta: Any) -> np.ndarray | None:
+    """The sorted offsets of a fragment's deleted rows (empty: none is), as Lance reads its
+    deletion file; None when that cannot be proven (a file elsewhere, missing, or unlike its manifest entry)."""
     try:
-        return FragmentColumns(pa.table({}), _live(storage, meta, int(meta.physical_rows)), int(meta.id))
+        return _deleted(storage, meta, int(meta.physical_rows))
     except (_Fallback, MemWalError, OSError, ValueError, RuntimeError, pa.ArrowException) as err:
         log.debug("fragment %s of %s: deletions not read directly (%s)", meta.id, storage.uri, err)
         return None
