@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import sys
 from importlib.metadata import PackageNotFoundError, version
 
 from memwal_query.errors import UnsupportedVersionError
@@ -26,8 +27,14 @@ LANCE_FFI_DATAFUSION_MAJOR = {"14": 54}
 SUPPORTED_DATAFUSION = (54, 55)
 
 
-@functools.cache  # read once: parsing a package's metadata costs ~0.5 ms, on every SQL call before
+_MODULES = {"datafusion": "datafusion", "pylance": "lance"}
+
+
+@functools.cache  # read once: parsing a package's metadata costs ~1 ms, on every SQL call before
 def _version(pkg: str) -> str:
+    loaded = getattr(sys.modules.get(_MODULES.get(pkg, pkg)), "__version__", None)
+    if isinstance(loaded, str):  # the module in use says (no metadata to parse)
+        return loaded
     try:
         return version(pkg)
     except PackageNotFoundError as err:
