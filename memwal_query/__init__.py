@@ -32,6 +32,7 @@ from memwal_query.errors import (  # noqa: E402
     MemWalError,
     NoPrimaryKeyError,
     NotAMemWalTableError,
+    QueryInterruptedError,
     SchemaChangedError,
     StorageError,
     TableNotFoundError,
@@ -96,6 +97,7 @@ __all__ = [
     "SchemaChangedError",
     "InvalidArgumentError",
     "StorageError",
+    "QueryInterruptedError",
 ]
 
 __version__ = "0.1.0"

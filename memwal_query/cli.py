@@ -370,6 +370,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     args = build_parser().parse_args(argv)
     from memwal_query.errors import InvalidArgumentError, MemWalError
+    from memwal_query.interrupt import interruptibly
 
     commands = {"sql": _cmd_sql, "inspect": _cmd_inspect, "verify": _cmd_verify}
     try:
@@ -377,7 +378,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise InvalidArgumentError(
                 "standard output is closed: nowhere to write" + (" (--output FILE)" if args.command == "sql" else "")
             )
-        code = commands[args.command](args)
+        # on a worker thread: a Ctrl-C is seen at once (the process then ends, see run())
+        code = interruptibly(lambda: commands[args.command](args), wait=False)
         if sys.stdout is not None:
             sys.stdout.flush()  # a full disk fails here, not in the interpreter's own flush at exit
         return code

@@ -35,6 +35,7 @@ __all__ = [
     "UnsupportedVersionError",
     "SchemaChangedError",
     "InvalidArgumentError",
+    "QueryInterruptedError",
     "StorageError",
 ]
 
@@ -104,6 +105,11 @@ class SchemaChangedError(MemWalError):
     loaded, a stream started): a column renamed, dropped or of another type, also inside a
     struct or a list. Load the DataFrame again, or restart the stream, to read the table's
     columns as they are now."""
+
+
+class QueryInterruptedError(MemWalError):
+    """A query ended because Ctrl-C interrupted one (its own, or one the main thread ran at
+    the same time: every scan ends then, see :mod:`memwal_query.interrupt`)."""
 
 
 class InvalidArgumentError(MemWalError, ValueError):

@@ -36,8 +36,32 @@ from datafusion.dataframe_formatter import DataFrameHtmlFormatter
 from memwal_query.engine_errors import engine_error
 from memwal_query.errors import MemWalError
 from memwal_query.forked import check_engine
+from memwal_query.interrupt import interruptibly
 
 __all__ = ["MemWalDataFrame", "sql_frame"]
+
+#: The DataFrame methods that run its query (:func:`~memwal_query.interrupt.interruptibly`).
+_RUNS_QUERY = frozenset(
+    {
+        "cache",
+        "collect",
+        "collect_column",
+        "collect_partitioned",
+        "count",
+        "describe",
+        "explain",
+        "to_arrow_table",
+        "to_pandas",
+        "to_polars",
+        "to_pydict",
+        "to_pylist",
+        "write_csv",
+        "write_json",
+        "write_parquet",
+        "write_parquet_with_options",
+        "write_table",
+    }
+)
 
 
 class MemWalDataFrame(datafusion.DataFrame):
@@ -48,11 +72,13 @@ class MemWalDataFrame(datafusion.DataFrame):
         if name.startswith("__") or name == "df" or not callable(attr):
             return attr
 
+        runs = name in _RUNS_QUERY
+
         @functools.wraps(attr)
         def call(*args: Any, **kwargs: Any) -> Any:
             check_engine("a memwal DataFrame")
-            try:
-                out = attr(*args, **kwargs)
+            try:  # a query run on a worker thread (main thread only): Ctrl-C ends it at once
+                out = interruptibly(lambda: attr(*args, **kwargs)) if runs else attr(*args, **kwargs)
             except MemWalError:
                 raise
             except Exception as err:  # DataFusion's; ours raised inside it come back as they were

@@ -28,7 +28,10 @@ import time
 from collections.abc import Iterator
 from typing import TypeVar, cast
 
-__all__ = ["guarded", "ScanGate", "GATE", "EXIT_WAIT_SECONDS"]
+from memwal_query.engine_errors import raised_in_engine
+from memwal_query.errors import QueryInterruptedError
+
+__all__ = ["guarded", "ScanGate", "GATE", "EXIT_WAIT_SECONDS", "STOP"]
 
 T = TypeVar("T")
 
@@ -111,6 +114,11 @@ _INTERRUPTED_WAIT_SECONDS = 2.0
 atexit.register(_close_at_exit)
 
 
+#: Set while a query interrupted by Ctrl-C ends (:mod:`memwal_query.interrupt`): every scan
+#: then fails at its next batch, so DataFusion ends the query there.
+STOP = threading.Event()
+
+
 def guarded(batches: Iterator[T], gate: ScanGate = GATE) -> Iterator[T]:
     """``batches``, ending at once when the interpreter exits; each step counted in flight.
 
@@ -120,10 +128,15 @@ def guarded(batches: Iterator[T], gate: ScanGate = GATE) -> Iterator[T]:
 
     Yields:
         The items of ``batches`` until it ends or the interpreter starts exiting.
+
+    Raises:
+        QueryInterruptedError: Asked for a batch while :data:`STOP` is set.
     """
     end = object()
     while gate.enter():
         try:
+            if STOP.is_set():
+                raise raised_in_engine(QueryInterruptedError("query interrupted (Ctrl-C): its scans ended"))
             item = next(batches, end)
         finally:
             gate.leave()
