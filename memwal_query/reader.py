@@ -36,6 +36,7 @@ from memwal_query.errors import InvalidArgumentError, MemWalError
 from memwal_query.forked import check_engine
 from memwal_query.planner.filter_refusal import check_filter
 from memwal_query.scan.dataset import MergedDataset
+from memwal_query.scan.filters import applying
 from memwal_query.scan.fragment import column_list
 from memwal_query.scan.stream import stream_batches
 from memwal_query.view.table_view import TableView
@@ -62,19 +63,7 @@ def to_reader(view: TableView, columns: Sequence[str] | None = None, filter: Fil
         return pa.RecordBatchReader.from_batches(out, _sql_batches(dataset, out, filter))
     check_filter(filter, view.uri, view.snapshot.schema)
     batches = stream_batches(dataset, columns, filter)
-    return pa.RecordBatchReader.from_batches(out, batches if filter is None else _applying(batches, filter, view.uri))
-
-
-def _applying(batches: Iterator[pa.RecordBatch], filt: pc.Expression, uri: str) -> Iterator[pa.RecordBatch]:
-    """``batches``; pyarrow refusing to evaluate ``filt`` (a literal out of the column's range, no
-    kernel for its types) is an :class:`InvalidArgumentError` naming the filter."""
-    try:
-        yield from batches
-    except GeneratorExit:  # closed unfinished, maybe at exit when ``pa`` is gone
-        raise
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as err:
-        msg = f"filter {filt} cannot be applied to {uri}: {err}"
-        raise InvalidArgumentError(msg) from err
+    return pa.RecordBatchReader.from_batches(out, batches if filter is None else applying(batches, filter, view.uri))
 
 
 def _sql_batches(dataset: MergedDataset, out: pa.Schema, predicate: str) -> Iterator[pa.RecordBatch]:

@@ -691,7 +691,7 @@ def test_integer_columns_against_float_columns_compare_in_the_float_columns_type
 def test_integer_columns_above_a_float32s_range_against_a_float_literal(tmp_path: Path) -> None:
     """pyarrow compares an int64 column with a float literal by casting it to float32, and refused
     any value above 2**24: ``pc.field("n") > 3.0`` failed wherever rows were filtered in memory
-    (to_reader: "cannot be applied"; dataset(): a raw ArrowInvalid). DataFusion compares in
+    (to_reader and dataset(): "cannot be applied"). DataFusion compares in
     float64 (``n = 2.0**53`` holds for 2**53 + 1)."""
     schema = pa.schema(
         [pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("n", pa.int64()), pa.field("u", pa.uint64())]
@@ -818,4 +818,25 @@ def test_a_scan_keeps_its_filter_as_given_while_hundreds_of_others_are_written(t
         ds.to_table(filter=pc.field("f") > float(i))
     got = sorted(i for scan in scans for b in scan.to_batches() for i in b.column("id").to_pylist())
     assert got == [11]
+    t.flush()
+
+
+def test_a_filter_pyarrow_cannot_apply_is_one_error_on_every_read(tmp_path: Path) -> None:
+    """A literal out of an integer column's range: ``dataset().to_table`` and ``count_rows``
+    raised a raw ``ArrowInvalid``; like ``to_reader``, they name the filter and the table."""
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("v", pa.int64())])
+    t = ModelTable(str(tmp_path / "t"), schema, pa.table({"id": [1, 2], "v": [3, 4]}, schema=schema))
+    t.put([{"id": 3, "v": 5}])
+    table = mq.open_table(t.uri)
+    beyond = pc.field("id") > pa.scalar(2**64 - 1, pa.uint64())
+    reads = {
+        "dataset().to_table": lambda: table.dataset().to_table(filter=beyond),
+        "dataset().count_rows": lambda: table.dataset().count_rows(filter=beyond),
+        "to_reader": lambda: table.to_reader(filter=beyond).read_all(),
+    }
+    for what, read in reads.items():
+        with pytest.raises(mq.InvalidArgumentError, match="18446744073709551615") as err:
+            read()
+        assert t.uri in str(err.value) and "\n" not in str(err.value), what
+    assert table.dataset().to_table(filter=pc.field("id") > 1).num_rows == 2  # a filter it can apply
     t.flush()

@@ -40,7 +40,7 @@ from memwal_query.planner.plan import Plan
 from memwal_query.planner.predicates import Predicate
 from memwal_query.scan.arrays import constant_filter, in_fragment
 from memwal_query.scan.balance import balance, workers
-from memwal_query.scan.filters import expression_filter
+from memwal_query.scan.filters import applying, expression_filter
 from memwal_query.scan.fragment import (
     HIDDEN_COLUMNS,
     MemoryFragment,
@@ -263,7 +263,7 @@ class MergedDataset(pds.Dataset):  # type: ignore[misc]
             for fr in frags:
                 yield from fr.scanner(columns=columns, filter=filter).to_batches()
 
-        return Scan(out, batches())
+        return Scan(out, batches() if filter is None else applying(batches(), filter, self.context.uri))
 
     def to_table(
         self, columns: Sequence[str] | None = None, filter: pc.Expression | None = None, **_: object

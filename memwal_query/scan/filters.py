@@ -16,7 +16,7 @@ Example:
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -25,7 +25,7 @@ from memwal_query.errors import InvalidArgumentError
 from memwal_query.planner.arrow_expr import expression_key, from_arrow_expression
 from memwal_query.planner.predicates import Predicate, needed_columns
 
-__all__ = ["decoded", "expression_filter", "filter_columns", "scan_columns", "mentions_any"]
+__all__ = ["applying", "decoded", "expression_filter", "filter_columns", "scan_columns", "mentions_any"]
 
 
 def expression_filter(filt: object) -> object:
@@ -85,3 +85,15 @@ def mentions_any(filt: object, names: Sequence[str], these: Sequence[str]) -> bo
         return False
     used = filter_columns(filt, names)
     return used is None or any(c in used for c in these)
+
+
+def applying(batches: Iterator[pa.RecordBatch], filt: pc.Expression, uri: str) -> Iterator[pa.RecordBatch]:
+    """``batches`` filtered by ``filt``; pyarrow refusing to evaluate it (a literal out of the
+    column's range, no kernel for its types) is an :class:`InvalidArgumentError` naming the filter."""
+    try:
+        yield from batches
+    except GeneratorExit:  # closed unfinished, maybe at exit when ``pa`` is gone
+        raise
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as err:
+        msg = f"filter {filt} cannot be applied to {uri}: {' '.join(str(err).split())}"
+        raise InvalidArgumentError(msg) from err
