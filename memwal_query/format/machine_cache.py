@@ -2,8 +2,8 @@
 process need not read them again.
 
 A Lance data file is written once: what was derived from it stays true while its path,
-size and modification time are the same. Each kind of kept file (``key-runs``,
-``generation-keys``) lives in its own folder of the cache directory: ``MEMWAL_CACHE_DIR``,
+size and modification time are the same. Each kind of kept file (``key-runs``: see
+:mod:`memwal_query.key_runs`) lives in its own folder of the cache directory: ``MEMWAL_CACHE_DIR``,
 else ``$XDG_CACHE_HOME/memwal`` (an absolute one), else ``~/.cache/memwal``; ``off`` (or
 ``""``, ``0``, ``none``, ``false``), or no home directory, keeps nothing. A kept file is named
 by a digest of what it was derived from; it is written whole or not at all (a ``.part`` file

@@ -14,7 +14,6 @@ from memwal_query.format.lance_open import lance_message
 from memwal_query.format.paths import generation_rel, linked
 from memwal_query.format.storage import Storage
 from memwal_query.format.wal import TOMBSTONE
-from memwal_query.snapshot import kept_keys
 from memwal_query.snapshot.cache import SnapshotCache
 from memwal_query.snapshot.evolution import conformed_copy, conformed_uri, field_paths, stale_columns, tagged_schema
 from memwal_query.snapshot.model import GenerationSource, SkippedGeneration
@@ -160,13 +159,10 @@ def generation_keys(ds: lance.LanceDataset, pk: Sequence[str], cache: SnapshotCa
         hit = cache.generation_keys.get(uri)
     if hit is not None:
         return hit
-    kept = kept_keys.load(ds, [*pk, TOMBSTONE])  # read by an earlier process on this machine
-    t = kept if kept is not None else ds.to_table(columns=[*pk, TOMBSTONE], with_row_address=True)
+    t = ds.to_table(columns=[*pk, TOMBSTONE], with_row_address=True)
     odd = not_a_generation(t, pk)
     if odd is not None:
         raise ValueError(odd)
-    if kept is None:
-        kept_keys.keep(ds, [*pk, TOMBSTONE], t)
     with cache.lock:
         cache.generation_keys[uri] = t
     return t
