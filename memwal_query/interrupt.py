@@ -1,4 +1,4 @@
-"""Ctrl-C ends a running query within about a second, in a script, the CLI or a notebook.
+"""Ctrl-C ends a running query at its scans' next batch, in a script, the CLI or a notebook.
 
 While DataFusion runs a query, the thread that asked for it waits in native code, and
 DataFusion looks for a signal only when its runtime's timer fires, which busy workers drive
@@ -9,10 +9,11 @@ notebook the interrupted query ran on in the background, holding up the next cel
 Python, where a Ctrl-C is a ``KeyboardInterrupt`` at once. It then sets
 :data:`~memwal_query.scan_gate.STOP`: every scan of this package fails at its next batch
 (:func:`~memwal_query.scan_gate.guarded`), DataFusion ends the query there, and the caller
-gets the ``KeyboardInterrupt`` once the query has ended (a second Ctrl-C returns at once,
-leaving it to end by itself). Queries other threads run at that moment end too. Off the main
-thread, or when Ctrl-C does not raise ``KeyboardInterrupt`` (a handler of the program's own),
-the query runs where it is asked, as before.
+gets the ``KeyboardInterrupt`` once the query has ended: within a second for a scan or an
+aggregate; a join that multiplies rows first uses up the input batch it holds (a second
+Ctrl-C returns at once, leaving the query to end by itself). Queries other threads run at
+that moment end too. Off the main thread, or when Ctrl-C does not raise ``KeyboardInterrupt``
+(a handler of the program's own), the query runs where it is asked, as before.
 
 Example:
     >>> interruptibly(lambda: 6 * 7)
