@@ -6,14 +6,15 @@ between polls: a join feeding an aggregate let a Ctrl-C wait a minute or more, a
 notebook the interrupted query ran on in the background, holding up the next cell.
 
 :func:`interruptibly` runs the query on a worker thread while the main thread waits in
-Python, where a Ctrl-C is a ``KeyboardInterrupt`` at once. It then sets
-:data:`~memwal_query.scan_gate.STOP`: every scan of this package fails at its next batch
+Python, where a Ctrl-C is a ``KeyboardInterrupt`` at once. It then stops the query's scans
+(:class:`~memwal_query.scan_gate.Interrupts`): each fails at its next batch
 (:func:`~memwal_query.scan_gate.guarded`), DataFusion ends the query there, and the caller
 gets the ``KeyboardInterrupt`` once the query has ended: within a second for a scan or an
 aggregate; a join that multiplies rows first uses up the input batch it holds (a second
-Ctrl-C returns at once, leaving the query to end by itself). Queries other threads run at
-that moment end too. Off the main thread, or when Ctrl-C does not raise ``KeyboardInterrupt``
-(a handler of the program's own), the query runs where it is asked, as before.
+Ctrl-C returns at once, leaving the query to end by itself; a query run meanwhile is not
+stopped). Queries other threads started while it ran end too. Off the main thread, or when
+Ctrl-C does not raise ``KeyboardInterrupt`` (a handler of the program's own), the query runs
+where it is asked, as before.
 
 Example:
     >>> interruptibly(lambda: 6 * 7)
@@ -28,7 +29,7 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-from memwal_query.scan_gate import STOP
+from memwal_query.scan_gate import INTERRUPTS
 
 __all__ = ["interruptibly"]
 
@@ -50,6 +51,7 @@ def interruptibly(run: Callable[[], T], *, wait: bool = True) -> T:
         return run()
     if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
         return run()
+    era = INTERRUPTS.begin()  # the scans this query starts
     query = _Query(run)
     # not a daemon: the interpreter waits for an interrupted query to end before it exits
     # (a thread still in DataFusion when the interpreter finalizes aborts the process)
@@ -58,7 +60,7 @@ def interruptibly(run: Callable[[], T], *, wait: bool = True) -> T:
         while not query.done.wait(0.5):
             pass
     except KeyboardInterrupt:
-        query.stop()
+        INTERRUPTS.stop(era)
         with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C: back at once
             if wait:
                 query.done.wait()
@@ -68,19 +70,14 @@ def interruptibly(run: Callable[[], T], *, wait: bool = True) -> T:
     return query.out  # type: ignore[return-value]
 
 
-_lock = threading.Lock()
-_stopping = 0  # interrupted queries still running: STOP stays set until none is
-
-
 class _Query:
-    """One query run on a worker thread, and whether Ctrl-C stopped it."""
+    """One query run on a worker thread: its result or its error, once done."""
 
     def __init__(self, run: Callable[[], object]) -> None:
         self.run = run
         self.done = threading.Event()
         self.out: object = None
         self.error: BaseException | None = None
-        self.stopped = False
 
     def work(self) -> None:
         try:
@@ -88,20 +85,4 @@ class _Query:
         except BaseException as err:  # handed to the caller
             self.error = err
         finally:
-            global _stopping
-            with _lock:
-                self.done.set()
-                if self.stopped:  # scans run again once no interrupted query is left
-                    _stopping -= 1
-                    if not _stopping:
-                        STOP.clear()
-
-    def stop(self) -> None:
-        """Stop every scan until this query ends (nothing when it has ended)."""
-        global _stopping
-        with _lock:
-            if self.done.is_set():
-                return
-            self.stopped = True
-            _stopping += 1
-            STOP.set()
+            self.done.set()

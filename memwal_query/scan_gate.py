@@ -31,7 +31,7 @@ from typing import TypeVar, cast
 from memwal_query.engine_errors import raised_in_engine
 from memwal_query.errors import QueryInterruptedError
 
-__all__ = ["guarded", "ScanGate", "GATE", "EXIT_WAIT_SECONDS", "STOP"]
+__all__ = ["guarded", "ScanGate", "GATE", "EXIT_WAIT_SECONDS", "INTERRUPTS", "Interrupts"]
 
 T = TypeVar("T")
 
@@ -114,9 +114,41 @@ _INTERRUPTED_WAIT_SECONDS = 2.0
 atexit.register(_close_at_exit)
 
 
-#: Set while a query interrupted by Ctrl-C ends (:mod:`memwal_query.interrupt`): every scan
-#: then fails at its next batch, so DataFusion ends the query there.
-STOP = threading.Event()
+class Interrupts:
+    """Which scans a Ctrl-C ended (:mod:`memwal_query.interrupt`): every query run begins an
+    *era*; a scan belongs to the era current when it started. Stopping the era of an
+    interrupted query ends the scans of it and of the eras before (queries other threads ran
+    then too), never those of a query begun after it (a query run while an abandoned one
+    still ends)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._era = 0
+        self._stopped = -1  # scans of eras up to this one end at their next batch
+
+    def begin(self) -> int:
+        """A query begins: the era of the scans it starts."""
+        with self._lock:
+            self._era += 1
+            return self._era
+
+    @property
+    def era(self) -> int:
+        """The current era (a scan starting now belongs to it)."""
+        return self._era
+
+    def stop(self, era: int) -> None:
+        """End the scans of ``era`` and of the eras before it."""
+        with self._lock:
+            self._stopped = max(self._stopped, era)
+
+    def stopped(self, era: int) -> bool:
+        """Whether scans of ``era`` end at their next batch."""
+        return era <= self._stopped
+
+
+#: The process's interrupts.
+INTERRUPTS = Interrupts()
 
 
 def guarded(batches: Iterator[T], gate: ScanGate = GATE) -> Iterator[T]:
@@ -126,16 +158,19 @@ def guarded(batches: Iterator[T], gate: ScanGate = GATE) -> Iterator[T]:
         batches: A scan's batch iterator.
         gate: The gate to pass (the process's, closed at exit).
 
-    Yields:
-        The items of ``batches`` until it ends or the interpreter starts exiting.
-
-    Raises:
-        QueryInterruptedError: Asked for a batch while :data:`STOP` is set.
+    Returns:
+        The items of ``batches`` until it ends or the interpreter starts exiting; raising
+        :class:`QueryInterruptedError` when asked for one after a Ctrl-C ended its era
+        (:class:`Interrupts`).
     """
+    return _guarded(batches, gate, INTERRUPTS.era)
+
+
+def _guarded(batches: Iterator[T], gate: ScanGate, era: int) -> Iterator[T]:
     end = object()
     while gate.enter():
         try:
-            if STOP.is_set():
+            if INTERRUPTS.stopped(era):
                 raise raised_in_engine(QueryInterruptedError("query interrupted (Ctrl-C): its scans ended"))
             item = next(batches, end)
         finally:

@@ -129,7 +129,7 @@ def test_scan_generators_closed_after_module_teardown_stay_quiet(monkeypatch: py
     ("Exception ignored in: <generator ... guard>" printed after a clean run). Closing passes
     GeneratorExit before any clause that names a module global."""
     import memwal_query.engine_errors as engine_errors
-    import memwal_query.reader as reader
+    import memwal_query.scan.filters as filters
     import memwal_query.scan.lance_fragment as lance_fragment
 
     def endless() -> Any:
@@ -146,14 +146,14 @@ def test_scan_generators_closed_after_module_teardown_stay_quiet(monkeypatch: py
     gens = [
         frag.guard(endless()),
         engine_errors.recorded(endless()),
-        reader._applying(endless(), pa.compute.field("a") > 0, "t"),
+        filters.applying(endless(), pa.compute.field("a") > 0, "t"),
         spark_read.spark_scan([Endless()], None, None, pa.schema([("a", pa.int64())])),  # type: ignore[list-item]
     ]
     for g in gens:
         next(g)
     monkeypatch.setattr(lance_fragment, "pa", None)  # what finalization leaves
     monkeypatch.setattr(engine_errors, "MemWalError", None)
-    monkeypatch.setattr(reader, "pa", None)
+    monkeypatch.setattr(filters, "pa", None)
     monkeypatch.setattr(spark_read, "MemWalError", None)
     for g in gens:
         g.close()  # raised AttributeError / TypeError before
