@@ -108,8 +108,8 @@ class SchemaChangedError(MemWalError):
 
 
 class QueryInterruptedError(MemWalError):
-    """A query ended because Ctrl-C interrupted one (its own, or one the main thread ran at
-    the same time: every scan ends then, see :mod:`memwal_query.interrupt`)."""
+    """A query ended because Ctrl-C interrupted one: its own, or one the main thread ran when
+    it started (the scans started meanwhile end too, see :mod:`memwal_query.interrupt`)."""
 
 
 class InvalidArgumentError(MemWalError, ValueError):
