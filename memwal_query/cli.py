@@ -395,6 +395,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         _drop_stdout()
         return EXIT_ERROR
     except KeyboardInterrupt:
+        from memwal_query.cli_ticker import stop_all
+
+        stop_all()  # the query may still be ending on its thread: wipe its ticker line first
         _say("interrupted")
         return EXIT_INTERRUPTED
 

@@ -21,7 +21,10 @@ from typing import IO
 
 import pyarrow as pa
 
-__all__ = ["Ticker", "ticking"]
+__all__ = ["Ticker", "stop_all", "ticking"]
+
+_started: set[Ticker] = set()  # drawing or about to: wiped by stop_all()
+_started_lock = threading.Lock()
 
 
 class Ticker:
@@ -39,6 +42,8 @@ class Ticker:
     def start(self) -> None:
         """Start drawing (after ``after`` seconds); nothing happens off a terminal."""
         if self._on and self._thread is None:
+            with _started_lock:
+                _started.add(self)
             self._thread = threading.Thread(target=self._run, name="memwal-ticker", daemon=True)
             self._thread.start()
 
@@ -64,6 +69,17 @@ class Ticker:
                 self._stream.write("\r\x1b[K")
                 self._stream.flush()
                 self._drawn = False
+        with _started_lock:
+            _started.discard(self)
+
+
+def stop_all() -> None:
+    """Stop and wipe every ticker started and not stopped (a query interrupted on another
+    thread: its line is wiped before ``memwal: interrupted`` is written)."""
+    with _started_lock:
+        tickers = list(_started)
+    for t in tickers:
+        t.stop()
 
 
 def ticking(reader: pa.RecordBatchReader, ticker: Ticker) -> pa.RecordBatchReader:

@@ -210,6 +210,37 @@ def test_a_slow_query_shows_its_time_on_a_terminal_until_its_first_rows() -> Non
         assert text.endswith("\r\x1b[K") == drawn  # wiped before the rows are written
 
 
+def test_an_interrupted_query_s_ticker_line_is_wiped_before_the_message(
+    demo: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The query runs on a worker thread (Ctrl-C seen at once): ``memwal: interrupted`` was
+    written after the ticker's ``running the query ... 8 s (Ctrl-C stops it)``, on its line."""
+    import time
+
+    from memwal_query import cli
+    from memwal_query.cli_ticker import Ticker
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    screen = Terminal()
+
+    def interrupted_query(args: Any) -> int:
+        ticker = Ticker(screen, after=0.0)
+        ticker.start()
+        while "running the query" not in screen.getvalue():
+            time.sleep(0.01)
+        raise KeyboardInterrupt  # as Ctrl-C reaches main while the query still runs
+
+    monkeypatch.setattr(cli, "_cmd_sql", interrupted_query)
+    code, _, err = run(capsys, "sql", demo, "SELECT 1")
+    assert (code, err) == (cli.EXIT_INTERRUPTED, "memwal: interrupted\n")
+    drawn = screen.getvalue()
+    time.sleep(0.6)  # the ticker redraws twice a second: it stopped
+    assert screen.getvalue() == drawn and drawn.endswith("\r\x1b[K"), repr(drawn[-80:])
+
+
 def test_ctrl_c_during_a_query(demo: str) -> None:
     """Ctrl-C while DataFusion runs a query reached the CLI as DataFusion's "External error:
     KeyboardInterrupt": ``memwal: error: query failed: ...`` and exit 1, not an interrupt."""
