@@ -27,6 +27,7 @@ import re
 import signal
 import stat
 import sys
+import threading
 from collections.abc import Sequence
 from typing import IO, TYPE_CHECKING, Any, NoReturn
 
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
 
     from memwal_query.table import Table
 
-__all__ = ["main", "build_parser", "parse_storage_options"]
+__all__ = ["ProgressBar", "main", "build_parser", "parse_storage_options"]
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -155,7 +156,7 @@ def _version() -> str:
 # --------------------------------------------------------------------------- #
 
 
-class _Progress:
+class ProgressBar:
     """A one-line progress bar on stderr, drawn only when stderr is a terminal."""
 
     def __init__(self, label: str, stream: IO[str] | None = None) -> None:
@@ -163,6 +164,12 @@ class _Progress:
         self._label = label
         self._on = bool(getattr(self._stream, "isatty", lambda: False)())
         self._drawn = False
+        self._stopped = False
+        self._lock = threading.Lock()
+        if self._on:
+            from memwal_query.cli_ticker import track
+
+            track(self)  # wiped by stop_all() on Ctrl-C
 
     def __call__(self, done: int, total: int, what: str) -> None:
         if not self._on or total <= 1:
@@ -170,14 +177,26 @@ class _Progress:
         width = 30
         filled = int(width * done / total)
         bar = "#" * filled + "-" * (width - filled)
-        self._stream.write(f"\r{self._label} [{bar}] {done}/{total} {what[:8]}")
-        self._stream.flush()
-        self._drawn = True
-
-    def close(self) -> None:
-        if self._drawn:
-            self._stream.write("\r\x1b[K")
+        with self._lock:
+            if self._stopped:  # wiped (Ctrl-C): the command may still run on its thread
+                return
+            self._stream.write(f"\r{self._label} [{bar}] {done}/{total} {what[:8]}")
             self._stream.flush()
+            self._drawn = True
+
+    def stop(self) -> None:
+        """Wipe the bar and draw no more (idempotent)."""
+        with self._lock:
+            self._stopped = True
+            if self._drawn:
+                self._stream.write("\r\x1b[K")
+                self._stream.flush()
+                self._drawn = False
+        from memwal_query.cli_ticker import untrack
+
+        untrack(self)
+
+    close = stop
 
 
 # --------------------------------------------------------------------------- #
@@ -336,7 +355,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 def _cmd_verify(args: argparse.Namespace) -> int:
     from memwal_query.verify import verify_table
 
-    bar = _Progress("verifying")
+    bar = ProgressBar("verifying")
     try:
         report = verify_table(
             args.uri, storage_options=parse_storage_options(args.storage_option), progress=bar, check_keys=args.keys

@@ -17,14 +17,31 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from typing import IO
+from typing import IO, Protocol
 
 import pyarrow as pa
 
-__all__ = ["Ticker", "stop_all", "ticking"]
+__all__ = ["Ticker", "stop_all", "ticking", "track", "untrack"]
 
-_started: set[Ticker] = set()  # drawing or about to: wiped by stop_all()
+
+class _Line(Protocol):
+    def stop(self) -> None: ...
+
+
+_started: set[_Line] = set()  # lines drawn on the terminal, or about to be: wiped by stop_all()
 _started_lock = threading.Lock()
+
+
+def track(line: _Line) -> None:
+    """Have :func:`stop_all` stop ``line`` (a ticker, a progress bar) until :func:`untrack`."""
+    with _started_lock:
+        _started.add(line)
+
+
+def untrack(line: _Line) -> None:
+    """``line`` was stopped: :func:`stop_all` leaves it."""
+    with _started_lock:
+        _started.discard(line)
 
 
 class Ticker:
@@ -42,8 +59,7 @@ class Ticker:
     def start(self) -> None:
         """Start drawing (after ``after`` seconds); nothing happens off a terminal."""
         if self._on and self._thread is None:
-            with _started_lock:
-                _started.add(self)
+            track(self)
             self._thread = threading.Thread(target=self._run, name="memwal-ticker", daemon=True)
             self._thread.start()
 
@@ -69,13 +85,12 @@ class Ticker:
                 self._stream.write("\r\x1b[K")
                 self._stream.flush()
                 self._drawn = False
-        with _started_lock:
-            _started.discard(self)
+        untrack(self)
 
 
 def stop_all() -> None:
-    """Stop and wipe every ticker started and not stopped (a query interrupted on another
-    thread: its line is wiped before ``memwal: interrupted`` is written)."""
+    """Stop and wipe every line started and not stopped (a command interrupted while it runs
+    on another thread: its line is wiped before ``memwal: interrupted`` is written)."""
     with _started_lock:
         tickers = list(_started)
     for t in tickers:

@@ -18,7 +18,7 @@ import pyarrow.csv as pacsv
 import pytest
 
 import memwal_query as mq
-from memwal_query.cli import _Progress, main, parse_storage_options
+from memwal_query.cli import ProgressBar, main, parse_storage_options
 from memwal_query.demo import write_demo_table
 from memwal_query.errors import InvalidArgumentError
 from memwal_query.format.decode import bitrev64_name
@@ -210,11 +210,14 @@ def test_a_slow_query_shows_its_time_on_a_terminal_until_its_first_rows() -> Non
         assert text.endswith("\r\x1b[K") == drawn  # wiped before the rows are written
 
 
-def test_an_interrupted_query_s_ticker_line_is_wiped_before_the_message(
-    demo: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("command", ["sql", "verify"])
+def test_an_interrupted_command_s_line_is_wiped_before_the_message(
+    demo: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], command: str
 ) -> None:
-    """The query runs on a worker thread (Ctrl-C seen at once): ``memwal: interrupted`` was
-    written after the ticker's ``running the query ... 8 s (Ctrl-C stops it)``, on its line."""
+    """The command runs on a worker thread (Ctrl-C seen at once): ``memwal: interrupted`` was
+    written after the ticker's ``running the query ... 8 s (Ctrl-C stops it)`` (or verify's
+    progress bar), on its line, which could be drawn again after it."""
+    import threading
     import time
 
     from memwal_query import cli
@@ -225,19 +228,30 @@ def test_an_interrupted_query_s_ticker_line_is_wiped_before_the_message(
             return True
 
     screen = Terminal()
+    still_running = threading.Event()
 
-    def interrupted_query(args: Any) -> int:
-        ticker = Ticker(screen, after=0.0)
-        ticker.start()
-        while "running the query" not in screen.getvalue():
-            time.sleep(0.01)
-        raise KeyboardInterrupt  # as Ctrl-C reaches main while the query still runs
+    def interrupted(args: Any) -> int:
+        if command == "sql":
+            Ticker(screen, after=0.0).start()
+            while "running the query" not in screen.getvalue():
+                time.sleep(0.01)
+        else:
+            bar = cli.ProgressBar("verifying", screen)  # the bar verify draws
+            bar(1, 10, "data")
 
-    monkeypatch.setattr(cli, "_cmd_sql", interrupted_query)
-    code, _, err = run(capsys, "sql", demo, "SELECT 1")
+            def draws_on() -> None:  # the command still running after the interrupt
+                still_running.wait(5)
+                bar(5, 10, "data")
+
+            threading.Thread(target=draws_on).start()
+        raise KeyboardInterrupt  # as Ctrl-C reaches main while the command still runs
+
+    monkeypatch.setattr(cli, f"_cmd_{command}", interrupted)
+    code, _, err = run(capsys, command, demo, *(["SELECT 1"] if command == "sql" else []))
     assert (code, err) == (cli.EXIT_INTERRUPTED, "memwal: interrupted\n")
     drawn = screen.getvalue()
-    time.sleep(0.6)  # the ticker redraws twice a second: it stopped
+    still_running.set()
+    time.sleep(0.6)  # the ticker redraws twice a second; the bar was asked to draw again
     assert screen.getvalue() == drawn and drawn.endswith("\r\x1b[K"), repr(drawn[-80:])
 
 
@@ -593,7 +607,7 @@ def test_progress_only_on_a_terminal() -> None:
 
     plain, tty = io.StringIO(), Tty()
     for stream in (plain, tty):
-        bar = _Progress("verifying", stream)
+        bar = ProgressBar("verifying", stream)
         for i in range(1, 5):
             bar(i, 4, "region")
         bar.close()
