@@ -92,9 +92,9 @@ def stop_all() -> None:
     """Stop and wipe every line started and not stopped (a command interrupted while it runs
     on another thread: its line is wiped before ``memwal: interrupted`` is written)."""
     with _started_lock:
-        tickers = list(_started)
-    for t in tickers:
-        t.stop()
+        lines = list(_started)
+    for line in lines:
+        line.stop()
 
 
 def ticking(reader: pa.RecordBatchReader, ticker: Ticker) -> pa.RecordBatchReader:
