@@ -196,8 +196,6 @@ class ProgressBar:
 
         untrack(self)
 
-    close = stop
-
 
 # --------------------------------------------------------------------------- #
 # sql
@@ -361,7 +359,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             args.uri, storage_options=parse_storage_options(args.storage_option), progress=bar, check_keys=args.keys
         )
     finally:
-        bar.close()
+        bar.stop()
     if args.json:
         sys.stdout.write(report.to_json() + "\n")
     else:

@@ -36,6 +36,7 @@ import pyarrow as pa
 
 from memwal_query.format import machine_cache
 from memwal_query.format.fragment_files import column_file, deleted_rows
+from memwal_query.format.sets import member
 from memwal_query.format.storage import Storage
 
 __all__ = ["KIND", "ROWS_PER_RUN", "SMALL_ROWS", "FragmentRuns", "KeyRuns", "load", "most_runs", "store"]
@@ -138,8 +139,7 @@ class KeyRuns:
         if not newer.size:
             return _EMPTY
         if self.scattered:  # a search per key (no table over the newer keys' span to build for it)
-            k = self.keys()
-            return np.flatnonzero(newer[np.minimum(np.searchsorted(newer, k), newer.size - 1)] == k)
+            return np.flatnonzero(member(self.keys(), newer))
         lo = np.searchsorted(newer, self.firsts, "left")
         hi = np.searchsorted(newer, self.lasts, "right")
         counts = hi - lo
@@ -240,9 +240,8 @@ class FragmentRuns:
         if runs is None or gone is None:
             return None
         rows = runs.hits(self.newer).astype(np.uint64)
-        if gone.size and rows.size:  # not the deleted ones
-            rows = rows[gone[np.minimum(np.searchsorted(gone, rows), gone.size - 1)] != rows]
-        return rows | (np.uint64(int(meta.id)) << np.uint64(32))  # row addresses, ascending
+        rows = rows[~member(rows, gone)]  # not the deleted ones
+        return np.asarray(rows | (np.uint64(int(meta.id)) << np.uint64(32)))  # row addresses, ascending
 
     def keep(self, meta: Any, keys: pa.ChunkedArray) -> bool:
         """Keep the runs of fragment ``meta``'s key column ``keys`` (every stored row, as

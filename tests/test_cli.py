@@ -30,6 +30,13 @@ from lsm_model import sort_table
 REPO = Path(__file__).resolve().parents[1]
 
 
+class Terminal(io.StringIO):
+    """stderr as a terminal (where tickers and progress bars are drawn)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> str:
     root = tmp_path_factory.mktemp("cli")
@@ -186,10 +193,6 @@ def test_a_slow_query_shows_its_time_on_a_terminal_until_its_first_rows() -> Non
 
     from memwal_query.cli_ticker import Ticker, ticking
 
-    class Terminal(io.StringIO):
-        def isatty(self) -> bool:
-            return True
-
     batch = pa.record_batch({"n": [1]})
 
     def slow() -> Any:
@@ -222,10 +225,6 @@ def test_an_interrupted_command_s_line_is_wiped_before_the_message(
 
     from memwal_query import cli
     from memwal_query.cli_ticker import Ticker
-
-    class Terminal(io.StringIO):
-        def isatty(self) -> bool:
-            return True
 
     screen = Terminal()
     still_running = threading.Event()
@@ -601,16 +600,12 @@ def test_verify_not_a_table_is_an_error(tmp_path: Path, capsys: pytest.CaptureFi
 
 
 def test_progress_only_on_a_terminal() -> None:
-    class Tty(io.StringIO):
-        def isatty(self) -> bool:
-            return True
-
-    plain, tty = io.StringIO(), Tty()
+    plain, tty = io.StringIO(), Terminal()
     for stream in (plain, tty):
         bar = ProgressBar("verifying", stream)
         for i in range(1, 5):
             bar(i, 4, "region")
-        bar.close()
+        bar.stop()
     assert plain.getvalue() == ""
     assert "4/4" in tty.getvalue()
 

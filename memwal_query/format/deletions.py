@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.ipc
 
 from memwal_query.errors import MemWalCorruptionError, one_line
+from memwal_query.format.sets import unique
 from memwal_query.format.storage import Storage
 
 __all__ = ["deleted_offsets", "fragment_deletions"]
@@ -130,8 +131,7 @@ def _arrow(data: bytes, what: str) -> np.ndarray:
     if out.size and int(out.min()) < 0:
         msg = f"deletion file {what} lists a negative row offset"
         raise MemWalCorruptionError(msg)
-    offsets = np.sort(out.astype(np.uint64))  # Lance writes a set's values in any order
-    return offsets if bool(np.all(offsets[1:] > offsets[:-1])) else np.unique(offsets)
+    return unique(out.astype(np.uint64))  # Lance writes a set's values in any order
 
 
 def _name(f: pa.Field) -> str:
