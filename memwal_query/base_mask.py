@@ -32,7 +32,7 @@ import lance
 import numpy as np
 import pyarrow as pa
 
-from memwal_query import key_runs
+from memwal_query import kept_masks, key_runs
 from memwal_query.format.fragment_files import FragmentColumns, read_columns
 from memwal_query.format.lance_open import base_read_error
 from memwal_query.format.storage import Storage
@@ -123,6 +123,8 @@ class BaseMask:
         self._sources: dict[int, str] = {}
         self._lookup = NewerLookup(self.newer, self.primary_key) if self.newer is not None else None
         self._prior: PriorDecisions | None = None
+        self._keeper = kept_masks.MaskKeeper(self._kept_name)
+        self._offered = False
 
     @classmethod
     def none(cls) -> BaseMask:
@@ -141,11 +143,44 @@ class BaseMask:
         return self._fragments
 
     def known(self, fragment_id: int) -> np.ndarray | None:
-        """The drop list of a fragment if decided (``None``: not yet)."""
+        """The drop list of a fragment if decided, or kept on this machine for this snapshot
+        (:mod:`~memwal_query.kept_masks`; ``None``: not yet)."""
         if self.newer is None:
             return _EMPTY
         with self._lock:
-            return self._drops.get(fragment_id)
+            got = self._drops.get(fragment_id)
+        if got is None:
+            kept = self._keeper.drops()
+            if kept is not None and fragment_id in kept:
+                return self._record(fragment_id, kept[fragment_id], "kept mask")
+        return got
+
+    def _record(self, fragment_id: int, drop: np.ndarray, source: str | None = None) -> np.ndarray:
+        """Record a fragment's drop list (the first one, if another thread was first); once
+        every fragment's is, offer the whole mask to the next process (:class:`~memwal_query.kept_masks.MaskKeeper`)."""
+        frags = len(self.fragments())
+        with self._lock:
+            if source is not None:
+                self._sources.setdefault(fragment_id, source)
+            got = self._drops.setdefault(fragment_id, drop)
+            whole = dict(self._drops) if len(self._drops) == frags and not self._offered else None
+            self._offered = self._offered or whole is not None
+        if whole is not None:
+            self._keeper.offer(whole)
+        return got
+
+    def _kept_name(self) -> kept_masks.KeptName | None:
+        """The name of this snapshot's mask on this machine (a local base with one integer key)."""
+        if self.newer is None or len(self.primary_key) != 1 or self.storage is None or self.base is None:
+            return None
+        numeric = self.newer.sorted_numeric() if kept_masks.keeping() else None
+        if numeric is None:
+            return None
+        field = self._key_field_ids().get(self.primary_key[0])
+        if field is None:
+            return None
+        metas = [f.metadata for f in self.fragments()]
+        return kept_masks.mask_name(self.storage, metas, self.primary_key[0], field, numeric)
 
     def decide(self, frag: lance.fragment.LanceFragment, keys: pa.Table | FragmentColumns) -> np.ndarray:
         """Decide ``frag``'s drop list from its key columns and ``_rowaddr`` (all of its rows),
@@ -168,8 +203,7 @@ class BaseMask:
             drop = self._shadowed(keys)
         if prior is not None and ident is not None:
             prior.remember(ident, drop, key_sorted)
-        with self._lock:
-            return self._drops.setdefault(frag.fragment_id, drop)
+        return self._record(frag.fragment_id, drop)
 
     def settle(self, frag: lance.fragment.LanceFragment, drop: np.ndarray) -> np.ndarray:
         """Record ``frag``'s drop list, found while reading every one of its rows (see :meth:`live`).
@@ -181,8 +215,7 @@ class BaseMask:
         prior = self._prior_decisions()
         if prior is not None:
             prior.remember(fragment_identity(frag), drop, None)
-        with self._lock:
-            return self._drops.setdefault(frag.fragment_id, drop)
+        return self._record(frag.fragment_id, drop)
 
     def _shadowed(self, run: pa.Table | FragmentColumns) -> np.ndarray:
         """Sorted addresses of the rows of ``run`` (keys and ``_rowaddr``, or a fragment's
@@ -246,9 +279,7 @@ class BaseMask:
         runs = self._runs() if keys is None else None
         drop = runs.shadowed(frag.metadata) if runs is not None else None
         if drop is not None:
-            self._note_source(frag, "key runs")
-            with self._lock:
-                return self._drops.setdefault(frag.fragment_id, drop)
+            return self._record(frag.fragment_id, drop, "key runs")
         return self.decide(frag, keys if keys is not None else self._read_keys(frag, runs))
 
     def _kept_keys(self, frag: lance.fragment.LanceFragment) -> pa.Table | FragmentColumns | None:

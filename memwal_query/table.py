@@ -33,6 +33,7 @@ from lance.mem_wal import ShardSnapshot
 
 from memwal_query.change_token import stored_token
 from memwal_query.changes import changes
+from memwal_query.count_star import counted
 from memwal_query.display import explanation, table_html
 from memwal_query.errors import MemWalError, TableNotFoundError
 from memwal_query.format.storage import Storage
@@ -123,10 +124,10 @@ class Table(ViewFacts):
         register_table(ctx, name, self.dataset(hidden_columns=hidden_columns, prune=prune, cache=cache), self)
 
     def sql(self, query: str, *, name: str = "t", ctx: datafusion.SessionContext | None = None) -> datafusion.DataFrame:
-        """SQL over this table as ``name``: a DataFrame raising :class:`MemWalError` as it runs."""
+        """SQL over this table as ``name``: a DataFrame raising :class:`MemWalError` as it runs (:mod:`.count_star`)."""
         ctx = ctx or datafusion.SessionContext()
         self.register(ctx, name)
-        return sql_frame(ctx, query, self.uri)
+        return counted(ctx, sql_frame(ctx, query, self.uri), name, query, self.count_rows)
 
     def to_arrow(self, columns: Sequence[str] | None = None) -> pa.Table:
         """The whole merged table (or some columns) as an Arrow table."""

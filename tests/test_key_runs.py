@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 import memwal_query as mq
 import memwal_query.base_mask as base_mask_module
-from memwal_query import key_runs
+from memwal_query import kept_masks, key_runs
 from memwal_query.format import machine_cache
 from memwal_query.key_runs import SMALL_ROWS, KeyRuns, most_runs
 
@@ -232,7 +232,15 @@ print(json.dumps({"n": n, "sources": dict(mask.status().key_sources), "mask": ma
 """
 
 
+@pytest.fixture(autouse=True)
+def _no_kept_masks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fragments decided one by one, from their key runs, when no whole mask is kept for the
+    snapshot (those are taken whole: tests/test_kept_masks.py)."""
+    monkeypatch.setattr(kept_masks, "keeping", lambda: False)
+
+
 def _fresh_process(uri: str, cache_dir: str) -> dict[str, object]:
+    shutil.rmtree(Path(cache_dir, kept_masks.KIND), ignore_errors=True)  # the earlier process's whole mask
     env = {**os.environ, "MEMWAL_CACHE_DIR": cache_dir, "PYTHONPATH": str(REPO)}
     out = subprocess.run([sys.executable, "-c", _CHILD, uri], env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]

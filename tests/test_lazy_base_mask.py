@@ -23,6 +23,7 @@ import pytest
 import memwal_query as mq
 import memwal_query.base_mask as base_mask_module
 import memwal_query.snapshot.cache as snapshot_cache
+from memwal_query import kept_masks
 from memwal_query.base_mask import BaseMask
 from memwal_query.describe import describe_table
 from memwal_query.scan.balance import ChainFragment
@@ -55,6 +56,13 @@ def _build(path: str, *, key_index: bool, seed: int = 3) -> ModelTable:
     t.put(rows(rng.choice(3400, 80, replace=False), 3, rng))  # left open: WAL tail
     t.delete([(int(k),) for k in rng.choice(3000, 10, replace=False)])
     return t
+
+
+@pytest.fixture(autouse=True)
+def _no_kept_masks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """How a mask is decided when none is kept on this machine for the snapshot (those are
+    taken whole: tests/test_kept_masks.py)."""
+    monkeypatch.setattr(kept_masks, "keeping", lambda: False)
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["no-key-index", "btree-on-key"])

@@ -1,0 +1,197 @@
+"""Whole base masks kept on this machine (``memwal_query.kept_masks``): a new process reading
+the same snapshot takes every base fragment's drop list from the file an earlier process
+kept, and a snapshot that differs in any way (a write, a merge, a file changed) does not.
+
+Tables are written by pylance's MemWAL writer; every count and mask is compared with the
+dict model (``lsm_model.ModelTable``) and with a process that keeps nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import memwal_query as mq
+from memwal_query import kept_masks
+from memwal_query.kept_masks import KeptName, decode, encode
+
+from builders import events_schema, rows
+from lsm_model import ModelTable
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_damaged_or_foreign_mask_files_are_ignored() -> None:
+    """A mask file cut short, with any byte changed, of another name or fragments, or whose
+    lists are unsorted, repeat a row, name another fragment or a row past the fragment's end,
+    decodes to nothing."""
+    name = KeptName(bytes(range(32)), {0: 100, 3: 40})
+    fragment_3 = (np.uint64(3) << np.uint64(32)) | np.array([0, 39], dtype=np.uint64)
+    good = {0: np.array([1, 5, 99], dtype=np.uint64), 3: fragment_3}
+    data = encode(name, good)
+    assert {f: d.tolist() for f, d in (decode(data, name) or {}).items()} == {f: d.tolist() for f, d in good.items()}
+    for cut in range(len(data)):
+        assert decode(data[:cut], name) is None
+    for at in range(len(data)):
+        flipped = bytearray(data)
+        flipped[at] ^= 0x04
+        assert decode(bytes(flipped), name) is None, at
+    assert decode(data, KeptName(bytes(32), name.rows)) is None
+    assert decode(data, KeptName(name.name, {0: 100, 3: 40, 4: 1})) is None
+    assert decode(data, KeptName(name.name, {0: 100, 2: 40})) is None
+    bad_lists = [
+        {0: np.array([5, 1], dtype=np.uint64)},  # unsorted
+        {0: np.array([5, 5], dtype=np.uint64)},  # a row twice
+        {0: np.array([100], dtype=np.uint64)},  # past the fragment's 100 rows
+        {0: np.array([(1 << 32) | 2], dtype=np.uint64)},  # fragment 1's row
+    ]
+    for bad in bad_lists:
+        assert decode(encode(name, {**good, **bad}), name) is None, bad
+
+
+def _build(path: str, seed: int = 3) -> ModelTable:
+    """A base of three fragments, a merge (deletion files), unmerged generations, a WAL tail."""
+    rng = np.random.default_rng(seed)
+    base = rows(np.arange(6000), 0, rng)
+    t = ModelTable(
+        path,
+        events_schema(),
+        pa.Table.from_pylist(base, schema=events_schema()),
+        bucket=("id", 4),
+        max_memtable_rows=150,
+        write_params={"max_rows_per_file": 2000},
+    )
+    t.put(rows(rng.choice(6400, 500, replace=False), 1, rng))
+    t.delete([(int(k),) for k in rng.choice(6000, 40, replace=False)])
+    t.flush()
+    region = t.regions()[0]
+    t.merge(region, t.flushed(region)[0][0])
+    t.put(rows(rng.choice(6400, 300, replace=False), 2, rng))
+    t.flush()
+    t.put(rows(rng.choice(6400, 60, replace=False), 3, rng))  # left open: WAL tail
+    return t
+
+
+_CHILD = """
+import json, sys
+import memwal_query as mq
+t = mq.open_table(sys.argv[1])
+n = t.sql("SELECT count(*) AS n FROM t WHERE id >= 0").to_arrow_table().column("n")[0].as_py()
+mask = t.merge_state.base_mask
+print(json.dumps({"n": n, "sources": dict(mask.status().key_sources), "mask": mask.all().tolist()}))
+"""
+
+
+def _fresh_process(uri: str, cache_dir: str) -> dict[str, object]:
+    env = {**os.environ, "MEMWAL_CACHE_DIR": cache_dir, "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-c", _CHILD, uri], env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def _kept_files(cache_dir: str) -> list[Path]:
+    return sorted(p for p in Path(cache_dir, kept_masks.KIND).rglob("*") if p.is_file())
+
+
+def test_a_new_process_takes_the_mask_of_the_same_snapshot_only(tmp_path: Path) -> None:
+    """The first process decides every fragment (a scan) and keeps the mask; the next one takes
+    it (no key read) with the same mask and the model's count. After a write to the WAL, a
+    flush or a merge, the next process decides again (the kept mask is another snapshot's),
+    answers the model, and keeps its own, which the process after it takes."""
+    table = _build(str(tmp_path / "t"))
+    cache_dir = str(tmp_path / "cache")
+    frags = len(lance.dataset(table.uri).get_fragments())
+    elsewhere = lambda: _fresh_process(table.uri, str(tmp_path / "another-cache"))  # noqa: E731
+    first = _fresh_process(table.uri, cache_dir)
+    assert first["n"] == len(table.model) and "kept mask" not in first["sources"]  # type: ignore[operator]
+    (kept,) = _kept_files(cache_dir)
+    assert kept.stat().st_mode & 0o777 == 0o600
+    second = _fresh_process(table.uri, cache_dir)
+    assert second == {**first, "sources": {"kept mask": frags}}
+    rng = np.random.default_rng(9)
+    changes = [  # (a change, whether the newer keys or the base change with it)
+        (lambda: table.put(rows(rng.choice(np.arange(7000, 8000), 30, replace=False), 4, rng)), True),
+        (lambda: table.delete([(int(k),) for k in rng.choice(np.arange(8000, 9000), 5, replace=False)]), True),
+        (table.flush, False),  # the same keys, moved from the WAL tail to a generation: the same mask
+        (lambda: table.merge(table.regions()[1], table.flushed(table.regions()[1])[0][0]), True),
+    ]
+    for change, moves in changes:
+        change()
+        before = set(_kept_files(cache_dir))
+        got = _fresh_process(table.uri, cache_dir)
+        frags = len(lance.dataset(table.uri).get_fragments())
+        assert got["n"] == len(table.model) and got["mask"] == elsewhere()["mask"]
+        if not moves:
+            assert got["sources"] == {"kept mask": frags} and set(_kept_files(cache_dir)) == before
+            continue
+        assert "kept mask" not in got["sources"]  # type: ignore[operator]
+        assert len(set(_kept_files(cache_dir)) - before) == 1  # its own, for the next process
+        assert _fresh_process(table.uri, cache_dir) == {**got, "sources": {"kept mask": frags}}
+
+
+def test_a_mask_is_not_taken_when_a_file_changed_or_it_is_damaged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deletion file or data file touched since, or a kept file damaged, is not trusted: the
+    mask is decided again, equal to the model's; with keeping off nothing is kept."""
+    table = _build(str(tmp_path / "t"), seed=4)
+    monkeypatch.setenv("MEMWAL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(kept_masks, "_kept_tables", set())  # this process has kept no mask yet
+
+    def opened() -> tuple[int, list[int], dict[str, int]]:
+        t = mq.open_table(table.uri)
+        t.view.cache.reset()  # as a new process: nothing decided in memory
+        t = mq.open_table(table.uri)
+        n = t.count_rows()
+        mask = t.merge_state.base_mask
+        monkeypatch.setattr(kept_masks, "_kept_tables", set())  # the next open keeps a mask as a new process would
+        return n, mask.all().tolist(), dict(mask.status().key_sources)
+
+    n, want, sources = opened()
+    assert n == len(table.model) and "kept mask" not in sources
+    assert opened() == (n, want, {"kept mask": len(lance.dataset(table.uri).get_fragments())})
+    frag = next(f for f in lance.dataset(table.uri).get_fragments() if f.metadata.deletion_file is not None)
+    touched = [
+        Path(table.uri) / frag.metadata.deletion_file.path(frag.fragment_id),
+        Path(table.uri) / "data" / frag.metadata.files[0].path,
+    ]
+    for path in touched:
+        st = path.stat()
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+        got = opened()
+        assert got[:2] == (n, want) and "kept mask" not in got[2], path
+        assert opened()[2] == {"kept mask": len(lance.dataset(table.uri).get_fragments())}  # kept again
+    for kept in _kept_files(str(tmp_path / "cache")):
+        data = bytearray(kept.read_bytes())
+        data[len(data) // 2] ^= 0x01
+        kept.write_bytes(bytes(data))
+    got = opened()
+    assert got[:2] == (n, want) and "kept mask" not in got[2]
+    shutil.rmtree(tmp_path / "cache")
+    monkeypatch.setenv("MEMWAL_CACHE_DIR", "off")
+    got = opened()
+    assert got[:2] == (n, want) and "kept mask" not in got[2]
+    assert not (tmp_path / "cache").exists()
+
+
+def test_a_process_keeps_one_mask_per_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long-lived reader refreshing a table written to keeps the mask of its first whole
+    snapshot only (one file, not one per refresh); its answers follow the model."""
+    table = _build(str(tmp_path / "t"), seed=5)
+    monkeypatch.setenv("MEMWAL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(kept_masks, "_kept_tables", set())
+    rng = np.random.default_rng(1)
+    t = mq.open_table(table.uri)
+    for i in range(4):
+        assert t.count_rows() == len(table.model)
+        table.put(rows(rng.choice(6000, 20, replace=False), 10 + i, rng))
+        t = t.refresh()
+    assert len(_kept_files(str(tmp_path / "cache"))) == 1
