@@ -123,7 +123,7 @@ class BaseMask:
         self._sources: dict[int, str] = {}
         self._lookup = NewerLookup(self.newer, self.primary_key) if self.newer is not None else None
         self._prior: PriorDecisions | None = None
-        self._keeper = kept_masks.MaskKeeper(self._kept_name)
+        self._keeper = kept_masks.MaskKeeper()
         self._offered = False
 
     @classmethod
@@ -150,7 +150,7 @@ class BaseMask:
         with self._lock:
             got = self._drops.get(fragment_id)
         if got is None:
-            kept = self._keeper.drops()
+            kept = self._keeper.drops(self._kept_name)
             if kept is not None and fragment_id in kept:
                 return self._record(fragment_id, kept[fragment_id], "kept mask")
         return got

@@ -190,35 +190,35 @@ class MaskKeeper:
 
     A process keeps one mask per table, its first whole one: a long-lived reader refreshing
     a table written to all the time would otherwise write a file per refresh, each for
-    newer keys the next process will not see.
-
-    Args:
-        name_of: The snapshot's :class:`KeptName` (called once, on first need; None: nothing is kept).
+    newer keys the next process will not see. It holds no reference to its owner (a cycle
+    would leave the owner's Lance datasets to the garbage collector, on whatever thread).
     """
 
-    def __init__(self, name_of: Callable[[], KeptName | None]) -> None:
-        self._name_of = name_of
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._read = False
         self._name: KeptName | None = None
         self._drops: dict[int, np.ndarray] | None = None
 
-    def drops(self) -> dict[int, np.ndarray] | None:
-        """The kept drop lists of this snapshot (fragment id -> sorted row addresses), if any."""
+    def drops(self, name_of: Callable[[], KeptName | None]) -> dict[int, np.ndarray] | None:
+        """The kept drop lists of this snapshot (fragment id -> sorted row addresses), if any;
+        ``name_of``: the snapshot's :class:`KeptName` (called once; None: nothing is kept)."""
         with self._lock:  # one read: the scans asking at once wait for it
             if not self._read:
-                self._name = self._name_of()
+                self._name = name_of()
                 self._drops = load(self._name) if self._name is not None else None
                 self._read = True
             return self._drops
 
     def offer(self, drops: Mapping[int, np.ndarray]) -> bool:
-        """Keep ``drops`` (every fragment's) unless they came from a kept file or this process
-        kept a mask of the table already. Returns whether they were kept."""
-        if self.drops() is not None or self._name is None:
+        """Keep ``drops`` (every fragment's) unless they came from a kept file, none was looked
+        for, or this process kept a mask of the table already. Returns whether they were kept."""
+        with self._lock:
+            name, kept = self._name, self._drops
+        if kept is not None or name is None:
             return False
         with _kept_lock:
-            if self._name.table in _kept_tables:
+            if name.table in _kept_tables:
                 return False
-            _kept_tables.add(self._name.table)
-        return keep(self._name, drops)
+            _kept_tables.add(name.table)
+        return keep(name, drops)

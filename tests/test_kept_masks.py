@@ -87,7 +87,8 @@ import memwal_query as mq
 t = mq.open_table(sys.argv[1])
 n = t.sql("SELECT count(*) AS n FROM t WHERE id >= 0").to_arrow_table().column("n")[0].as_py()
 mask = t.merge_state.base_mask
-print(json.dumps({"n": n, "sources": dict(mask.status().key_sources), "mask": mask.all().tolist()}))
+drops = mask.all().tolist()  # every fragment decided (a scan of small ones checks keys as it reads)
+print(json.dumps({"n": n, "sources": dict(mask.status().key_sources), "mask": drops}))
 """
 
 
@@ -195,3 +196,32 @@ def test_a_process_keeps_one_mask_per_table(tmp_path: Path, monkeypatch: pytest.
         table.put(rows(rng.choice(6000, 20, replace=False), 10 + i, rng))
         t = t.refresh()
     assert len(_kept_files(str(tmp_path / "cache"))) == 1
+
+
+def test_fragments_decided_from_a_kept_mask_are_first_read_through_lance(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fresh process whose base fragments are all decided from a kept mask reads a large
+    fragment through Lance on its first filtered query (filter pushed down, nothing decoded
+    into the column cache: decoding first cost 2x) and decodes it on the second; both answer
+    the model."""
+    rng = np.random.default_rng(6)
+    base = pa.Table.from_pylist(rows(np.arange(210_000), 0, rng), schema=events_schema())
+    table = ModelTable(str(tmp_path / "t"), events_schema(), base, bucket=("id", 2), max_memtable_rows=500)
+    table.put(rows(rng.choice(210_000, 800, replace=False), 1, rng))
+    table.flush()
+    table.put(rows(rng.choice(210_000, 50, replace=False), 2, rng))  # WAL tail
+    monkeypatch.setenv("MEMWAL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(kept_masks, "_kept_tables", set())
+    first = mq.open_table(table.uri)
+    assert first.count_rows() == len(table.model)
+    first.view.cache.reset()  # a new process: only what this machine kept
+    t = mq.open_table(table.uri)
+    e = table.expected()
+    want = sum(a for a in e.column("amount").to_pylist() if a < 10)
+    decoded = lambda: [k for k in t.view.cache.fragment_columns if k[0] == t.snapshot.cache_source]  # noqa: E731
+    for n in range(2):
+        got = t.sql("SELECT sum(amount) AS s FROM t WHERE amount < 10").to_pydict()["s"][0]
+        assert got == pytest.approx(want)
+        assert (decoded() == []) == (n == 0)
+    assert dict(t.merge_state.base_mask.status().key_sources) == {"kept mask": 1}

@@ -313,7 +313,7 @@ def test_selective_query_uses_the_key_index_and_decodes_nothing(
         want = e.filter(pc.equal(e.column("id"), key))
         assert sort_table(got.select(e.column_names), ["id"]).equals(sort_table(want, ["id"]))
         if n == 0 or indexed:  # without an index, a second scan decodes the fragments into the cache
-            base_keys = [k for k in t.view.cache.fragment_columns if k[0] == t.snapshot.uri]
+            base_keys = [k for k in t.view.cache.fragment_columns if k[0] == t.snapshot.cache_source]
             assert base_keys == [] and t.merge_state.base_mask.status().decided == 0
             assert spy.reads and all(name == "scanner" for name, _ in spy.reads)
     if indexed:

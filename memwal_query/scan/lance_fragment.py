@@ -262,15 +262,17 @@ class LanceFragment(SourceFragment):
             return not all(c in have for c in names)
 
     def first_touch(self, names: list[str], *, mark: bool = True) -> bool:
-        """Whether this scan is the first to read an undecided base fragment (``mark``: it is).
+        """Whether this scan is the first of this table lineage to read a base fragment (``mark``: it is).
 
-        Decoding its columns into the cache would decode its key column too (to decide the
-        mask) and copy what survives: well over what Lance reads for the query alone. The
-        first scan reads through Lance (filter pushed down) and checks the keys of the rows
-        it returns; a later scan decodes the fragment into the cache and decides its mask.
+        Decoding its columns into the cache (an undecided fragment's key column too, to decide
+        the mask) and copying what survives cost well over what Lance reads for the query
+        alone (a fresh process's filtered aggregate over fragments decided from a kept mask:
+        2x). The first scan reads through Lance (filter pushed down; the keys of the rows it
+        returns checked when the fragment is undecided); a later scan decodes the fragment
+        into the cache (and decides its mask).
         """
         cache = self.resident
-        if cache is None or not self._undecided():
+        if cache is None or self.gen != 0:
             return False
         key = self._key = self._key or fragment_cache_key(self.source_uri, self.fragment)
         with cache.lock:
