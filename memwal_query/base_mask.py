@@ -15,7 +15,9 @@ fragments that did not change, within a byte budget), or one read of the key col
 straight from the fragment's data and deletion files
 (:mod:`memwal_query.format.fragment_files`), else through Lance. Before that read, a local
 fragment of consecutive integer keys is decided from the runs of them an earlier process
-kept on this machine (:mod:`memwal_query.key_runs`), and that read keeps them. Keys are
+kept on this machine (:mod:`memwal_query.key_runs`), and that read keeps them. Before any of
+that, every fragment's drop list comes from the whole mask an earlier process of the same
+snapshot kept (:mod:`memwal_query.kept_masks`); a mask decided whole is kept so. Keys are
 looked up in the newer keys by :class:`~memwal_query.newer_lookup.NewerLookup`.
 """
 
@@ -59,7 +61,9 @@ class MaskStatus:
             ``"Lance scanner"`` (the direct read could not prove it sees Lance's rows),
             ``"earlier snapshot"`` (kept by a refresh), ``"scan"`` (columns a query decoded,
             or the rows a first full scan left out), ``"key runs"`` (runs of consecutive keys
-            kept on this machine for the fragment's data file: :mod:`memwal_query.key_runs`).
+            kept on this machine for the fragment's data file: :mod:`memwal_query.key_runs`),
+            ``"kept mask"`` (the whole mask an earlier process of this snapshot kept on this
+            machine: :mod:`memwal_query.kept_masks`).
     """
 
     fragments: int
@@ -143,8 +147,7 @@ class BaseMask:
         return self._fragments
 
     def known(self, fragment_id: int) -> np.ndarray | None:
-        """The drop list of a fragment if decided, or kept on this machine for this snapshot
-        (:mod:`~memwal_query.kept_masks`; ``None``: not yet)."""
+        """A fragment's drop list if decided, or kept for this snapshot (:mod:`.kept_masks`); None: not yet."""
         if self.newer is None:
             return _EMPTY
         with self._lock:
@@ -156,8 +159,7 @@ class BaseMask:
         return got
 
     def _record(self, fragment_id: int, drop: np.ndarray, source: str | None = None) -> np.ndarray:
-        """Record a fragment's drop list (the first one, if another thread was first); once
-        every fragment's is, offer the whole mask to the next process (:class:`~memwal_query.kept_masks.MaskKeeper`)."""
+        """Record a drop list (another thread's if first); once all are, offer the whole mask to keep."""
         frags = len(self.fragments())
         with self._lock:
             if source is not None:
@@ -171,16 +173,11 @@ class BaseMask:
 
     def _kept_name(self) -> kept_masks.KeptName | None:
         """The name of this snapshot's mask on this machine (a local base with one integer key)."""
-        if self.newer is None or len(self.primary_key) != 1 or self.storage is None or self.base is None:
-            return None
-        numeric = self.newer.sorted_numeric() if kept_masks.keeping() else None
-        if numeric is None:
-            return None
-        field = self._key_field_ids().get(self.primary_key[0])
-        if field is None:
+        runs = self._runs() if kept_masks.keeping() else None  # the same conditions
+        if runs is None:
             return None
         metas = [f.metadata for f in self.fragments()]
-        return kept_masks.mask_name(self.storage, metas, self.primary_key[0], field, numeric)
+        return kept_masks.mask_name(runs.storage, metas, self.primary_key[0], runs.field_id, runs.newer)
 
     def decide(self, frag: lance.fragment.LanceFragment, keys: pa.Table | FragmentColumns) -> np.ndarray:
         """Decide ``frag``'s drop list from its key columns and ``_rowaddr`` (all of its rows),
@@ -272,15 +269,20 @@ class BaseMask:
 
     def fragment(self, frag: lance.fragment.LanceFragment) -> np.ndarray:
         """``frag``'s drop list, deciding it now if needed (reads the fragment's keys)."""
+        got = self._without_reading(frag)
+        return got if got is not None else self.decide(frag, self._read_keys(frag, self._runs()))
+
+    def _without_reading(self, frag: lance.fragment.LanceFragment) -> np.ndarray | None:
+        """``frag``'s drop list when no key column need be read (decided, kept, keys in memory, key runs)."""
         got = self.known(frag.fragment_id)
         if got is not None:
             return got
         keys = self._kept_keys(frag)
-        runs = self._runs() if keys is None else None
+        if keys is not None:
+            return self.decide(frag, keys)
+        runs = self._runs()
         drop = runs.shadowed(frag.metadata) if runs is not None else None
-        if drop is not None:
-            return self._record(frag.fragment_id, drop, "key runs")
-        return self.decide(frag, keys if keys is not None else self._read_keys(frag, runs))
+        return self._record(frag.fragment_id, drop, "key runs") if drop is not None else None
 
     def _kept_keys(self, frag: lance.fragment.LanceFragment) -> pa.Table | FragmentColumns | None:
         """The fragment's keys if this process has them: kept by an earlier snapshot, or decoded by a scan."""
@@ -363,8 +365,8 @@ class BaseMask:
         """Every shadowed base row address, sorted (decides every fragment once)."""
         if self._all is None:
             frags = self.fragments()
-            todo = [f for f in frags if self.known(f.fragment_id) is None]
-            if len(todo) > 1:
+            todo = [f for f in frags if self._without_reading(f) is None]  # ~0.5 ms each: no thread pays off
+            if len(todo) > 1:  # key reads: on several threads
                 with ThreadPoolExecutor(min(4, len(todo))) as pool:
                     list(pool.map(self.fragment, todo))
             parts = [self.fragment(f) for f in frags]

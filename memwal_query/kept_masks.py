@@ -43,8 +43,8 @@ __all__ = ["KIND", "MAX_ROWS", "KeptName", "MaskKeeper", "decode", "encode", "ke
 
 KIND = "base-masks"
 """The folder of kept masks in the cache directory."""
-MAX_ROWS = 4 << 20
-"""Masks of more shadowed rows than this (32 MiB) are not kept: a merger that far behind
+MAX_ROWS = 1 << 20
+"""Masks of more shadowed rows than this (8 MiB) are not kept: a merger that far behind
 changes them faster than they are read again."""
 _MAGIC = b"MWMASKS1"
 

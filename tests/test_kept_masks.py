@@ -225,3 +225,19 @@ def test_fragments_decided_from_a_kept_mask_are_first_read_through_lance(
         assert got == pytest.approx(want)
         assert (decoded() == []) == (n == 0)
     assert dict(t.merge_state.base_mask.status().key_sources) == {"kept mask": 1}
+
+
+def test_masks_over_the_budget_or_of_some_fragments_are_not_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mask of more rows than MAX_ROWS, or lacking a fragment, is not written; one within is."""
+    monkeypatch.setenv("MEMWAL_CACHE_DIR", str(tmp_path))
+    name = KeptName(bytes(range(32)), {0: 100, 1: 100})
+    drops = {0: np.arange(10, dtype=np.uint64), 1: (np.uint64(1) << np.uint64(32)) | np.arange(5, dtype=np.uint64)}
+    monkeypatch.setattr(kept_masks, "MAX_ROWS", 14)
+    assert not kept_masks.keep(name, drops) and not kept_masks.keep(name, {0: drops[0]})
+    assert kept_masks.load(name) is None
+    monkeypatch.setattr(kept_masks, "MAX_ROWS", 15)
+    assert kept_masks.keep(name, drops)
+    got = kept_masks.load(name)
+    assert got is not None and {f: d.tolist() for f, d in got.items()} == {f: d.tolist() for f, d in drops.items()}

@@ -273,5 +273,8 @@ class MergedDataset(pds.Dataset):  # type: ignore[misc]
         return pa.Table.from_batches(list(scan.to_batches()), schema=scan.projected_schema)
 
     def count_rows(self, filter: pc.Expression | None = None, **_: object) -> int:
-        """Rows of the merged table (metadata only when there is no filter)."""
+        """Rows of the merged table (metadata and drop lists when there is no filter: every base
+        fragment's decided first, on several threads, as a scan's partitions would be)."""
+        if filter is None:
+            self.merge.base_mask.all()
         return sum(b.num_rows for b in self.scanner(columns=[], filter=filter).to_batches())

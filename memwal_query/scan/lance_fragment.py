@@ -264,12 +264,10 @@ class LanceFragment(SourceFragment):
     def first_touch(self, names: list[str], *, mark: bool = True) -> bool:
         """Whether this scan is the first of this table lineage to read a base fragment (``mark``: it is).
 
-        Decoding its columns into the cache (an undecided fragment's key column too, to decide
-        the mask) and copying what survives cost well over what Lance reads for the query
-        alone (a fresh process's filtered aggregate over fragments decided from a kept mask:
-        2x). The first scan reads through Lance (filter pushed down; the keys of the rows it
-        returns checked when the fragment is undecided); a later scan decodes the fragment
-        into the cache (and decides its mask).
+        Decoding its columns into the cache (and its keys, undecided) and copying what survives
+        cost well over what Lance reads for the query alone (2x for a fresh filtered aggregate).
+        The first scan reads through Lance (filter pushed down; keys checked, undecided); a
+        later scan decodes the fragment into the cache (and decides its mask).
         """
         cache = self.resident
         if cache is None or self.gen != 0:
