@@ -149,7 +149,6 @@ class MemWalCatalog:
         self._memwal: set[str] = set()
         self._warned: set[tuple[str, str]] = set()  # unreadable tables warned about (once each)
         self._lock = threading.RLock()
-        self._schema = _PublicSchema(self)
 
     @property
     def root(self) -> str:
@@ -162,8 +161,9 @@ class MemWalCatalog:
         return {SCHEMA_NAME}
 
     def schema(self, name: str) -> Any:
-        """The ``public`` schema provider (None for any other name)."""
-        return self._schema if name == SCHEMA_NAME else None
+        """The ``public`` schema provider (None for any other name): made per call, so that no
+        reference cycle holds the catalog and the tables it opened (see ``view.table_view._Datasets``)."""
+        return _PublicSchema(self) if name == SCHEMA_NAME else None
 
     # -- tables ------------------------------------------------------------------
     def _uri(self, name: str) -> str:

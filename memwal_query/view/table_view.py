@@ -102,10 +102,20 @@ class _Memo:
     indexes: list[BaseIndex] | None = None
     catchup: dict[str, CatchupPlan] = field(default_factory=dict)
     memtable_datasets: dict[str, lance.LanceDataset] = field(default_factory=dict)
-    datasets: dict[tuple[bool, bool, bool], MergedDataset] = field(default_factory=dict)
     derived: dict[tuple[object, ...], object] = field(default_factory=dict)
     claims: set[tuple[object, ...]] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@dataclass
+class _Datasets:
+    """A view's DataFusion datasets, by options: apart from :class:`_Memo`, which their planner
+    reads. Each holds a copy of the view without them, so no reference cycle holds a view: its
+    Lance datasets are freed when the last reference to it goes, on that thread, not by the
+    garbage collector on whichever thread it runs (a DataFusion worker's, where freeing them
+    crashed the process now and then)."""
+
+    by_options: dict[tuple[bool, bool, bool], MergedDataset] = field(default_factory=dict)
 
 
 def _transform(f: ShardingFieldSpec, arr: pa.Array) -> pa.Array:
@@ -124,6 +134,7 @@ class TableView:
     timings: OpenTimings = OpenTimings(0.0, 0.0)
     settings: ReadSettings = field(default_factory=ReadSettings, repr=False, compare=False)
     _memo: _Memo = field(default_factory=_Memo, repr=False, compare=False)
+    _datasets: _Datasets = field(default_factory=_Datasets, repr=False, compare=False)
 
     @property
     def view(self) -> TableView:
@@ -137,7 +148,7 @@ class TableView:
 
     def with_snapshot(self, snapshot: Snapshot) -> TableView:
         """The same view over another snapshot (nothing derived is kept)."""
-        return dataclasses.replace(self, snapshot=snapshot, _memo=_Memo())
+        return dataclasses.replace(self, snapshot=snapshot, _memo=_Memo(), _datasets=_Datasets())
 
     def with_index_catchup(self, mode: str) -> TableView:
         """The same view (and derived values) with its own ``index_catchup`` setting."""
@@ -312,17 +323,18 @@ class TableView:
     def dataset(self, *, hidden_columns: bool = False, prune: bool = True, cache: bool = True) -> MergedDataset:
         """The merged table as DataFusion scans it (one per option set); see ``Table.dataset``."""
         key = (hidden_columns, prune, cache)
-        ds = self._memo.datasets.get(key)
+        ds = self._datasets.by_options.get(key)
         if ds is None:
+            planning = dataclasses.replace(self, _datasets=_Datasets())  # no reference back (see _Datasets)
             ds = MergedDataset(
                 self.snapshot,
                 self.merge,
                 with_hidden=hidden_columns,
-                planner=partial(self.plan_scan, prune=prune, catchup=not hidden_columns),
+                planner=partial(planning.plan_scan, prune=prune, catchup=not hidden_columns),
                 resident=self.cache if cache else None,
                 indexed=frozenset(i.columns[0] for i in self.scalar_indexes()),
             )
-            self._memo.datasets[key] = ds
+            self._datasets.by_options[key] = ds
         return ds
 
     def memtable_dataset(self, region_id: str, rows: pa.Table) -> lance.LanceDataset:
