@@ -131,6 +131,21 @@ def test_generation_collected_after_the_plan_falls_back(indexed: ModelTable, tmp
     assert not plan.usable and "garbage-collected after the plan" in plan.reason
 
 
+def test_a_table_with_its_own_setting_plans_with_it(indexed: ModelTable) -> None:
+    """A table from ``with_index_catchup`` plans its scans with its own setting, also once the
+    table it came from ran a query (a dataset built for one is not the other's), and both
+    answer the model."""
+    table = mq.open_table(indexed.uri).with_index_catchup("always")
+    query = "SELECT id, amount FROM t WHERE cat = 'c5' ORDER BY id"
+    exp = indexed.expected()
+    want = sort_table(exp.filter(pa.compute.equal(exp.column("cat"), "c5")).select(["id", "amount"]), ["id"])
+    assert table.sql(query).to_arrow_table().equals(want)
+    assert table.dataset().last_catchup is not None
+    never = table.with_index_catchup("never")
+    assert never.sql(query).to_arrow_table().equals(want)
+    assert never.dataset().last_catchup is None and table.dataset().last_catchup is not None
+
+
 def test_reader_filter_reads_catchup_generations(indexed: ModelTable) -> None:
     """to_reader's filter is planned like SQL's: the Indexed Read Plan serves the uncovered base."""
     table = mq.open_table(indexed.uri).with_index_catchup("always")

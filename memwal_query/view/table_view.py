@@ -151,8 +151,9 @@ class TableView:
         return dataclasses.replace(self, snapshot=snapshot, _memo=_Memo(), _datasets=_Datasets())
 
     def with_index_catchup(self, mode: str) -> TableView:
-        """The same view (and derived values) with its own ``index_catchup`` setting."""
-        return dataclasses.replace(self, settings=ReadSettings(mode))
+        """The same view (and derived values) with its own ``index_catchup`` setting (and its own
+        DataFusion datasets: theirs plan scans with the setting of the view that built them)."""
+        return dataclasses.replace(self, settings=ReadSettings(mode), _datasets=_Datasets())
 
     # -- region pruning ---------------------------------------------------------
     def region_values(self) -> dict[str, RegionValues | None]:
