@@ -176,8 +176,7 @@ class BaseMask:
         runs = self._runs() if kept_masks.keeping() else None  # the same conditions
         if runs is None:
             return None
-        metas = [f.metadata for f in self.fragments()]
-        return kept_masks.mask_name(runs.storage, metas, self.primary_key[0], runs.field_id, runs.newer)
+        return kept_masks.mask_name(runs.storage, self.fragments(), self.primary_key[0], runs.field_id, runs.newer)
 
     def decide(self, frag: lance.fragment.LanceFragment, keys: pa.Table | FragmentColumns) -> np.ndarray:
         """Decide ``frag``'s drop list from its key columns and ``_rowaddr`` (all of its rows),
@@ -364,14 +363,17 @@ class BaseMask:
     def all(self) -> np.ndarray:
         """Every shadowed base row address, sorted (decides every fragment once)."""
         if self._all is None:
-            frags = self.fragments()
-            todo = [f for f in frags if self._without_reading(f) is None]  # ~0.5 ms each: no thread pays off
-            if len(todo) > 1:  # key reads: on several threads
-                with ThreadPoolExecutor(min(4, len(todo))) as pool:
-                    list(pool.map(self.fragment, todo))
-            parts = [self.fragment(f) for f in frags]
+            self.decide_all()
+            parts = [self.fragment(f) for f in self.fragments()]
             self._all = np.sort(np.concatenate(parts)) if parts else _EMPTY
         return self._all
+
+    def decide_all(self) -> None:
+        """Decide every fragment: without key reads in turn (~0.5 ms each), then key reads on threads."""
+        todo = [f for f in self.fragments() if self._without_reading(f) is None]
+        if len(todo) > 1:
+            with ThreadPoolExecutor(min(4, len(todo))) as pool:
+                list(pool.map(self.fragment, todo))
 
     @property
     def all_known(self) -> bool:

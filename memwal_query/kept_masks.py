@@ -101,14 +101,15 @@ def keeping() -> bool:
 def mask_name(
     storage: Storage, fragments: Sequence[Any], key: str, field_id: int, newer: np.ndarray
 ) -> KeptName | None:
-    """The name of the mask of local base ``fragments`` (their metadata) against sorted unique
+    """The name of the mask of local base ``fragments`` (Lance fragments) against sorted unique
     integer keys ``newer`` of key column ``key`` (field ``field_id``); None when keeping is
     off or a file cannot be stamped."""
     root = storage.local_path("")
     if root is None or not keeping():
         return None
+    metas = [f.metadata for f in fragments]
     stamps = []
-    for meta in fragments:
+    for meta in metas:
         stamp = _fragment_stamp(storage, meta)
         if stamp is None:
             return None
@@ -116,7 +117,7 @@ def mask_name(
     keys = hashlib.sha256(np.ascontiguousarray(newer).tobytes()).hexdigest()
     table = os.path.realpath(root)
     name = machine_cache.digest(KIND, table, key, str(field_id), newer.dtype.str, keys, *stamps)
-    return KeptName(name, {int(m.id): int(m.physical_rows) for m in fragments}, table)
+    return KeptName(name, {int(m.id): int(m.physical_rows) for m in metas}, table)
 
 
 def encode(name: KeptName, drops: Mapping[int, np.ndarray]) -> bytes:

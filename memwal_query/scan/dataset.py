@@ -276,5 +276,5 @@ class MergedDataset(pds.Dataset):  # type: ignore[misc]
         """Rows of the merged table (metadata and drop lists when there is no filter: every base
         fragment's decided first, on several threads, as a scan's partitions would be)."""
         if filter is None:
-            self.merge.base_mask.all()
+            self.merge.base_mask.decide_all()
         return sum(b.num_rows for b in self.scanner(columns=[], filter=filter).to_batches())
