@@ -33,7 +33,6 @@ import datafusion
 import pyarrow as pa
 from datafusion import lit
 
-from memwal_query.errors import MemWalError
 from memwal_query.frame import MemWalDataFrame
 
 __all__ = ["count_frame", "counted", "counts_whole_table"]
@@ -87,12 +86,12 @@ def counted(
     ctx: datafusion.SessionContext, frame: MemWalDataFrame, name: str, query: str, rows: Callable[[], int]
 ) -> MemWalDataFrame:
     """``frame`` (``query`` over table ``name``) answered from ``rows()`` when it only counts the
-    whole table; else ``frame`` itself, also when ``rows()`` raises :class:`MemWalError` (a
-    damaged table then fails when the query runs, as any scan of it)."""
+    whole table; else ``frame`` itself, also when ``rows()`` fails (a damaged table then fails
+    when the query runs, with the error any scan of it raises)."""
     if "count" not in query.lower() or not counts_whole_table(frame, name):
         return frame
     try:
         n = rows()
-    except MemWalError:
+    except Exception:  # noqa: BLE001 - raised as the query's own error when it runs
         return frame
     return MemWalDataFrame(count_frame(ctx, frame, n).df)
