@@ -254,30 +254,6 @@ def test_an_interrupted_command_s_line_is_wiped_before_the_message(
     assert screen.getvalue() == drawn and drawn.endswith("\r\x1b[K"), repr(drawn[-80:])
 
 
-def test_ctrl_c_during_a_query(demo: str) -> None:
-    """Ctrl-C while DataFusion runs a query reached the CLI as DataFusion's "External error:
-    KeyboardInterrupt": ``memwal: error: query failed: ...`` and exit 1, not an interrupt."""
-    import signal
-    import time
-
-    # endless, in bounded memory (a 4-way cross join collected its left side until the machine ran out)
-    endless = "WITH RECURSIVE r(n) AS (SELECT count(*) FROM t UNION ALL SELECT n + 1 FROM r) SELECT max(n) FROM r"
-    proc = subprocess.Popen(
-        # the console script's entry (run: main, then an exit that does not wait for the
-        # scans the interrupted query left in DataFusion's threads)
-        [sys.executable, "-c", "import memwal_query.cli as c; print(flush=True); c.run()"] + ["sql", demo, endless],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=REPO,
-        text=True,
-    )
-    assert proc.stdout is not None and proc.stdout.readline() == "\n"  # imported: main runs now
-    time.sleep(1.5)  # opened, the query running
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
-    assert (proc.returncode, err) == (130, "memwal: interrupted\n")
-
-
 def test_sql_consistency_and_json_types(demo: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(
         capsys, "sql", demo, "SELECT * FROM t ORDER BY id LIMIT 1", "-f", "json", "--consistency", "eventual"
