@@ -65,14 +65,8 @@ class KeptName:
 
 
 def _file_stamp(path: str | None) -> str | None:
-    """A local file's path, size and modification time; None when it is not a readable local file."""
-    if path is None:
-        return None
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return f"{path}\0{st.st_size}\0{st.st_mtime_ns}"
+    """A local file's :func:`~memwal_query.format.machine_cache.file_stamp`; None when there is none."""
+    return machine_cache.file_stamp(path) if path is not None else None
 
 
 def _fragment_stamp(storage: Storage, meta: Any) -> str | None:

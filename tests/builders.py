@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import glob
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import lance
@@ -86,3 +91,24 @@ def plain_live_rows(uri: str) -> pa.Table:
             else:
                 live[key] = r
     return pa.Table.from_pylist(list(live.values()), schema=base.schema)
+
+
+_COUNT_CHILD = """
+import json, sys
+import memwal_query as mq
+t = mq.open_table(sys.argv[1])
+n = t.sql("SELECT count(*) AS n FROM t " + sys.argv[2]).to_arrow_table().column("n")[0].as_py()
+mask = t.merge_state.base_mask
+drops = mask.all().tolist()  # every fragment decided (a scan of small ones checks keys as it reads)
+print(json.dumps({"n": n, "sources": dict(mask.status().key_sources), "mask": drops}))
+"""
+
+
+def counted_in_a_new_process(uri: str, cache_dir: str, where: str = "") -> dict[str, Any]:
+    """``count(*)`` of table ``uri`` in a new process with ``MEMWAL_CACHE_DIR=cache_dir`` (``where``:
+    a filter, so that the count scans), then its base mask decided whole: ``{"n", "sources"
+    (where each fragment's drop list came from), "mask"}``."""
+    env = {**os.environ, "MEMWAL_CACHE_DIR": cache_dir, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    cmd = [sys.executable, "-c", _COUNT_CHILD, uri, where]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))

@@ -8,12 +8,10 @@ dict model (``lsm_model.ModelTable``) and with a process that keeps nothing.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
+from typing import Any
 
 import lance
 import numpy as np
@@ -24,10 +22,8 @@ import memwal_query as mq
 from memwal_query import kept_masks
 from memwal_query.kept_masks import KeptName, decode, encode
 
-from builders import events_schema, rows
+from builders import counted_in_a_new_process, events_schema, rows
 from lsm_model import ModelTable
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def test_damaged_or_foreign_mask_files_are_ignored() -> None:
@@ -81,21 +77,8 @@ def _build(path: str, seed: int = 3) -> ModelTable:
     return t
 
 
-_CHILD = """
-import json, sys
-import memwal_query as mq
-t = mq.open_table(sys.argv[1])
-n = t.sql("SELECT count(*) AS n FROM t WHERE id >= 0").to_arrow_table().column("n")[0].as_py()
-mask = t.merge_state.base_mask
-drops = mask.all().tolist()  # every fragment decided (a scan of small ones checks keys as it reads)
-print(json.dumps({"n": n, "sources": dict(mask.status().key_sources), "mask": drops}))
-"""
-
-
-def _fresh_process(uri: str, cache_dir: str) -> dict[str, object]:
-    env = {**os.environ, "MEMWAL_CACHE_DIR": cache_dir, "PYTHONPATH": str(REPO)}
-    out = subprocess.run([sys.executable, "-c", _CHILD, uri], env=env, capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+def _fresh_process(uri: str, cache_dir: str) -> dict[str, Any]:
+    return counted_in_a_new_process(uri, cache_dir, "WHERE id >= 0")
 
 
 def _kept_files(cache_dir: str) -> list[Path]:

@@ -9,13 +9,11 @@ model (``lsm_model.ModelTable``); run files damaged in every way are ignored.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import subprocess
-import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import lance
 import numpy as np
@@ -30,10 +28,9 @@ from memwal_query import kept_masks, key_runs
 from memwal_query.format import machine_cache
 from memwal_query.key_runs import SMALL_ROWS, KeyRuns, most_runs
 
-from builders import events_schema, rows
+from builders import counted_in_a_new_process, events_schema, rows
 from lsm_model import ModelTable
 
-REPO = Path(__file__).resolve().parents[1]
 _TYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]
 
 
@@ -222,16 +219,6 @@ def _build(path: str, seed: int = 5) -> ModelTable:
     return t
 
 
-_CHILD = """
-import json, sys
-import memwal_query as mq
-t = mq.open_table(sys.argv[1])
-n = t.sql("SELECT count(*) AS n FROM t").to_arrow_table().column("n")[0].as_py()
-mask = t.merge_state.base_mask
-print(json.dumps({"n": n, "sources": dict(mask.status().key_sources), "mask": mask.all().tolist()}))
-"""
-
-
 @pytest.fixture(autouse=True)
 def _no_kept_masks(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fragments decided one by one, from their key runs, when no whole mask is kept for the
@@ -239,11 +226,9 @@ def _no_kept_masks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(kept_masks, "keeping", lambda: False)
 
 
-def _fresh_process(uri: str, cache_dir: str) -> dict[str, object]:
+def _fresh_process(uri: str, cache_dir: str) -> dict[str, Any]:
     shutil.rmtree(Path(cache_dir, kept_masks.KIND), ignore_errors=True)  # the earlier process's whole mask
-    env = {**os.environ, "MEMWAL_CACHE_DIR": cache_dir, "PYTHONPATH": str(REPO)}
-    out = subprocess.run([sys.executable, "-c", _CHILD, uri], env=env, capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    return counted_in_a_new_process(uri, cache_dir)
 
 
 def test_a_new_process_decides_consecutive_keys_from_kept_runs(tmp_path: Path) -> None:

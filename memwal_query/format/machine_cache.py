@@ -32,7 +32,7 @@ import stat
 import threading
 from pathlib import Path
 
-__all__ = ["MAX_BYTES", "MAX_FILES", "cache_dir", "digest", "file_identity", "keep", "read_kept", "trim"]
+__all__ = ["MAX_BYTES", "MAX_FILES", "cache_dir", "digest", "file_identity", "file_stamp", "keep", "read_kept", "trim"]
 
 log = logging.getLogger(__name__)
 
@@ -55,14 +55,20 @@ def cache_dir(kind: str) -> Path | None:
     return Path(home) / ".cache" / "memwal" / kind if os.path.isabs(home) else None  # no home: nowhere
 
 
-def file_identity(path: str) -> str | None:
-    """What identifies the contents of a local file that is never rewritten: its real path,
-    size and modification time; None when it cannot be stat'ed."""
+def file_stamp(path: str) -> str | None:
+    """A local file never rewritten, as ``path`` names it: the path, its size and modification
+    time; None when it cannot be stat'ed."""
     try:
         st = os.stat(path)
     except OSError:
         return None
-    return f"{os.path.realpath(path)}\0{st.st_size}\0{st.st_mtime_ns}"
+    return f"{path}\0{st.st_size}\0{st.st_mtime_ns}"
+
+
+def file_identity(path: str) -> str | None:
+    """What identifies the contents of a local file that is never rewritten: :func:`file_stamp`
+    of its real path."""
+    return file_stamp(os.path.realpath(path))
 
 
 def digest(*parts: str) -> bytes:
