@@ -167,8 +167,8 @@ class BaseMask:
             got = self._drops.setdefault(fragment_id, drop)
             whole = dict(self._drops) if len(self._drops) == frags and not self._offered else None
             self._offered = self._offered or whole is not None
-        if whole is not None:
-            self._keeper.offer(whole)
+        if whole is not None and self._keeper.wants():
+            self._keeper.offer(whole, self.fragments(), self._runs())
         return got
 
     def _kept_name(self) -> kept_masks.KeptName | None:
@@ -179,12 +179,9 @@ class BaseMask:
         return kept_masks.mask_name(runs.storage, self.fragments(), self.primary_key[0], runs.field_id, runs.newer)
 
     def decide(self, frag: lance.fragment.LanceFragment, keys: pa.Table | FragmentColumns) -> np.ndarray:
-        """Decide ``frag``'s drop list from its key columns and ``_rowaddr`` (all of its rows),
-        or from the key columns of every row its data file stores and which are deleted.
-
-        Returns:
-            The sorted row addresses of ``frag`` whose key has a newer version.
-        """
+        """Decide ``frag``'s drop list (the sorted row addresses of ``frag`` whose key has a newer
+        version) from its key columns and ``_rowaddr`` (all of its rows), or from the key
+        columns of every row its data file stores and which are deleted."""
         got = self.known(frag.fragment_id)
         if got is not None:
             return got
@@ -202,11 +199,8 @@ class BaseMask:
         return self._record(frag.fragment_id, drop)
 
     def settle(self, frag: lance.fragment.LanceFragment, drop: np.ndarray) -> np.ndarray:
-        """Record ``frag``'s drop list, found while reading every one of its rows (see :meth:`live`).
-
-        Returns:
-            The drop list kept (the first one recorded, if another thread was first).
-        """
+        """Record ``frag``'s drop list, found while reading every one of its rows (see :meth:`live`);
+        returns the drop list kept (the first one recorded, if another thread was first)."""
         drop = np.sort(np.asarray(drop, dtype=np.uint64))
         prior = self._prior_decisions()
         if prior is not None:
@@ -280,8 +274,12 @@ class BaseMask:
         if keys is not None:
             return self.decide(frag, keys)
         runs = self._runs()
-        drop = runs.shadowed(frag.metadata) if runs is not None else None
-        return self._record(frag.fragment_id, drop, "key runs") if drop is not None else None
+        found = runs.of_fragment(frag.metadata) if runs is not None else None
+        drop = runs.shadowed(frag.metadata, found) if runs is not None and found is not None else None
+        if drop is None:
+            return None
+        self._keeper.remember_runs(frag.fragment_id, found)
+        return self._record(frag.fragment_id, drop, "key runs")
 
     def _kept_keys(self, frag: lance.fragment.LanceFragment) -> pa.Table | FragmentColumns | None:
         """The fragment's keys if this process has them: kept by an earlier snapshot, or decoded by a scan."""
@@ -324,7 +322,7 @@ class BaseMask:
         t: pa.Table | FragmentColumns | None = self._read_columns(frag, self.primary_key)
         self._note_source(frag, "data files" if t is not None else "Lance scanner")
         if t is not None and runs is not None:
-            runs.keep(frag.metadata, t.table.column(0))
+            self._keeper.remember_runs(frag.fragment_id, runs.keep(frag.metadata, t.table.column(0)))
         try:
             if t is None and frag.metadata.deletion_file is None:
                 # every row of the fragment, in order: its addresses follow from the row offsets

@@ -1,24 +1,30 @@
-"""A snapshot's whole base mask kept on this machine, for the next process reading the same snapshot.
+"""A base's whole mask kept on this machine, for the next process reading it.
 
 A base fragment's drop list (the addresses of its live rows whose key has a newer version)
 follows from two things only: the fragment's rows (its data and deletion files) and the
 newer levels' keys. Once a process has decided every fragment of a local base with one
 integer key (a ``count(*)``, a scan of the whole table), :func:`keep` writes the drop lists
 as one file of this machine's cache directory (:mod:`~memwal_query.format.machine_cache`,
-folder :data:`KIND`), named by a digest of both (:func:`mask_name`): each data and deletion
-file's path, size and modification time, the key's field, and the newer keys themselves.
-A new process whose snapshot has the same files and the same newer keys (a notebook
-restarted, a CLI call on a table nobody wrote to since) takes its drop lists from it
-(:func:`load`) and reads no key. Any write since (a WAL entry, a flush, a merge) names
-another file: that process decides as before (:mod:`~memwal_query.key_runs`, key reads),
-then keeps its own. A file that is not whole, not for these fragments, or whose lists do
-not fit their fragments' rows is ignored.
+folder :data:`KIND`) with the newer keys they were decided against and the key runs
+(:mod:`~memwal_query.key_runs`) of the fragments whose keys compress. The file is named by
+a digest of the base (:func:`mask_name`): each data and deletion file's path, size and
+modification time, and the key's field and type.
+
+A new process reading the same base takes its drop lists from it and reads no key
+(:class:`MaskKeeper`): all of them when its newer keys are the ones kept (a notebook
+restarted, a CLI call on a table nobody wrote to since, a flush), else, when the keys
+differ (a write since, an eventual snapshot after a strong one), those of the fragments
+with runs, brought up to its keys by the keys added and removed (:func:`taken`: a set
+difference over the keys, ~1 ms at 160k, and two searches per run per fragment). A merge
+or a deletion changes the base's files and names another file. A file that is not whole,
+not for these fragments, or whose keys, lists or runs are not well formed is ignored.
 
 Example:
     >>> import numpy as np
-    >>> name = KeptName(b"n" * 32, {0: 10, 1: 5})
-    >>> data = encode(name, {0: np.array([3, 7], dtype=np.uint64), 1: np.array([(1 << 32) | 4], dtype=np.uint64)})
-    >>> {f: d.tolist() for f, d in decode(data, name).items()}
+    >>> name = KeptName(b"n" * 32, {0: 10, 1: 5}, keys=np.array([4, 9]))
+    >>> drops = {0: np.array([3, 7], dtype=np.uint64), 1: np.array([(1 << 32) | 4], dtype=np.uint64)}
+    >>> data = encode(name, KeptMask(name.keys, drops))
+    >>> {f: d.tolist() for f, d in decode(data, name).drops.items()}
     {0: [3, 7], 1: [4294967300]}
     >>> decode(data[:-1], name) is None
     True
@@ -26,27 +32,54 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from memwal_query import key_runs
 from memwal_query.format import machine_cache
+from memwal_query.format.fragment_files import deleted_rows
+from memwal_query.format.sets import member
 from memwal_query.format.storage import Storage
+from memwal_query.key_runs import KeyRuns
 
-__all__ = ["KIND", "MAX_ROWS", "KeptName", "MaskKeeper", "decode", "encode", "keep", "keeping", "load", "mask_name"]
+__all__ = [
+    "KIND",
+    "MAX_KEYS",
+    "MAX_ROWS",
+    "REKEEP_KEYS",
+    "KeptMask",
+    "KeptName",
+    "Layout",
+    "MaskKeeper",
+    "changes",
+    "decode",
+    "encode",
+    "keep",
+    "keeping",
+    "load",
+    "mask_name",
+    "taken",
+]
 
 KIND = "base-masks"
 """The folder of kept masks in the cache directory."""
 MAX_ROWS = 1 << 20
 """Masks of more shadowed rows than this (8 MiB) are not kept: a merger that far behind
 changes them faster than they are read again."""
-_MAGIC = b"MWMASKS1"
+MAX_KEYS = 1 << 20
+"""Nor masks against more newer keys than this (kept with the mask, 8 MiB of 64-bit keys)."""
+REKEEP_KEYS = 4096
+"""A process that found a mask kept for newer keys differing from its own by more than this
+many keys and an eighth of its keys keeps its own (the next process brings a closer one up
+to date; rewriting costs ~7 ms at 160k keys, a delta of 10k keys ~2 ms)."""
+_MAGIC = b"MWMASKS2"
+_NO_ROWS = np.empty(0, dtype=np.uint32)
 
 
 @dataclass(frozen=True)
@@ -57,11 +90,50 @@ class KeptName:
         name: The file's 32-byte name (also written in it).
         rows: Base fragment id -> rows its data files store.
         table: The base's real path (a process keeps one mask per table: :class:`MaskKeeper`).
+        keys: The snapshot's newer keys (sorted, unique integers), which a mask kept for other
+            keys is brought up to (:func:`taken`).
     """
 
     name: bytes
     rows: dict[int, int]
     table: str = ""
+    keys: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a base fragment's keys lie: its data file's key runs and its deleted rows.
+
+    Attributes:
+        runs: The runs of keys of every row the data file stores (:class:`~memwal_query.key_runs.KeyRuns`).
+        deleted: Offsets of the deleted ones (sorted, unique).
+    """
+
+    runs: KeyRuns
+    deleted: np.ndarray
+
+    def live_hits(self, fragment_id: int, keys: np.ndarray) -> np.ndarray:
+        """Sorted addresses of the live rows holding one of ``keys`` (sorted, unique)."""
+        rows = self.runs.hits(keys).astype(np.uint64)
+        if rows.size and self.deleted.size:
+            rows = rows[~member(rows, self.deleted.astype(np.uint64, copy=False))]
+        return np.asarray(rows | (np.uint64(fragment_id) << np.uint64(32)))
+
+
+@dataclass(frozen=True)
+class KeptMask:
+    """A whole base mask as kept.
+
+    Attributes:
+        keys: The newer keys it was decided against (sorted, unique).
+        drops: Base fragment id -> the sorted addresses of its live rows with one of ``keys``.
+        layouts: Base fragment id -> where its keys lie, for the fragments whose keys compress
+            into runs: their drop lists follow other keys too (:func:`taken`).
+    """
+
+    keys: np.ndarray
+    drops: dict[int, np.ndarray]
+    layouts: dict[int, Layout] = field(default_factory=dict)
 
 
 def _file_stamp(path: str | None) -> str | None:
@@ -95,9 +167,10 @@ def keeping() -> bool:
 def mask_name(
     storage: Storage, fragments: Sequence[Any], key: str, field_id: int, newer: np.ndarray
 ) -> KeptName | None:
-    """The name of the mask of local base ``fragments`` (Lance fragments) against sorted unique
-    integer keys ``newer`` of key column ``key`` (field ``field_id``); None when keeping is
-    off or a file cannot be stamped."""
+    """The name of the mask of local base ``fragments`` (Lance fragments) for key column ``key``
+    (field ``field_id``) against sorted unique integer keys ``newer``; None when keeping is off
+    or a file cannot be stamped. The name follows the base's files, not ``newer``: one file per
+    base, brought up to the keys of each snapshot reading it (:func:`taken`)."""
     root = storage.local_path("")
     if root is None or not keeping():
         return None
@@ -108,72 +181,178 @@ def mask_name(
         if stamp is None:
             return None
         stamps.append(stamp)
-    keys = hashlib.sha256(np.ascontiguousarray(newer).tobytes()).hexdigest()
     table = os.path.realpath(root)
-    name = machine_cache.digest(KIND, table, key, str(field_id), newer.dtype.str, keys, *stamps)
-    return KeptName(name, {int(m.id): int(m.physical_rows) for m in metas}, table)
+    name = machine_cache.digest(KIND, table, key, str(field_id), newer.dtype.str, *stamps)
+    return KeptName(name, {int(m.id): int(m.physical_rows) for m in metas}, table, newer)
 
 
-def encode(name: KeptName, drops: Mapping[int, np.ndarray]) -> bytes:
-    """The file :func:`keep` writes: magic, name, the fragments' ids and list lengths, the
-    lists (row addresses, little-endian), a CRC-32 of all of it."""
-    ids = sorted(drops)
-    head = _MAGIC + name.name + np.array([len(ids)], dtype="<u8").tobytes()
-    table = np.array([[i, drops[i].size] for i in ids], dtype="<u8").reshape(-1, 2).tobytes()
-    body = b"".join(np.asarray(drops[i], dtype="<u8").tobytes() for i in ids)
-    data = head + table + body
+def _u8(*values: int) -> bytes:
+    return np.array(values, dtype="<u8").tobytes()
+
+
+def encode(name: KeptName, mask: KeptMask) -> bytes:
+    """The file :func:`keep` writes: magic, name, key type, counts; per fragment its id and the
+    lengths of its list, runs and deleted rows (runs 0: no layout); the keys, the lists (row
+    addresses), each layout's runs (first rows, first keys, last keys) and deleted rows, all
+    little-endian; a CRC-32 of all of it."""
+    ids = sorted(mask.drops)
+    keys = np.ascontiguousarray(mask.keys, dtype=mask.keys.dtype.newbyteorder("<"))
+    kind = keys.dtype.str.encode().ljust(8, b" ")
+    laid = [mask.layouts.get(i) for i in ids]
+    table = [
+        [i, mask.drops[i].size, len(x.runs) if x else 0, x.deleted.size if x else 0]
+        for i, x in zip(ids, laid, strict=True)
+    ]
+    parts = [_MAGIC, name.name, kind, _u8(len(ids), keys.size), np.array(table, dtype="<u8").tobytes(), keys.tobytes()]
+    parts += [np.asarray(mask.drops[i], dtype="<u8").tobytes() for i in ids]
+    for x in laid:
+        if x is not None:
+            r = x.runs
+            parts += [r.starts.astype("<u4").tobytes(), r.firsts.astype(keys.dtype).tobytes()]
+            parts += [r.lasts.astype(keys.dtype).tobytes(), x.deleted.astype("<u4").tobytes()]
+    data = b"".join(parts)
     return data + zlib.crc32(data).to_bytes(4, "little")
 
 
-def decode(data: bytes, name: KeptName) -> dict[int, np.ndarray] | None:
-    """The drop lists in ``data`` when it is a whole file of ``name``, of exactly its
-    fragments, each list ascending and within its fragment's rows; None otherwise."""
+class _Reader:
+    """Arrays read in turn from a kept file's bytes (views of them, read-only)."""
+
+    def __init__(self, data: bytes, at: int) -> None:
+        self.data, self.at = data, at
+
+    def take(self, dtype: str | np.dtype, count: int) -> np.ndarray:
+        out = np.frombuffer(self.data, dtype=dtype, count=count, offset=self.at)
+        self.at += out.nbytes
+        return out
+
+
+def _ascending(a: np.ndarray) -> bool:
+    return bool(np.all(a[1:] > a[:-1]))
+
+
+def _drop_fits(drop: np.ndarray, fid: int, rows: int) -> bool:
+    """Whether ``drop`` is ascending addresses of fragment ``fid``'s ``rows`` rows."""
+    if not drop.size:
+        return True
+    within = int(drop[0]) >> 32 == fid == int(drop[-1]) >> 32  # ascending: the ends bound the rest
+    return within and int(drop[-1]) & 0xFFFFFFFF < rows and _ascending(drop)
+
+
+def _layout(read: _Reader, dtype: np.dtype, runs: int, deleted: int, rows: int) -> Layout | None:
+    """The next layout in a kept file (``runs`` runs, ``deleted`` rows of a fragment of
+    ``rows`` rows) when well formed."""
+    starts = read.take("<u4", runs).astype(np.int64)
+    firsts, lasts = read.take(dtype, runs), read.take(dtype, runs)
+    gone = read.take("<u4", deleted)
+    layout = Layout(KeyRuns(starts, firsts, lasts, rows), gone)
+    fits = not gone.size or (_ascending(gone) and int(gone[-1]) < rows)
+    return layout if fits and layout.runs.well_formed() else None
+
+
+def decode(data: bytes, name: KeptName, layouts: bool = True) -> KeptMask | None:
+    """The mask in ``data`` when it is a whole file of ``name`` for keys of ``name.keys``' type,
+    of exactly its fragments, each list ascending and within its fragment's rows, and (with
+    ``layouts``) the keys ascending and each layout well formed over its fragment; None
+    otherwise. Without ``layouts`` none is decoded: the keys are then only of use compared
+    with keys known to be sorted and unique (~1 ms less at 24 fragments and 160k keys)."""
+    dtype = name.keys.dtype.newbyteorder("<")
     at = len(_MAGIC) + len(name.name)
-    if len(data) < at + 12 or data[:at] != _MAGIC + name.name:
+    head = at + 8 + 16
+    if len(data) < head + 4 or data[:at] != _MAGIC + name.name or data[at : at + 8].rstrip(b" ") != dtype.str.encode():
         return None
     if zlib.crc32(data[:-4]) != int.from_bytes(data[-4:], "little"):
         return None
-    n = int(np.frombuffer(data, dtype="<u8", count=1, offset=at)[0])
-    if n != len(name.rows) or len(data) < at + 8 + 16 * n + 4:
+    n, nkeys = (int(v) for v in np.frombuffer(data, dtype="<u8", count=2, offset=at + 8))
+    if n != len(name.rows) or len(data) < head + 32 * n + 4:
         return None
-    table = np.frombuffer(data, dtype="<u8", count=2 * n, offset=at + 8).reshape(n, 2)
-    sizes = table[:, 1]
-    if set(table[:, 0].tolist()) != set(name.rows) or len(data) != at + 8 + 16 * n + 8 * int(sizes.sum()) + 4:
+    table = np.frombuffer(data, dtype="<u8", count=4 * n, offset=head).reshape(n, 4).tolist()
+    lists, runs, gone = (sum(t[i] for t in table) for i in (1, 2, 3))  # Python ints: no wrapping
+    size = head + 32 * n + dtype.itemsize * (nkeys + 2 * runs) + 8 * lists + 4 * (runs + gone) + 4
+    if {t[0] for t in table} != set(name.rows) or len(data) != size or any(t[3] and not t[2] for t in table):
         return None
-    out: dict[int, np.ndarray] = {}
-    offset = at + 8 + 16 * n
-    for fid, size in table.tolist():
-        drop = np.frombuffer(data, dtype="<u8", count=size, offset=offset).astype(np.uint64)
-        offset += 8 * size
-        rows = drop & np.uint64(0xFFFFFFFF)
-        if drop.size and (
-            bool(np.any(drop >> np.uint64(32) != np.uint64(fid)))
-            or int(rows[-1]) >= name.rows[fid]
-            or not bool(np.all(drop[1:] > drop[:-1]))
-        ):
-            return None
-        out[int(fid)] = drop
-    return out
+    read = _Reader(data, head + 32 * n)
+    keys = read.take(dtype, nkeys)
+    drops = {int(t[0]): read.take("<u8", t[1]).astype(np.uint64) for t in table}  # a copy: the caller's
+    if not all(_drop_fits(d, f, name.rows[f]) for f, d in drops.items()):
+        return None
+    if not layouts:
+        return KeptMask(keys, drops)
+    if not _ascending(keys):
+        return None
+    laid: dict[int, Layout] = {}
+    for fid, _, count, deleted in table:
+        if count:
+            layout = _layout(read, dtype, count, deleted, name.rows[fid])
+            if layout is None:
+                return None
+            laid[fid] = layout
+    return KeptMask(keys, drops, laid)
 
 
 def _most_bytes(name: KeptName) -> int:
     """The largest file a mask of ``name``'s fragments can be."""
-    rows = min(sum(name.rows.values()), MAX_ROWS)
-    return len(_MAGIC) + len(name.name) + 8 + 16 * len(name.rows) + 8 * rows + 4
+    rows = sum(name.rows.values())
+    runs = sum(key_runs.most_runs(r) for r in name.rows.values())
+    size = name.keys.dtype.itemsize
+    head = len(_MAGIC) + len(name.name) + 24 + 32 * len(name.rows)
+    return head + size * (MAX_KEYS + 2 * runs) + 8 * min(rows, MAX_ROWS) + 4 * (runs + rows) + 4
 
 
-def load(name: KeptName) -> dict[int, np.ndarray] | None:
-    """The drop lists kept under ``name`` (fragment id -> sorted row addresses), if any."""
+def load(name: KeptName) -> KeptMask | None:
+    """The mask kept for ``name``'s base, if any (for whichever newer keys it was kept), with
+    its layouts when its keys are not ``name.keys``."""
     data = machine_cache.read_kept(KIND, name.name, _most_bytes(name))
-    return decode(data, name) if data is not None else None
+    if data is None:
+        return None
+    kept = decode(data, name, layouts=False)
+    if kept is None or (kept.keys.size == name.keys.size and np.array_equal(kept.keys, name.keys)):
+        return kept
+    return decode(data, name)
 
 
-def keep(name: KeptName, drops: Mapping[int, np.ndarray]) -> bool:
-    """Keep the drop lists of every fragment of ``name`` (not kept beyond :data:`MAX_ROWS`
-    rows). Returns whether they were kept."""
-    if set(drops) != set(name.rows) or sum(int(d.size) for d in drops.values()) > MAX_ROWS:
+def keep(name: KeptName, mask: KeptMask) -> bool:
+    """Keep ``mask`` of every fragment of ``name`` (not kept beyond :data:`MAX_ROWS` rows or
+    :data:`MAX_KEYS` keys; layouts only of ``name``'s fragments, of their rows). Returns whether it was kept."""
+    if set(mask.drops) != set(name.rows) or sum(int(d.size) for d in mask.drops.values()) > MAX_ROWS:
         return False
-    return machine_cache.keep(KIND, name.name, encode(name, drops))
+    if mask.keys.size > MAX_KEYS or mask.keys.dtype != name.keys.dtype:
+        return False
+    laid = {
+        f: x
+        for f, x in mask.layouts.items()
+        if name.rows.get(f) == x.runs.rows and x.runs.firsts.dtype == mask.keys.dtype
+    }
+    return machine_cache.keep(KIND, name.name, encode(name, KeptMask(mask.keys, mask.drops, laid)))
+
+
+def changes(old: np.ndarray, new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The keys ``new`` has and ``old`` lacks, and those ``old`` has and ``new`` lacks (both
+    sorted, unique; ~1 ms at 160k keys when only added, the usual case; ~0.05 ms when equal)."""
+    if old.size == new.size and np.array_equal(old, new):
+        return new[:0], old[:0]
+    added = np.setdiff1d(new, old, assume_unique=True)
+    if new.size - added.size == old.size:  # every old key is still there
+        return added, old[:0]
+    return added, np.setdiff1d(old, new, assume_unique=True)
+
+
+def taken(mask: KeptMask, added: np.ndarray, removed: np.ndarray) -> dict[int, np.ndarray]:
+    """The drop lists for newer keys that differ from ``mask.keys`` by ``added`` and ``removed``:
+    every fragment's when none does; else those of the fragments with a layout, each less its
+    rows of keys ``removed`` and plus its live rows of keys ``added`` (fragments without one
+    are left out: decided as if nothing were kept)."""
+    if not added.size and not removed.size:
+        return dict(mask.drops)
+    out: dict[int, np.ndarray] = {}
+    for fid, layout in mask.layouts.items():
+        drop = mask.drops[fid]
+        if removed.size:
+            gone = layout.runs.hits(removed).astype(np.uint64) | (np.uint64(fid) << np.uint64(32))
+            drop = drop[~member(drop, gone)]
+        joined = layout.live_hits(fid, added) if added.size else drop[:0]
+        # a row has one key: ``joined`` (keys added) and ``drop`` (keys kept) share no row
+        out[fid] = np.insert(drop, np.searchsorted(drop, joined), joined) if joined.size else drop
+    return out
 
 
 _kept_tables: set[str] = set()
@@ -183,37 +362,86 @@ _kept_lock = threading.Lock()
 class MaskKeeper:
     """One snapshot's kept mask: read on first need, kept once every fragment is decided.
 
-    A process keeps one mask per table, its first whole one: a long-lived reader refreshing
-    a table written to all the time would otherwise write a file per refresh, each for
-    newer keys the next process will not see. It holds no reference to its owner (a cycle
-    would leave the owner's Lance datasets to the garbage collector, on whatever thread).
+    A process keeps one mask per table, its first whole one that the mask it found (if any)
+    does not serve well: a long-lived reader refreshing a table written to all the time would
+    otherwise write a file per refresh. It holds no reference to its owner (a cycle would
+    leave the owner's Lance datasets to the garbage collector, on whatever thread).
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._read = False
         self._name: KeptName | None = None
+        self._kept: KeptMask | None = None
         self._drops: dict[int, np.ndarray] | None = None
+        self._changed = 0
+        self._runs: dict[int, KeyRuns] = {}  # fragment id -> its data file's runs, when known
 
     def drops(self, name_of: Callable[[], KeptName | None]) -> dict[int, np.ndarray] | None:
-        """The kept drop lists of this snapshot (fragment id -> sorted row addresses), if any;
-        ``name_of``: the snapshot's :class:`KeptName` (called once; None: nothing is kept)."""
+        """The drop lists the kept mask gives this snapshot (fragment id -> sorted row
+        addresses; maybe not every fragment's: :func:`taken`), if one is kept; ``name_of``:
+        the snapshot's :class:`KeptName` (called once; None: nothing is kept)."""
         with self._lock:  # one read: the scans asking at once wait for it
             if not self._read:
                 self._name = name_of()
-                self._drops = load(self._name) if self._name is not None else None
+                self._kept = load(self._name) if self._name is not None else None
+                if self._kept is not None and self._name is not None:
+                    added, removed = changes(self._kept.keys, self._name.keys)
+                    self._changed = added.size + removed.size
+                    self._drops = taken(self._kept, added, removed)
                 self._read = True
             return self._drops
 
-    def offer(self, drops: Mapping[int, np.ndarray]) -> bool:
-        """Keep ``drops`` (every fragment's) unless they came from a kept file, none was looked
-        for, or this process kept a mask of the table already. Returns whether they were kept."""
+    def remember_runs(self, fragment_id: int, runs: KeyRuns | None) -> None:
+        """Remember a fragment's key runs, to keep them with the whole mask."""
+        if runs is not None:
+            with self._lock:
+                self._runs[fragment_id] = runs
+
+    def _layouts(self, fragments: Sequence[Any], runs: key_runs.FragmentRuns | None) -> dict[int, Layout]:
+        """Where the keys lie of every fragment of ``fragments`` (Lance fragments) with a layout
+        in the mask found, key runs remembered or kept for its data file (read now), and
+        deletions that can be read directly."""
         with self._lock:
-            name, kept = self._name, self._drops
-        if kept is not None or name is None:
+            found = dict(self._kept.layouts) if self._kept is not None else {}
+            known = dict(self._runs)
+        out: dict[int, Layout] = {}
+        for frag in fragments:
+            fid, meta = frag.fragment_id, frag.metadata
+            if fid in found:
+                out[fid] = found[fid]
+                continue
+            got = known.get(fid)
+            if got is None and runs is not None:
+                got = runs.of_fragment(meta)
+            if got is None or runs is None:
+                continue
+            gone = deleted_rows(runs.storage, meta) if meta.deletion_file is not None else _NO_ROWS
+            if got is not None and gone is not None:
+                out[fid] = Layout(got, gone)
+        return out
+
+    def wants(self) -> bool:
+        """Whether :meth:`offer` would keep a mask: one was looked for, none was found kept
+        for keys close to this snapshot's (:data:`REKEEP_KEYS`), and this process has kept none
+        of the table yet."""
+        with self._lock:
+            name, kept, changed = self._name, self._kept, self._changed
+        if name is None or (kept is not None and changed <= max(REKEEP_KEYS, name.keys.size // 8)):
+            return False
+        with _kept_lock:
+            return name.table not in _kept_tables
+
+    def offer(
+        self, drops: Mapping[int, np.ndarray], fragments: Sequence[Any], runs: key_runs.FragmentRuns | None
+    ) -> bool:
+        """Keep ``drops`` (of every one of ``fragments``, Lance fragments) with the layouts known
+        (:meth:`remember_runs`, ``runs``) when :meth:`wants` it. Returns whether they were kept."""
+        name = self._name
+        if name is None or not self.wants():
             return False
         with _kept_lock:
             if name.table in _kept_tables:
                 return False
             _kept_tables.add(name.table)
-        return keep(name, drops)
+        return keep(name, KeptMask(name.keys, dict(drops), self._layouts(fragments, runs)))

@@ -231,24 +231,28 @@ class FragmentRuns:
     field_id: int
     newer: np.ndarray
 
-    def shadowed(self, meta: Any) -> np.ndarray | None:
-        """Sorted addresses of the live rows of fragment ``meta`` whose key is a newer one, from
-        the runs kept for its data file; None when none are (or its deletions cannot be read directly)."""
+    def of_fragment(self, meta: Any) -> KeyRuns | None:
+        """The runs kept for fragment ``meta``'s data file, if any."""
         path = column_file(self.storage, meta, self.field_id)
-        runs = load(path, self.field_id, self.newer.dtype, int(meta.physical_rows)) if path is not None else None
-        gone = deleted_rows(self.storage, meta) if runs is not None else None
-        if runs is None or gone is None:
-            return None
+        return load(path, self.field_id, self.newer.dtype, int(meta.physical_rows)) if path is not None else None
+
+    def shadowed(self, meta: Any, runs: KeyRuns) -> np.ndarray | None:
+        """Sorted addresses of the live rows of fragment ``meta`` (whose data file's runs are
+        ``runs``) with a newer key; None when its deletions cannot be read directly."""
         rows = runs.hits(self.newer).astype(np.uint64)
-        rows = rows[~member(rows, gone)]  # not the deleted ones
+        if rows.size and meta.deletion_file is not None:
+            gone = deleted_rows(self.storage, meta)
+            if gone is None:
+                return None
+            rows = rows[~member(rows, gone)]  # not the deleted ones
         return np.asarray(rows | (np.uint64(int(meta.id)) << np.uint64(32)))  # row addresses, ascending
 
-    def keep(self, meta: Any, keys: pa.ChunkedArray) -> bool:
+    def keep(self, meta: Any, keys: pa.ChunkedArray) -> KeyRuns | None:
         """Keep the runs of fragment ``meta``'s key column ``keys`` (every stored row, as
         :func:`~memwal_query.format.fragment_files.read_columns` reads it) when they
-        compress. Returns whether they were kept."""
+        compress. Returns the runs when they were kept."""
         path = column_file(self.storage, meta, self.field_id)
         if path is None or keys.null_count or machine_cache.cache_dir(KIND) is None:
-            return False
+            return None
         runs = KeyRuns.of(np.asarray(keys.to_numpy(), dtype=self.newer.dtype))
-        return runs is not None and store(path, self.field_id, runs)
+        return runs if runs is not None and store(path, self.field_id, runs) else None

@@ -20,30 +20,45 @@ import pytest
 
 import memwal_query as mq
 from memwal_query import kept_masks
-from memwal_query.kept_masks import KeptName, decode, encode
+from memwal_query.kept_masks import KeptMask, KeptName, Layout, changes, decode, encode, taken
+from memwal_query.key_runs import KeyRuns
 
 from builders import counted_in_a_new_process, events_schema, rows
 from lsm_model import ModelTable
 
 
+def _layout(keys: list[int], deleted: list[int] | None = None) -> Layout:
+    runs = KeyRuns.of(np.array(keys, dtype=np.int64))
+    assert runs is not None
+    return Layout(runs, np.array(deleted or [], dtype=np.uint32))
+
+
 def test_damaged_or_foreign_mask_files_are_ignored() -> None:
-    """A mask file cut short, with any byte changed, of another name or fragments, or whose
-    lists are unsorted, repeat a row, name another fragment or a row past the fragment's end,
-    decodes to nothing."""
-    name = KeptName(bytes(range(32)), {0: 100, 3: 40})
+    """A mask file cut short, with any byte changed, of another name, key type or fragments,
+    or whose keys are unsorted, whose lists are unsorted, repeat a row, name another fragment
+    or a row past the fragment's end, or whose runs do not tile their fragment, decodes to
+    nothing; a whole one decodes to what was encoded."""
+    name = KeptName(bytes(range(32)), {0: 100, 3: 40}, keys=np.array([2, 9, 70], dtype=np.int64))
     fragment_3 = (np.uint64(3) << np.uint64(32)) | np.array([0, 39], dtype=np.uint64)
-    good = {0: np.array([1, 5, 99], dtype=np.uint64), 3: fragment_3}
+    good = KeptMask(
+        name.keys, {0: np.array([1, 5, 99], dtype=np.uint64), 3: fragment_3}, {3: _layout(list(range(40)), [7])}
+    )
     data = encode(name, good)
-    assert {f: d.tolist() for f, d in (decode(data, name) or {}).items()} == {f: d.tolist() for f, d in good.items()}
+    got = decode(data, name)
+    assert got is not None and got.keys.tolist() == [2, 9, 70] and got.keys.dtype == np.int64
+    assert {f: d.tolist() for f, d in got.drops.items()} == {f: d.tolist() for f, d in good.drops.items()}
+    assert list(got.layouts) == [3] and got.layouts[3].runs.keys().tolist() == list(range(40))
+    assert got.layouts[3].deleted.tolist() == [7]
     for cut in range(len(data)):
         assert decode(data[:cut], name) is None
     for at in range(len(data)):
         flipped = bytearray(data)
         flipped[at] ^= 0x04
         assert decode(bytes(flipped), name) is None, at
-    assert decode(data, KeptName(bytes(32), name.rows)) is None
-    assert decode(data, KeptName(name.name, {0: 100, 3: 40, 4: 1})) is None
-    assert decode(data, KeptName(name.name, {0: 100, 2: 40})) is None
+    assert decode(data, KeptName(bytes(32), name.rows, keys=name.keys)) is None
+    assert decode(data, KeptName(name.name, {0: 100, 3: 40, 4: 1}, keys=name.keys)) is None
+    assert decode(data, KeptName(name.name, {0: 100, 2: 40}, keys=name.keys)) is None
+    assert decode(data, KeptName(name.name, name.rows, keys=name.keys.astype(np.int32))) is None
     bad_lists = [
         {0: np.array([5, 1], dtype=np.uint64)},  # unsorted
         {0: np.array([5, 5], dtype=np.uint64)},  # a row twice
@@ -51,7 +66,53 @@ def test_damaged_or_foreign_mask_files_are_ignored() -> None:
         {0: np.array([(1 << 32) | 2], dtype=np.uint64)},  # fragment 1's row
     ]
     for bad in bad_lists:
-        assert decode(encode(name, {**good, **bad}), name) is None, bad
+        assert decode(encode(name, KeptMask(good.keys, {**good.drops, **bad}, good.layouts)), name) is None, bad
+    unsorted_keys = KeptMask(np.array([9, 2, 70], dtype=np.int64), good.drops, good.layouts)
+    other_rows = KeptMask(good.keys, good.drops, {3: _layout(list(range(41)))})  # 41 rows: the fragment has 40
+    deleted_past = KeptMask(good.keys, good.drops, {3: _layout(list(range(40)), [40])})
+    deleted_twice = KeptMask(good.keys, good.drops, {3: _layout(list(range(40)), [7, 7])})
+    for bad_mask in (unsorted_keys, other_rows, deleted_past, deleted_twice):
+        assert decode(encode(name, bad_mask), name) is None
+
+
+def _brute_drops(keys: np.ndarray, deleted: np.ndarray, newer: np.ndarray, fid: int) -> np.ndarray:
+    live = ~np.isin(np.arange(keys.size), deleted)
+    hit = np.flatnonzero(live & np.isin(keys, newer)).astype(np.uint64)
+    return hit | (np.uint64(fid) << np.uint64(32))
+
+
+def test_a_mask_taken_for_other_keys_equals_one_decided_for_them() -> None:
+    """Random fragments (runs of keys, duplicates, deleted rows) and random newer key sets:
+    a mask kept for one set and taken for another (keys added, removed, both, none) equals the
+    drop lists decided from scratch for the other; a fragment without a layout (runs and
+    deleted rows) is left out unless nothing changed."""
+    rng = np.random.default_rng(11)
+    for _ in range(60):
+        frags: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for fid in rng.choice(50, int(rng.integers(1, 5)), replace=False).tolist():
+            parts = [np.arange(s, s + int(rng.integers(1, 40))) for s in rng.integers(0, 300, int(rng.integers(1, 5)))]
+            keys = np.concatenate(parts).astype(np.int64)
+            frags[fid] = (keys, np.sort(rng.choice(keys.size, min(keys.size, int(rng.integers(0, 4))), replace=False)))
+        old = np.unique(rng.integers(0, 340, int(rng.integers(0, 80)))).astype(np.int64)
+        new = np.unique(
+            np.concatenate([old[rng.random(old.size) < 0.8], rng.integers(0, 340, int(rng.integers(0, 30)))])
+        )
+        new = new.astype(np.int64) if rng.random() < 0.8 else old
+        drops = {f: _brute_drops(k, d, old, f) for f, (k, d) in frags.items()}
+        no_runs = int(rng.choice(list(frags)))
+        laid = {f: _layout(k.tolist(), d.tolist()) for f, (k, d) in frags.items() if f != no_runs}
+        mask = KeptMask(old, drops, laid)
+
+        added, removed = changes(old, new)
+        assert added.tolist() == sorted(set(new.tolist()) - set(old.tolist()))
+        assert removed.tolist() == sorted(set(old.tolist()) - set(new.tolist()))
+        got = taken(mask, added, removed)
+        if not added.size and not removed.size:
+            assert set(got) == set(frags)
+        else:
+            assert set(got) == set(frags) - {no_runs}
+        for fid, drop in got.items():
+            assert drop.tolist() == _brute_drops(*frags[fid], new, fid).tolist(), fid
 
 
 def _build(path: str, seed: int = 3) -> ModelTable:
@@ -77,6 +138,15 @@ def _build(path: str, seed: int = 3) -> ModelTable:
     return t
 
 
+def _deleted_base_keys(table: ModelTable) -> list[int]:
+    """Keys of base rows deleted (deletion files), that no newer level holds."""
+    ds = lance.dataset(table.uri)
+    live = set(ds.to_table(columns=["id"]).column("id").to_pylist())
+    gone = [k for k in range(6000) if k not in live and table.key({"id": k}) not in table.model]
+    assert gone  # the merge in _build deleted some
+    return gone
+
+
 def _fresh_process(uri: str, cache_dir: str) -> dict[str, Any]:
     return counted_in_a_new_process(uri, cache_dir, "WHERE id >= 0")
 
@@ -85,15 +155,17 @@ def _kept_files(cache_dir: str) -> list[Path]:
     return sorted(p for p in Path(cache_dir, kept_masks.KIND).rglob("*") if p.is_file())
 
 
-def test_a_new_process_takes_the_mask_of_the_same_snapshot_only(tmp_path: Path) -> None:
+def test_a_new_process_takes_the_mask_of_the_same_base(tmp_path: Path) -> None:
     """The first process decides every fragment (a scan) and keeps the mask; the next one takes
-    it (no key read) with the same mask and the model's count. After a write to the WAL, a
-    flush or a merge, the next process decides again (the kept mask is another snapshot's),
-    answers the model, and keeps its own, which the process after it takes."""
+    it (no key read) with the same mask and the model's count. After writes to the WAL (keys
+    added, tombstones) or a flush, the base is the same: the next process takes the mask
+    brought up to its keys, equal to the one a process keeping nothing decides, and keeps no
+    other. After a merge (the base changed) it decides again and keeps its own, which the
+    process after it takes."""
     table = _build(str(tmp_path / "t"))
     cache_dir = str(tmp_path / "cache")
     frags = len(lance.dataset(table.uri).get_fragments())
-    elsewhere = lambda: _fresh_process(table.uri, str(tmp_path / "another-cache"))  # noqa: E731
+    elsewhere = lambda: _fresh_process(table.uri, "off")  # noqa: E731  (keeps nothing: decides every fragment)
     first = _fresh_process(table.uri, cache_dir)
     assert first["n"] == len(table.model) and "kept mask" not in first["sources"]  # type: ignore[operator]
     (kept,) = _kept_files(cache_dir)
@@ -101,24 +173,80 @@ def test_a_new_process_takes_the_mask_of_the_same_snapshot_only(tmp_path: Path) 
     second = _fresh_process(table.uri, cache_dir)
     assert second == {**first, "sources": {"kept mask": frags}}
     rng = np.random.default_rng(9)
-    changes = [  # (a change, whether the newer keys or the base change with it)
-        (lambda: table.put(rows(rng.choice(np.arange(7000, 8000), 30, replace=False), 4, rng)), True),
-        (lambda: table.delete([(int(k),) for k in rng.choice(np.arange(8000, 9000), 5, replace=False)]), True),
-        (table.flush, False),  # the same keys, moved from the WAL tail to a generation: the same mask
+    changes = [  # (a change, whether the base changes with it)
+        (lambda: table.put(rows(rng.choice(np.arange(5000, 8000), 30, replace=False), 4, rng)), False),
+        (lambda: table.put(rows(_deleted_base_keys(table), 5, rng)), False),  # over base rows deleted
+        (lambda: table.delete([(int(k),) for k in rng.choice(np.arange(0, 9000), 25, replace=False)]), False),
+        (table.flush, False),  # the same keys, moved from the WAL tail to a generation
         (lambda: table.merge(table.regions()[1], table.flushed(table.regions()[1])[0][0]), True),
     ]
-    for change, moves in changes:
+    for change, base_changed in changes:
         change()
-        before = set(_kept_files(cache_dir))
+        before = {p: p.read_bytes() for p in _kept_files(cache_dir)}
         got = _fresh_process(table.uri, cache_dir)
         frags = len(lance.dataset(table.uri).get_fragments())
         assert got["n"] == len(table.model) and got["mask"] == elsewhere()["mask"]
-        if not moves:
-            assert got["sources"] == {"kept mask": frags} and set(_kept_files(cache_dir)) == before
+        if not base_changed:
+            assert got["sources"] == {"kept mask": frags}
+            assert {p: p.read_bytes() for p in _kept_files(cache_dir)} == before
             continue
         assert "kept mask" not in got["sources"]  # type: ignore[operator]
-        assert len(set(_kept_files(cache_dir)) - before) == 1  # its own, for the next process
+        assert len(set(_kept_files(cache_dir)) - set(before)) == 1  # its own, for the next process
         assert _fresh_process(table.uri, cache_dir) == {**got, "sources": {"kept mask": frags}}
+
+
+def test_a_mask_far_behind_is_kept_again_and_an_eventual_snapshot_takes_a_strong_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process whose newer keys differ from the kept mask's by more than REKEEP_KEYS keeps
+    its own (the next process then takes it unchanged); an eventual snapshot (no WAL tail: keys
+    removed) takes a strong one's mask; a fragment without key runs (scattered keys) is decided
+    from its keys. Every count and mask equals the model's and a process keeping nothing."""
+    rng = np.random.default_rng(12)
+    scattered = rng.permutation(np.arange(20_000, 40_000))  # over SMALL_ROWS, a run per row: no runs kept
+    ids = np.concatenate([np.arange(20_000), scattered])
+    base = pa.Table.from_pylist(rows(ids, 0, rng), schema=events_schema())
+    table = ModelTable(
+        str(tmp_path / "t"), events_schema(), base, bucket=("id", 2), write_params={"max_rows_per_file": 20_000}
+    )
+    table.put(rows(rng.choice(40_000, 600, replace=False), 1, rng))
+    table.flush()
+    table.put(rows(rng.choice(40_000, 40, replace=False), 2, rng))  # WAL tail
+    monkeypatch.setenv("MEMWAL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(kept_masks, "REKEEP_KEYS", 45)
+
+    def opened(
+        consistency: str = "strong", cache: str = str(tmp_path / "cache")
+    ) -> tuple[int, list[int], dict[str, int]]:
+        monkeypatch.setenv("MEMWAL_CACHE_DIR", cache)
+        monkeypatch.setattr(kept_masks, "_kept_tables", set())  # as a new process
+        t = mq.open_table(table.uri, consistency=consistency)  # type: ignore[arg-type]
+        t.view.cache.reset()  # nothing decided in memory
+        t = mq.open_table(table.uri, consistency=consistency)  # type: ignore[arg-type]
+        n = t.count_rows()
+        mask = t.merge_state.base_mask
+        return n, mask.all().tolist(), dict(mask.status().key_sources)
+
+    n, want, sources = opened()
+    assert n == len(table.model) and "kept mask" not in sources
+    assert opened() == (n, want, {"kept mask": 2})
+    (kept,) = _kept_files(str(tmp_path / "cache"))
+    before = kept.read_bytes()
+    alone = opened("eventual", "off")
+    assert alone[:2] != (n, want)  # the WAL tail matters
+    got = opened("eventual")  # the WAL tail's keys removed (within REKEEP_KEYS): taken
+    assert got == (*alone[:2], {"kept mask": 1, "data files": 1})
+    assert kept.read_bytes() == before
+    table.put(rows(rng.choice(40_000, 100, replace=False), 3, rng))  # ~100 keys more: over REKEEP_KEYS
+    got = opened()
+    assert got[0] == len(table.model) and got[1] == opened(cache="off")[1]
+    assert got[2] == {"kept mask": 1, "data files": 1}
+    assert kept.read_bytes() != before  # kept again, for these keys
+    assert opened() == (*got[:2], {"kept mask": 2})
+    table.put(rows(rng.choice(20_000, 5, replace=False), 4, rng))  # the mask kept again has the runs too
+    got = opened()
+    assert got[0] == len(table.model) and got[1] == opened(cache="off")[1]
+    assert got[2] == {"kept mask": 1, "data files": 1}
 
 
 def test_a_mask_is_not_taken_when_a_file_changed_or_it_is_damaged(
@@ -213,14 +341,25 @@ def test_fragments_decided_from_a_kept_mask_are_first_read_through_lance(
 def test_masks_over_the_budget_or_of_some_fragments_are_not_kept(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A mask of more rows than MAX_ROWS, or lacking a fragment, is not written; one within is."""
+    """A mask of more rows than MAX_ROWS, against more keys than MAX_KEYS, or lacking a
+    fragment, is not written; one within is, with the runs of its fragments only."""
     monkeypatch.setenv("MEMWAL_CACHE_DIR", str(tmp_path))
-    name = KeptName(bytes(range(32)), {0: 100, 1: 100})
+    name = KeptName(bytes(range(32)), {0: 100, 1: 100}, keys=np.arange(7, dtype=np.int64))
     drops = {0: np.arange(10, dtype=np.uint64), 1: (np.uint64(1) << np.uint64(32)) | np.arange(5, dtype=np.uint64)}
+    runs = {1: _layout(list(range(100))), 2: _layout(list(range(100)))}
     monkeypatch.setattr(kept_masks, "MAX_ROWS", 14)
-    assert not kept_masks.keep(name, drops) and not kept_masks.keep(name, {0: drops[0]})
-    assert kept_masks.load(name) is None
+    assert not kept_masks.keep(name, KeptMask(name.keys, drops, runs))
+    assert not kept_masks.keep(name, KeptMask(name.keys, {0: drops[0]}))
     monkeypatch.setattr(kept_masks, "MAX_ROWS", 15)
-    assert kept_masks.keep(name, drops)
+    monkeypatch.setattr(kept_masks, "MAX_KEYS", 6)
+    assert not kept_masks.keep(name, KeptMask(name.keys, drops, runs))
+    assert kept_masks.load(name) is None
+    monkeypatch.setattr(kept_masks, "MAX_KEYS", 7)
+    assert kept_masks.keep(name, KeptMask(name.keys, drops, runs))
     got = kept_masks.load(name)
-    assert got is not None and {f: d.tolist() for f, d in got.items()} == {f: d.tolist() for f, d in drops.items()}
+    assert got is not None and {f: d.tolist() for f, d in got.drops.items()} == {
+        f: d.tolist() for f, d in drops.items()
+    }
+    assert got.keys.tolist() == list(range(7)) and got.layouts == {}  # its own keys: no layout read
+    other = kept_masks.load(KeptName(name.name, name.rows, keys=np.arange(8, dtype=np.int64)))
+    assert other is not None and other.keys.tolist() == list(range(7)) and list(other.layouts) == [1]
