@@ -178,10 +178,16 @@ class BaseMask:
             return None
         return kept_masks.mask_name(runs.storage, self.fragments(), self.primary_key[0], runs.field_id, runs.newer)
 
-    def decide(self, frag: lance.fragment.LanceFragment, keys: pa.Table | FragmentColumns) -> np.ndarray:
+    def decide(
+        self,
+        frag: lance.fragment.LanceFragment,
+        keys: pa.Table | FragmentColumns,
+        runs: key_runs.KeyRuns | None = None,
+    ) -> np.ndarray:
         """Decide ``frag``'s drop list (the sorted row addresses of ``frag`` whose key has a newer
         version) from its key columns and ``_rowaddr`` (all of its rows), or from the key
-        columns of every row its data file stores and which are deleted."""
+        columns of every row its data file stores and which are deleted (and their ``runs``,
+        when they compress: two searches per run instead of a lookup per row)."""
         got = self.known(frag.fragment_id)
         if got is not None:
             return got
@@ -193,7 +199,7 @@ class BaseMask:
             run = (keys.table if isinstance(keys, FragmentColumns) else keys).column(self.primary_key[0])
             drop, key_sorted = prior.redecide(ident, run, partial(_addresses, keys))
         if drop is None:
-            drop = self._shadowed(keys)
+            drop = self._shadowed(keys, runs)
         if prior is not None and ident is not None:
             prior.remember(ident, drop, key_sorted)
         return self._record(frag.fragment_id, drop)
@@ -207,11 +213,13 @@ class BaseMask:
             prior.remember(fragment_identity(frag), drop, None)
         return self._record(frag.fragment_id, drop)
 
-    def _shadowed(self, run: pa.Table | FragmentColumns) -> np.ndarray:
+    def _shadowed(self, run: pa.Table | FragmentColumns, runs: key_runs.KeyRuns | None = None) -> np.ndarray:
         """Sorted addresses of the rows of ``run`` (keys and ``_rowaddr``, or a fragment's
-        stored rows and which are deleted) whose key has a newer version."""
+        stored rows and which are deleted, and their key ``runs`` if known) whose key has a
+        newer version."""
+        numeric = self.newer.sorted_numeric() if runs is not None and self.newer is not None else None
         if isinstance(run, FragmentColumns):
-            hit = self._hit_positions(run.table)
+            hit = runs.hits(numeric) if runs is not None and numeric is not None else self._hit_positions(run.table)
             if run.live is not None:
                 hit = hit[run.live[hit]]
             return run.addresses(hit)  # ascending
@@ -263,7 +271,10 @@ class BaseMask:
     def fragment(self, frag: lance.fragment.LanceFragment) -> np.ndarray:
         """``frag``'s drop list, deciding it now if needed (reads the fragment's keys)."""
         got = self._without_reading(frag)
-        return got if got is not None else self.decide(frag, self._read_keys(frag, self._runs()))
+        if got is not None:
+            return got
+        keys, runs = self._read_keys(frag, self._runs())
+        return self.decide(frag, keys, runs)
 
     def _without_reading(self, frag: lance.fragment.LanceFragment) -> np.ndarray | None:
         """``frag``'s drop list when no key column need be read (decided, kept, keys in memory, key runs)."""
@@ -316,13 +327,13 @@ class BaseMask:
 
     def _read_keys(
         self, frag: lance.fragment.LanceFragment, runs: key_runs.FragmentRuns | None
-    ) -> pa.Table | FragmentColumns:
+    ) -> tuple[pa.Table | FragmentColumns, key_runs.KeyRuns | None]:
         """The fragment's keys read from its data files (or through Lance), kept for later
-        snapshots (and their runs for later processes)."""
+        snapshots, and their runs when they compress (kept for later processes)."""
         t: pa.Table | FragmentColumns | None = self._read_columns(frag, self.primary_key)
         self._note_source(frag, "data files" if t is not None else "Lance scanner")
-        if t is not None and runs is not None:
-            self._keeper.remember_runs(frag.fragment_id, runs.keep(frag.metadata, t.table.column(0)))
+        found = runs.keep(frag.metadata, t.table.column(0)) if t is not None and runs is not None else None
+        self._keeper.remember_runs(frag.fragment_id, found)
         try:
             if t is None and frag.metadata.deletion_file is None:
                 # every row of the fragment, in order: its addresses follow from the row offsets
@@ -335,7 +346,7 @@ class BaseMask:
             raise base_read_error(self.base, what, err, frag) from err
         if self.cache is not None:
             self.cache.store_base_run(fragment_identity(frag), t)
-        return t
+        return t, found
 
     def read_rows(self, frag: lance.fragment.LanceFragment, columns: Sequence[str]) -> pa.Table | None:
         """The live rows of flat ``columns`` of base fragment ``frag`` and their ``_rowaddr``, read
