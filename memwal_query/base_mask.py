@@ -35,12 +35,12 @@ import numpy as np
 import pyarrow as pa
 
 from memwal_query import kept_masks, key_runs
-from memwal_query.format.fragment_files import FragmentColumns, read_columns
+from memwal_query.base_reads import BaseReads
+from memwal_query.format.fragment_files import FragmentColumns
 from memwal_query.format.lance_open import base_read_error
 from memwal_query.format.storage import Storage
 from memwal_query.mask_delta import PriorDecisions
 from memwal_query.newer_lookup import KeySet, KeyTable, NewerLookup
-from memwal_query.regionspec.spec import lance_field_ids
 from memwal_query.snapshot.cache import SnapshotCache, fragment_cache_key
 
 __all__ = ["BaseMask", "KeySet", "KeyTable", "MaskStatus", "fragment_identity"]
@@ -123,7 +123,7 @@ class BaseMask:
         self._lock = threading.Lock()
         self._fragments: list[lance.fragment.LanceFragment] | None = None
         self._all: np.ndarray | None = None
-        self._field_ids: dict[str, int] | None = None
+        self._reads = BaseReads(storage, base)
         self._sources: dict[int, str] = {}
         self._lookup = NewerLookup(self.newer, self.primary_key) if self.newer is not None else None
         self._prior: PriorDecisions | None = None
@@ -312,25 +312,18 @@ class BaseMask:
         numeric = self.newer.sorted_numeric() if self.newer is not None else None
         if numeric is None or len(self.primary_key) != 1 or self.storage is None or self.base is None:
             return None
-        field = self._key_field_ids().get(self.primary_key[0])
+        field = self._reads.field_ids().get(self.primary_key[0])
         local = self.storage.local_path("") is not None
         if field is None or not local:
             return None
         return key_runs.FragmentRuns(self.storage, field, numeric)
-
-    def _key_field_ids(self) -> dict[str, int]:
-        """Column name -> Lance field id in the base's schema (listed once)."""
-        if self._field_ids is None:
-            assert self.base is not None
-            self._field_ids = {name: i for i, name in lance_field_ids(self.base).items()}
-        return self._field_ids
 
     def _read_keys(
         self, frag: lance.fragment.LanceFragment, runs: key_runs.FragmentRuns | None
     ) -> tuple[pa.Table | FragmentColumns, key_runs.KeyRuns | None]:
         """The fragment's keys read from its data files (or through Lance), kept for later
         snapshots, and their runs when they compress (kept for later processes)."""
-        t: pa.Table | FragmentColumns | None = self._read_columns(frag, self.primary_key)
+        t: pa.Table | FragmentColumns | None = self._reads.columns(frag, self.primary_key)
         self._note_source(frag, "data files" if t is not None else "Lance scanner")
         found = runs.keep(frag.metadata, t.table.column(0)) if t is not None and runs is not None else None
         self._keeper.remember_runs(frag.fragment_id, found)
@@ -350,24 +343,13 @@ class BaseMask:
 
     def read_rows(self, frag: lance.fragment.LanceFragment, columns: Sequence[str]) -> pa.Table | None:
         """The live rows of flat ``columns`` of base fragment ``frag`` and their ``_rowaddr``, read
-        straight from its data and deletion files (2-4x faster than Lance's fragment scanner on a
-        fresh process); None when that read cannot prove it sees Lance's rows."""
-        got = self._read_columns(frag, columns)
-        return got.live_table() if got is not None else None
+        straight from its data and deletion files (:class:`~memwal_query.base_reads.BaseReads`);
+        None when that read cannot prove it sees Lance's rows."""
+        return self._reads.rows(frag, columns)
 
     def _note_source(self, frag: lance.fragment.LanceFragment, source: str) -> None:
         with self._lock:
             self._sources.setdefault(frag.fragment_id, source)
-
-    def _read_columns(self, frag: lance.fragment.LanceFragment, columns: Sequence[str]) -> FragmentColumns | None:
-        """Columns of the fragment straight from its data file (~4x faster than Lance's scanner), or None.
-
-        Local tables only: on an object store each file reader would open its own client
-        (credentials, connections) where Lance's scanner reuses the dataset's; not measured
-        against a real object store, so Lance reads those."""
-        if self.storage is None or self.base is None or self.storage.local_path("") is None:
-            return None
-        return read_columns(self.storage, frag.metadata, self._key_field_ids(), list(columns), self.base.schema)
 
     def all(self) -> np.ndarray:
         """Every shadowed base row address, sorted (decides every fragment once)."""

@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import memwal_query as mq
-import memwal_query.base_mask as base_mask_module
+import memwal_query.base_reads as base_reads_module
 from memwal_query import kept_masks, key_runs
 from memwal_query.format import machine_cache
 from memwal_query.key_runs import SMALL_ROWS, KeyRuns, most_runs
@@ -267,8 +267,8 @@ def test_runs_in_process_equal_a_read_of_the_keys(tmp_path: Path, monkeypatch: p
     want = read.merge_state.base_mask.all().tolist()
     read.view.cache.reset()
     calls: list[object] = []
-    real = base_mask_module.read_columns
-    monkeypatch.setattr(base_mask_module, "read_columns", lambda *a, **k: calls.append(a) or real(*a, **k))
+    real = base_reads_module.read_columns
+    monkeypatch.setattr(base_reads_module, "read_columns", lambda *a, **k: calls.append(a) or real(*a, **k))
     runs = mq.open_table(table.uri)
     assert runs.count_rows() == len(table.model) and runs.merge_state.base_mask.all().tolist() == want
     frags = lance.dataset(table.uri).get_fragments()

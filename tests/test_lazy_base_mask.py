@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 import pytest
 
 import memwal_query as mq
-import memwal_query.base_mask as base_mask_module
+import memwal_query.base_reads as base_reads_module
 import memwal_query.snapshot.cache as snapshot_cache
 from memwal_query import kept_masks
 from memwal_query.base_mask import BaseMask
@@ -188,15 +188,14 @@ def test_count_reads_base_keys_from_the_data_files(
     assert spy.reads == []
     direct = t.merge_state.base_mask.all().tolist()
     assert t.merge_state.base_mask.status().key_sources == (("data files", len(fragments)),)
-    table_bytes = t.merge_state.base_mask.lookup_table_bytes  # the newer keys' span, one byte per value
-    newer = t.merge_state.newer.sorted_numeric()
-    assert newer is not None and table_bytes == int(newer[-1]) - int(newer[0]) + 1
-    assert describe_table(t)["newer_keys_bytes"] == t.merge_state.newer.nbytes + table_bytes
+    # each fragment's keys compress into runs: decided from them, no table over the newer keys' span
+    assert t.merge_state.base_mask.lookup_table_bytes == 0
+    assert describe_table(t)["newer_keys_bytes"] == t.merge_state.newer.nbytes
     assert f"keys from data files: {len(fragments)}" in t.explain()
     again = t.refresh()
     assert again.count_rows() == len(table.model)  # a refresh reuses the keys read
     assert again.merge_state.base_mask.status().key_sources == (("earlier snapshot", len(fragments)),)
-    monkeypatch.setattr(base_mask_module, "read_columns", lambda *a, **k: None)  # Lance's way
+    monkeypatch.setattr(base_reads_module, "read_columns", lambda *a, **k: None)  # Lance's way
     monkeypatch.setenv("MEMWAL_CACHE_DIR", "off")
     t = mq.open_table(table.uri)
     t.view.cache.keep_base_runs(set())
@@ -204,6 +203,10 @@ def test_count_reads_base_keys_from_the_data_files(
     assert spy.reads and all(cols == ["id"] for _, cols in spy.reads)
     assert t.merge_state.base_mask.all().tolist() == direct
     assert t.merge_state.base_mask.status().key_sources == (("Lance scanner", len(fragments)),)
+    table_bytes = t.merge_state.base_mask.lookup_table_bytes  # a lookup per row: the newer keys' span, a byte per value
+    newer = t.merge_state.newer.sorted_numeric()
+    assert newer is not None and table_bytes == int(newer[-1]) - int(newer[0]) + 1
+    assert describe_table(t)["newer_keys_bytes"] == t.merge_state.newer.nbytes + table_bytes
 
 
 def test_key_runs_kept_for_refresh_stay_within_their_budget(table: ModelTable, monkeypatch: pytest.MonkeyPatch) -> None:

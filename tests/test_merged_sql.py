@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 import pytest
 
 import memwal_query as mq
-import memwal_query.base_mask as base_mask_module
+import memwal_query.base_reads as base_reads_module
 import memwal_query.scan.column_cache as sources_mod
 from memwal_query.scan.arrays import fragment_cache_key
 
@@ -260,7 +260,7 @@ def _count_decodes(
 
     for name in methods:
         monkeypatch.setattr(lance.fragment.LanceFragment, name, counter(getattr(lance.fragment.LanceFragment, name)))
-    real_direct = base_mask_module.read_columns
+    real_direct = base_reads_module.read_columns
 
     def direct(storage, meta, field_ids, columns, *a, **k):  # type: ignore[no-untyped-def]
         got = real_direct(storage, meta, field_ids, columns, *a, **k)
@@ -268,7 +268,7 @@ def _count_decodes(
             reads.append((storage.uri, tuple(columns)))
         return got
 
-    monkeypatch.setattr(base_mask_module, "read_columns", direct)
+    monkeypatch.setattr(base_reads_module, "read_columns", direct)
     return reads
 
 

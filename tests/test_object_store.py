@@ -175,7 +175,7 @@ def test_s3_base_keys_are_read_through_lance(s3_options: dict[str, str], monkeyp
     """On an object store the base mask reads key columns through Lance's scanner (the data
     files are read directly on local disk only); counts after a merge (deletion files on the
     base) equal the model."""
-    import memwal_query.base_mask as base_mask_module
+    import memwal_query.base_reads as base_reads_module
     from memwal_write import merge_generations, write_arrow
 
     schema = pa.schema([pa.field("id", pa.int64(), nullable=False, metadata=PK), pa.field("v", pa.int64())])
@@ -192,8 +192,8 @@ def test_s3_base_keys_are_read_through_lance(s3_options: dict[str, str], monkeyp
     base = lance.dataset(uri, storage_options=s3_options)
     assert any(f.metadata.deletion_file is not None for f in base.get_fragments())
     direct: list[object] = []
-    real = base_mask_module.read_columns
-    monkeypatch.setattr(base_mask_module, "read_columns", lambda *a, **k: direct.append(a) or real(*a, **k))
+    real = base_reads_module.read_columns
+    monkeypatch.setattr(base_reads_module, "read_columns", lambda *a, **k: direct.append(a) or real(*a, **k))
     table = mq.open_table(uri, storage_options=s3_options)
     assert table.sql("SELECT count(*) AS n FROM t").to_pydict()["n"] == [len(model)]
     assert direct == []
