@@ -347,7 +347,7 @@ def test_refresh_reads_only_new_base_fragments(tmp_path: Path, monkeypatch: pyte
     fragments the merge added or changed, not the whole base."""
     import lance.fragment
 
-    import memwal_query.base_mask as base_mask_module
+    import memwal_query.base_reads as base_reads_module
 
     t = build_events(str(tmp_path / "e"), seed=21, keep_open=False)
     read: list[int] = []
@@ -362,9 +362,9 @@ def test_refresh_reads_only_new_base_fragments(tmp_path: Path, monkeypatch: pyte
         read.append(meta.id)  # a base key read from the fragment's data file
         return real_direct(storage, meta, *a, **k)
 
-    real_direct = base_mask_module.read_columns
+    real_direct = base_reads_module.read_columns
     monkeypatch.setattr(lance.fragment.LanceFragment, "to_table", counting)
-    monkeypatch.setattr(base_mask_module, "read_columns", direct)
+    monkeypatch.setattr(base_reads_module, "read_columns", direct)
     table = mq.open_table(t.uri)
     assert read == []  # open reads no base key
     before = {f.fragment_id for f in lance.dataset(t.uri).get_fragments()}
