@@ -242,8 +242,8 @@ def _layout(read: _Reader, dtype: np.dtype, runs: int, deleted: int, rows: int) 
     """The next layout in a kept file (``runs`` runs, ``deleted`` rows of a fragment of
     ``rows`` rows) when well formed."""
     starts = read.take("<u4", runs).astype(np.int64)
-    firsts, lasts = read.take(dtype, runs), read.take(dtype, runs)
-    gone = read.take("<u4", deleted)
+    firsts, lasts = read.take(dtype, runs).copy(), read.take(dtype, runs).copy()  # not views of the file
+    gone = read.take("<u4", deleted).copy()
     layout = Layout(KeyRuns(starts, firsts, lasts, rows), gone)
     fits = not gone.size or (_ascending(gone) and int(gone[-1]) < rows)
     return layout if fits and layout.runs.well_formed() else None
@@ -372,7 +372,8 @@ class MaskKeeper:
         self._lock = threading.Lock()
         self._read = False
         self._name: KeptName | None = None
-        self._kept: KeptMask | None = None
+        self._found = False  # a mask was kept for this base
+        self._found_layouts: dict[int, Layout] = {}  # the layouts of the mask found (when decoded)
         self._drops: dict[int, np.ndarray] | None = None
         self._changed = 0
         self._runs: dict[int, KeyRuns] = {}  # fragment id -> its data file's runs, when known
@@ -384,11 +385,11 @@ class MaskKeeper:
         with self._lock:  # one read: the scans asking at once wait for it
             if not self._read:
                 self._name = name_of()
-                self._kept = load(self._name) if self._name is not None else None
-                if self._kept is not None and self._name is not None:
-                    added, removed = changes(self._kept.keys, self._name.keys)
-                    self._changed = added.size + removed.size
-                    self._drops = taken(self._kept, added, removed)
+                kept = load(self._name) if self._name is not None else None
+                if kept is not None and self._name is not None:  # not held: its keys are the file's bytes
+                    added, removed = changes(kept.keys, self._name.keys)
+                    self._found, self._changed, self._found_layouts = True, added.size + removed.size, kept.layouts
+                    self._drops = taken(kept, added, removed)
                 self._read = True
             return self._drops
 
@@ -403,7 +404,7 @@ class MaskKeeper:
         in the mask found, key runs remembered or kept for its data file (read now), and
         deletions that can be read directly."""
         with self._lock:
-            found = dict(self._kept.layouts) if self._kept is not None else {}
+            found = dict(self._found_layouts)
             known = dict(self._runs)
         out: dict[int, Layout] = {}
         for frag in fragments:
@@ -426,8 +427,8 @@ class MaskKeeper:
         for keys close to this snapshot's (:data:`REKEEP_KEYS`), and this process has kept none
         of the table yet."""
         with self._lock:
-            name, kept, changed = self._name, self._kept, self._changed
-        if name is None or (kept is not None and changed <= max(REKEEP_KEYS, name.keys.size // 8)):
+            name, found, changed = self._name, self._found, self._changed
+        if name is None or (found and changed <= max(REKEEP_KEYS, name.keys.size // 8)):
             return False
         with _kept_lock:
             return name.table not in _kept_tables
