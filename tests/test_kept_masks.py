@@ -363,3 +363,36 @@ def test_masks_over_the_budget_or_of_some_fragments_are_not_kept(
     assert got.keys.tolist() == list(range(7)) and got.layouts == {}  # its own keys: no layout read
     other = kept_masks.load(KeptName(name.name, name.rows, keys=np.arange(8, dtype=np.int64)))
     assert other is not None and other.keys.tolist() == list(range(7)) and list(other.layouts) == [1]
+
+
+def _holds_bytes(a: np.ndarray) -> bool:
+    """Whether ``a`` is a view whose memory is a ``bytes`` object (a kept file read whole)."""
+    base = a.base
+    while isinstance(base, np.ndarray):
+        base = base.base
+    return isinstance(base, (bytes, memoryview))
+
+
+def test_a_keeper_holds_no_view_of_the_file_it_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a keeper gives and keeps after reading a mask (drop lists; layouts, read when the
+    keys differ), for the same keys and for other keys, are arrays of their own, not views
+    holding the whole file's bytes."""
+    monkeypatch.setenv("MEMWAL_CACHE_DIR", str(tmp_path))
+    keys = np.array([3, 40, 77], dtype=np.int64)
+    name = KeptName(bytes(range(32)), {0: 100, 1: 100}, keys=keys)
+    drops = {
+        0: np.array([3], dtype=np.uint64),
+        1: (np.uint64(1) << np.uint64(32)) | np.array([40, 77], dtype=np.uint64),
+    }
+    assert kept_masks.keep(
+        name, KeptMask(keys, drops, {0: _layout(list(range(100)), [5]), 1: _layout(list(range(100)))})
+    )
+    for newer in (keys, np.array([3, 40, 77, 90], dtype=np.int64)):
+        keeper = kept_masks.MaskKeeper()
+        got = keeper.drops(lambda newer=newer: KeptName(name.name, name.rows, keys=newer))  # type: ignore[misc]
+        assert got is not None and set(got) == {0, 1}
+        assert got[1].tolist() == [(1 << 32) | k for k in newer[1:].tolist()]
+        found = kept_masks.load(KeptName(name.name, name.rows, keys=newer))  # what the keeper read
+        assert found is not None and (list(found.layouts) == [0, 1]) == (len(newer) != len(keys))
+        laid = [a for x in found.layouts.values() for a in (x.runs.firsts, x.runs.lasts, x.runs.starts, x.deleted)]
+        assert not any(_holds_bytes(a) for a in [*got.values(), *laid])
