@@ -114,10 +114,7 @@ class Layout:
 
     def live_hits(self, fragment_id: int, keys: np.ndarray) -> np.ndarray:
         """Sorted addresses of the live rows holding one of ``keys`` (sorted, unique)."""
-        rows = self.runs.hits(keys).astype(np.uint64)
-        if rows.size and self.deleted.size:
-            rows = rows[~member(rows, self.deleted.astype(np.uint64, copy=False))]
-        return np.asarray(rows | (np.uint64(fragment_id) << np.uint64(32)))
+        return key_runs.live_addresses(self.runs.hits(keys), self.deleted, fragment_id)
 
 
 @dataclass(frozen=True)
@@ -347,8 +344,7 @@ def taken(mask: KeptMask, added: np.ndarray, removed: np.ndarray) -> dict[int, n
     for fid, layout in mask.layouts.items():
         drop = mask.drops[fid]
         if removed.size:
-            gone = layout.runs.hits(removed).astype(np.uint64) | (np.uint64(fid) << np.uint64(32))
-            drop = drop[~member(drop, gone)]
+            drop = drop[~member(drop, key_runs.live_addresses(layout.runs.hits(removed), _NO_ROWS, fid))]
         joined = layout.live_hits(fid, added) if added.size else drop[:0]
         # a row has one key: ``joined`` (keys added) and ``drop`` (keys kept) share no row
         out[fid] = np.insert(drop, np.searchsorted(drop, joined), joined) if joined.size else drop
@@ -418,7 +414,7 @@ class MaskKeeper:
             if got is None or runs is None:
                 continue
             gone = deleted_rows(runs.storage, meta) if meta.deletion_file is not None else _NO_ROWS
-            if got is not None and gone is not None:
+            if gone is not None:
                 out[fid] = Layout(got, gone)
         return out
 

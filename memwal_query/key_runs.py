@@ -39,7 +39,17 @@ from memwal_query.format.fragment_files import column_file, deleted_rows
 from memwal_query.format.sets import member
 from memwal_query.format.storage import Storage
 
-__all__ = ["KIND", "ROWS_PER_RUN", "SMALL_ROWS", "FragmentRuns", "KeyRuns", "load", "most_runs", "store"]
+__all__ = [
+    "KIND",
+    "ROWS_PER_RUN",
+    "SMALL_ROWS",
+    "FragmentRuns",
+    "KeyRuns",
+    "live_addresses",
+    "load",
+    "most_runs",
+    "store",
+]
 
 log = logging.getLogger(__name__)
 
@@ -239,13 +249,9 @@ class FragmentRuns:
     def shadowed(self, meta: Any, runs: KeyRuns) -> np.ndarray | None:
         """Sorted addresses of the live rows of fragment ``meta`` (whose data file's runs are
         ``runs``) with a newer key; None when its deletions cannot be read directly."""
-        rows = runs.hits(self.newer).astype(np.uint64)
-        if rows.size and meta.deletion_file is not None:
-            gone = deleted_rows(self.storage, meta)
-            if gone is None:
-                return None
-            rows = rows[~member(rows, gone)]  # not the deleted ones
-        return np.asarray(rows | (np.uint64(int(meta.id)) << np.uint64(32)))  # row addresses, ascending
+        rows = runs.hits(self.newer)
+        gone = deleted_rows(self.storage, meta) if rows.size and meta.deletion_file is not None else _EMPTY
+        return live_addresses(rows, gone, int(meta.id)) if gone is not None else None
 
     def keep(self, meta: Any, keys: pa.ChunkedArray) -> KeyRuns | None:
         """Keep the runs of fragment ``meta``'s key column ``keys`` (every stored row, as
@@ -256,3 +262,12 @@ class FragmentRuns:
             return None
         runs = KeyRuns.of(np.asarray(keys.to_numpy(), dtype=self.newer.dtype))
         return runs if runs is not None and store(path, self.field_id, runs) else None
+
+
+def live_addresses(rows: np.ndarray, deleted: np.ndarray, fragment_id: int) -> np.ndarray:
+    """Row addresses (ascending) of fragment ``fragment_id``'s rows at ascending offsets ``rows``
+    (:meth:`KeyRuns.hits`), less those at sorted offsets ``deleted``."""
+    rows = rows.astype(np.uint64)
+    if rows.size and deleted.size:
+        rows = rows[~member(rows, deleted.astype(np.uint64, copy=False))]  # not the deleted ones
+    return np.asarray(rows | (np.uint64(fragment_id) << np.uint64(32)))
