@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import functools
 import json
 import os
 import random
@@ -145,15 +146,21 @@ WARM_WRITTEN = "count_eventual"
 """The untimed process that keeps what ``count_written`` starts from: an eventual snapshot's count
 (no WAL tail), as a process that read the table before its last writes."""
 QUERIES[WARM_WRITTEN] = QUERIES["count"]
-KEPT = tempfile.mkdtemp(prefix="memwal-bench-kept-")
-"""What an earlier process kept on this machine (key runs, whole base masks), which every child
-but ``count_written``'s, ``count_runs``' and ``count_cold``'s shares: warmed by one untimed
-process per table, as on a machine that read the table once before."""
-WRITTEN = tempfile.mkdtemp(prefix="memwal-bench-written-")
-"""What a process that read the table before its WAL tail was written kept (:data:`WARM_WRITTEN`),
-copied for each ``count_written`` child."""
-for _kept_dir in (KEPT, WRITTEN):
-    atexit.register(shutil.rmtree, _kept_dir, True)
+TIMED = tuple(q for q in QUERIES if q != WARM_WRITTEN)
+"""The queries timed (all but the untimed warm-up)."""
+
+
+@functools.cache
+def kept_dir(kind: str) -> str:
+    """A directory of what earlier processes kept on this machine, made on first use (by the
+    parent only: children are given theirs) and removed at exit. ``"kept"``: key runs and whole
+    base masks, which every child but ``count_written``'s, ``count_runs``' and ``count_cold``'s
+    shares, warmed by one untimed process per table, as on a machine that read the table once
+    before; ``"written"``: what a process that read the table before its WAL tail was written
+    kept (:data:`WARM_WRITTEN`), copied for each ``count_written`` child."""
+    path = tempfile.mkdtemp(prefix=f"memwal-bench-{kind}-")
+    atexit.register(shutil.rmtree, path, True)
+    return path
 
 
 def run_child(system: str, uri: str, query: str, lookup_id: int, warm: int) -> dict[str, Any]:
@@ -164,12 +171,13 @@ def run_child(system: str, uri: str, query: str, lookup_id: int, warm: int) -> d
     with tempfile.TemporaryDirectory(prefix="memwal-bench-cold-") as cold:
         from memwal_query import key_runs  # the folder of key runs in a cache directory
 
-        if query == "count_runs" and Path(KEPT, key_runs.KIND).is_dir():
-            shutil.copytree(Path(KEPT, key_runs.KIND), Path(cold, key_runs.KIND))
+        kept, written = kept_dir("kept"), kept_dir("written")
+        if query == "count_runs" and Path(kept, key_runs.KIND).is_dir():
+            shutil.copytree(Path(kept, key_runs.KIND), Path(cold, key_runs.KIND))
         if query == "count_written":
-            shutil.copytree(WRITTEN, cold, dirs_exist_ok=True)
-        own = {"count_written": cold, "count_runs": cold, "count_cold": cold, WARM_WRITTEN: WRITTEN}
-        env = {**os.environ, "MEMWAL_CACHE_DIR": own.get(query, KEPT)}
+            shutil.copytree(written, cold, dirs_exist_ok=True)
+        own = {"count_written": cold, "count_runs": cold, "count_cold": cold, WARM_WRITTEN: written}
+        env = {**os.environ, "MEMWAL_CACHE_DIR": own.get(query, kept)}
         out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
     return dict(json.loads(out.strip().splitlines()[-1]))
 
@@ -252,7 +260,7 @@ def bench_size(
     run_child("memwal", uri, WARM_WRITTEN, lookup_id, 0)  # keeps them for the keys before the WAL tail
     rng = random.Random(seed)
     out: dict[str, Any] = {}
-    for q in queries or tuple(q for q in QUERIES if q != WARM_WRITTEN):
+    for q in queries or TIMED:
         runs: dict[str, list[dict[str, Any]]] = {"memwal": [], "lance": []}
         for _ in range(repeat):
             order = ["memwal", "lance"]
@@ -321,7 +329,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--repeat", type=int, default=5, help="fresh processes per system and query")
     p.add_argument("--warm", type=int, default=3, help="warm repeats of the query inside each process")
     p.add_argument("--dir", help="keep (and reuse) the tables here; default: a temp dir removed afterwards")
-    p.add_argument("--queries", nargs="+", choices=[q for q in QUERIES if q != WARM_WRITTEN], help="default: all")
+    p.add_argument("--queries", nargs="+", choices=TIMED, help="default: all")
     p.add_argument("--out", default=str(BENCH / "results" / "first_query.json"))
     return p.parse_args(argv)
 
@@ -357,7 +365,6 @@ def main(argv: list[str] | None = None) -> None:
         "targets": goals,
     }
     Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
-    shutil.rmtree(KEPT, ignore_errors=True)
     print(f"wrote {args.out}")
 
 
