@@ -133,29 +133,6 @@ class KeptMask:
     layouts: dict[int, Layout] = field(default_factory=dict)
 
 
-def _file_stamp(path: str | None) -> str | None:
-    """A local file's :func:`~memwal_query.format.machine_cache.file_stamp`; None when there is none."""
-    return machine_cache.file_stamp(path) if path is not None else None
-
-
-def _fragment_stamp(storage: Storage, meta: Any) -> str | None:
-    """What a fragment's rows are made of: its data files and deletion file, each stamped
-    (:func:`_file_stamp`); None when one lives elsewhere or cannot be stat'ed."""
-    parts = [f"{meta.id}\0{meta.physical_rows}"]
-    for f in meta.files:
-        stamp = _file_stamp(storage.local_path(f"data/{f.path}")) if getattr(f, "base_id", None) is None else None
-        if stamp is None:
-            return None
-        parts.append(f"{stamp}\0{list(f.fields)}\0{list(f.column_indices)}")
-    d = meta.deletion_file
-    if d is not None:
-        stamp = _file_stamp(storage.local_path(d.path(meta.id))) if getattr(d, "base_id", None) is None else None
-        if stamp is None:
-            return None
-        parts.append(f"{stamp}\0{d.file_type}\0{d.num_deleted_rows}")
-    return "\0".join(parts)
-
-
 def keeping() -> bool:
     """Whether masks are kept on this machine (a cache directory is set: not ``off``)."""
     return machine_cache.cache_dir(KIND) is not None
@@ -174,7 +151,7 @@ def mask_name(
     metas = [f.metadata for f in fragments]
     stamps = []
     for meta in metas:
-        stamp = _fragment_stamp(storage, meta)
+        stamp = machine_cache.fragment_stamp(root, meta)
         if stamp is None:
             return None
         stamps.append(stamp)

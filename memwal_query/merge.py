@@ -275,9 +275,15 @@ def compute_merge(snapshot: Snapshot, cache: SnapshotCache, storage: Storage | N
     t0 = time.perf_counter()
     pk = list(snapshot.primary_key)
     key_schema = pa.schema([snapshot.schema.field(k) for k in pk])
-    gens = [g for r in snapshot.regions for g in r.generations]
-    with cache.lock:
-        unread = [g for g in gens if g.uri not in cache.generation_keys]
+    with cache.lock:  # a region whose generations' ranking is held reads none of their keys
+        ranked = {r: hit[0] for r, hit in cache.generation_ranks.items()}
+        unread = [
+            g
+            for r in snapshot.regions
+            if ranked.get(r.region_id) != tuple(g.uri for g in r.generations)
+            for g in r.generations
+            if g.uri not in cache.generation_keys
+        ]
     if len(unread) > 1:  # one small Lance read each: overlap them (rank_levels then finds them cached)
         with ThreadPoolExecutor(min(4, len(unread))) as pool:
             list(pool.map(lambda g: generation_keys(g.dataset, pk, cache, g.uri), unread))

@@ -31,8 +31,20 @@ import os
 import stat
 import threading
 from pathlib import Path
+from typing import Any
 
-__all__ = ["MAX_BYTES", "MAX_FILES", "cache_dir", "digest", "file_identity", "file_stamp", "keep", "read_kept", "trim"]
+__all__ = [
+    "MAX_BYTES",
+    "MAX_FILES",
+    "cache_dir",
+    "digest",
+    "file_identity",
+    "file_stamp",
+    "fragment_stamp",
+    "keep",
+    "read_kept",
+    "trim",
+]
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +75,27 @@ def file_stamp(path: str) -> str | None:
     except OSError:
         return None
     return f"{path}\0{st.st_size}\0{st.st_mtime_ns}"
+
+
+def fragment_stamp(folder: str, meta: Any) -> str | None:
+    """What a Lance fragment's rows are made of (``meta``: its metadata; ``folder``: its
+    dataset's local directory): its id and rows, each data file's :func:`file_stamp` and
+    columns, its deletion file's; None when a file lives in another base or cannot be stat'ed."""
+    parts = [f"{meta.id}\0{meta.physical_rows}"]
+    for f in meta.files:
+        where = os.path.join(folder, "data", f.path) if getattr(f, "base_id", None) is None else None
+        stamp = file_stamp(os.path.normpath(where)) if where is not None else None
+        if stamp is None:
+            return None
+        parts.append(f"{stamp}\0{list(f.fields)}\0{list(f.column_indices)}")
+    d = meta.deletion_file
+    if d is not None:
+        where = os.path.join(folder, d.path(meta.id)) if getattr(d, "base_id", None) is None else None
+        stamp = file_stamp(os.path.normpath(where)) if where is not None else None
+        if stamp is None:
+            return None
+        parts.append(f"{stamp}\0{d.file_type}\0{d.num_deleted_rows}")
+    return "\0".join(parts)
 
 
 def file_identity(path: str) -> str | None:

@@ -53,7 +53,7 @@ from memwal_query.format.memwal_index import read_memwal_index
 from memwal_query.format.paths import generation_rel
 from memwal_query.format.storage import Storage
 from memwal_query.planner.base_history import edited_directly
-from memwal_query.region_merge import rank_levels
+from memwal_query.region_rank import rank_levels
 from memwal_query.snapshot.cache import SnapshotCache
 from memwal_query.snapshot.generations import BaseColumns, generation_damage, open_generation
 from memwal_query.snapshot.model import GenerationSource, Snapshot

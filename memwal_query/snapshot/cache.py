@@ -101,6 +101,9 @@ class SnapshotCache:
     #: Each region's last merge (``memwal_query.region_merge``), by region id: (what it was
     #: computed from, the merge); a refresh reuses it when the region did not change.
     region_merges: dict[str, tuple[object, object]] = field(default_factory=dict)
+    #: Each region's unmerged generations ranked without its MemTable, by region id: (their
+    #: URIs, the ``kept_ranks.RankedGenerations``); a refresh after a write ranks only the MemTable.
+    generation_ranks: dict[str, tuple[tuple[str, ...], object]] = field(default_factory=dict)
     #: How many rows of a flushed generation its region's spec values exclude, by (generation
     #: URI, spec id, values and source columns): a region holding any is never pruned
     #: (``planner.routing``).

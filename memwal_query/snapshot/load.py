@@ -43,6 +43,8 @@ from memwal_query.format.wal import (
 from memwal_query.snapshot.cache import SnapshotCache
 from memwal_query.snapshot.evolution import merged_schema
 from memwal_query.snapshot.generations import BaseColumns, open_generation, prefetch_generation_keys
+from memwal_query.snapshot.kept_ranks import KeptRanksName, ranks_name
+from memwal_query.snapshot.kept_ranks import load as load_ranks
 from memwal_query.snapshot.manifests import contradiction, latest_region_manifest, list_regions, manifest_path
 from memwal_query.snapshot.memtables import memtable_from_live, memtable_from_wal
 from memwal_query.snapshot.model import (
@@ -134,7 +136,8 @@ def _load_region(
                 continue
             got = open_generation(storage, region_id, fg.generation, fg.path, cache, columns)
             (gens if isinstance(got, GenerationSource) else skipped).append(got)  # type: ignore[arg-type]
-        if pk:  # the merge ranks these keys next: read them on this region's thread
+        ranks_name = kept_ranking(storage, region_id, gens, pk, data_schema, cache) if pk else None
+        if pk and not _ranked(cache, region_id, gens):  # the merge ranks these keys next: read them here
             failed = prefetch_generation_keys(gens, pk, cache)
             skipped += [
                 SkippedGeneration(region_id, g.generation, f"unreadable: {failed[g.uri]}", g.uri, missing=True)
@@ -169,7 +172,36 @@ def _load_region(
         table = pa.concat_tables(parts)
         gens_in = tuple(sorted(set(table.column(GEN_COLUMN).to_pylist())))
         memtable = MemTableSource(region_id, table, " + ".join(origin), positions, gens_in)
-    return RegionSnapshot(region_id, manifest, merged, tuple(gens), tuple(skipped), memtable, tail)
+    return RegionSnapshot(region_id, manifest, merged, tuple(gens), tuple(skipped), memtable, tail, ranks_name)
+
+
+def _ranked(cache: SnapshotCache, region_id: str, gens: Sequence[GenerationSource]) -> bool:
+    """Whether ``cache`` holds the ranking of exactly ``gens`` for region ``region_id``."""
+    with cache.lock:
+        hit = cache.generation_ranks.get(region_id)
+    return hit is not None and hit[0] == tuple(g.uri for g in gens)
+
+
+def kept_ranking(
+    storage: Storage,
+    region_id: str,
+    gens: Sequence[GenerationSource],
+    pk: Sequence[str],
+    data_schema: pa.Schema,
+    cache: SnapshotCache,
+) -> KeptRanksName | None:
+    """The name the ranking of a region's generations ``gens`` is kept under (None: it is not
+    kept: :func:`~memwal_query.snapshot.kept_ranks.ranks_name`); the ranking found kept under it
+    goes into ``cache`` (then the region's generation keys need not be read)."""
+    if len(pk) != 1 or not gens:
+        return None
+    name = ranks_name(storage, region_id, gens, pk[0], data_schema.field(pk[0]).type)
+    if name is not None and not _ranked(cache, region_id, gens):
+        found = load_ranks(name)
+        if found is not None:
+            with cache.lock:
+                cache.generation_ranks[region_id] = (name.uris, found)
+    return name
 
 
 def load_snapshot(

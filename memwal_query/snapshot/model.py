@@ -154,6 +154,9 @@ class RegionSnapshot:
     skipped: tuple[SkippedGeneration, ...]
     memtable: MemTableSource | None
     wal_tail: WalTail | None = field(repr=False, compare=False, default=None)
+    #: The name its generations' ranking is kept on this machine under, when it can be
+    #: (``memwal_query.snapshot.kept_ranks``; typed loosely: the model imports no kept file).
+    ranks_name: object = field(repr=False, compare=False, default=None)
 
     @property
     def spec_id(self) -> int:

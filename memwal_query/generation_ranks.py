@@ -1,0 +1,162 @@
+"""A region's merge in two steps, for a single integer key: its generations ranked alone, then
+its MemTable's rows ranked against them.
+
+A region's generations never change but its MemTable does with every write, so ranking them
+apart lets a refresh after a write, and a new process (the ranking kept on this machine:
+:mod:`memwal_query.snapshot.kept_ranks`), rank only the MemTable's rows: a sort of a few
+thousand rows and one binary search each, where ranking every level again read each
+generation's keys (~1 ms each in a new process) and sorted all their rows.
+
+The result is the one :func:`memwal_query.region_rank.rank_levels` gives over all the levels
+at once: a key's newest row has the highest generation, then the highest sequence (row
+address), the generations' row first on a tie.
+
+Example:
+    >>> import numpy as np
+    >>> ranks = RankedGenerations(np.array([1, 2]), np.array([False, False]), np.array([0, 0], dtype=np.int32),
+    ...     np.array([0, 1], dtype=np.uint64), (np.array([], dtype=np.uint64),), 2)
+    >>> m = Memtable.of(np.array([2, 3]), np.array([9, 9]), np.array([0, 1], dtype=np.uint64), np.array([True, False]))
+    >>> beaten(ranks, np.array([5]), m).tolist()  # key 2's newest row is the MemTable's (generation 9 > 5)
+    [False, True]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from memwal_query.format.wal import GEN_COLUMN, LEVEL_COLUMN, SEQ_COLUMN, TOMBSTONE
+from memwal_query.region_rank import RankedLevels, RegionMerge, RegionMergeStats, rank_levels
+from memwal_query.snapshot.cache import SnapshotCache
+from memwal_query.snapshot.kept_ranks import KeptRanksName, RankedGenerations, keep
+from memwal_query.snapshot.model import RegionSnapshot
+
+__all__ = ["Memtable", "RankedGenerations", "beaten", "generation_ranks", "ranks_of", "with_memtable"]
+
+_NO_ROWS = np.empty(0, dtype=np.uint64)
+
+
+def ranks_of(ranked: RankedLevels | None, levels: int, key: str, dtype: np.dtype) -> RankedGenerations:
+    """The ranking of ``levels`` generations alone, from :func:`rank_levels` over them (no MemTable)."""
+    if ranked is None:
+        return RankedGenerations(np.empty(0, dtype=dtype), np.empty(0, dtype=bool), np.empty(0, dtype=np.int32),
+                                 _NO_ROWS, tuple(_NO_ROWS for _ in range(levels)), 0)  # fmt: skip
+    first, tomb, level, seq = ranked.first, ranked.tombstone, ranked.level, ranked.seq
+    keep_rows = first & ~tomb
+    drops = tuple(np.sort(seq[(level == i) & ~keep_rows].astype(np.uint64)) for i in range(levels))
+    keys = np.asarray(ranked.sorted.column(key).to_numpy()).astype(dtype, copy=False)[first]
+    return RankedGenerations(keys, tomb[first], level[first].astype(np.int32), seq[first].astype(np.uint64), drops,
+                             int(first.size))  # fmt: skip
+
+
+def generation_ranks(
+    region: RegionSnapshot, pk: list[str], key_schema: pa.Schema, cache: SnapshotCache
+) -> RankedGenerations:
+    """The ranking of ``region``'s generations: held by ``cache`` (found kept on this machine when
+    the snapshot was loaded, or ranked for an earlier snapshot), else ranked now, held and kept."""
+    uris = tuple(g.uri for g in region.generations)
+    with cache.lock:
+        hit = cache.generation_ranks.get(region.region_id)
+    if hit is not None and hit[0] == uris:
+        return hit[1]  # type: ignore[return-value]
+    dtype = np.dtype(key_schema.field(pk[0]).type.to_pandas_dtype())
+    ranked = rank_levels(region.generations, None, pk, key_schema, cache) if uris else None
+    ranks = ranks_of(ranked, len(uris), pk[0], dtype)
+    with cache.lock:
+        cache.generation_ranks[region.region_id] = (uris, ranks)
+    name = region.ranks_name
+    if isinstance(name, KeptRanksName) and name.uris == uris:
+        keep(name, ranks)
+    return ranks
+
+
+@dataclass(frozen=True)
+class Memtable:
+    """A MemTable's newest row of each key (``first``: their row numbers in the MemTable)."""
+
+    keys: np.ndarray
+    gen: np.ndarray
+    seq: np.ndarray
+    tombstone: np.ndarray
+    first: np.ndarray
+
+    @staticmethod
+    def of(keys: np.ndarray, gen: np.ndarray, seq: np.ndarray, tombstone: np.ndarray) -> Memtable:
+        """From every row's key, generation, sequence and tombstone flag (the first of equal rows wins)."""
+        rows = np.arange(keys.size)
+        order = np.lexsort((-rows, seq, gen, keys))  # the newest last in each key's run
+        last = np.ones(keys.size, dtype=bool)
+        last[:-1] = keys[order][1:] != keys[order][:-1]
+        first = order[last]
+        return Memtable(keys[first], gen[first], seq[first], tombstone[first], first)
+
+
+def beaten(ranks: RankedGenerations, generations: np.ndarray, mem: Memtable) -> np.ndarray:
+    """Which of ``ranks``' keys have a newer row in ``mem`` (``generations``: each level's number)."""
+    out = np.zeros(ranks.keys.size, dtype=bool)
+    if not ranks.keys.size or not mem.keys.size:
+        return out
+    at = np.searchsorted(ranks.keys, mem.keys)
+    inside = at < ranks.keys.size
+    at, m = at[inside], np.flatnonzero(inside)
+    shared = ranks.keys[at] == mem.keys[m]
+    at, m = at[shared], m[shared]
+    g_gen = generations[ranks.level[at]]
+    newer = (mem.gen[m] > g_gen) | ((mem.gen[m] == g_gen) & (mem.seq[m] > ranks.seq[at]))
+    out[at[newer]] = True
+    return out
+
+
+def with_memtable(ranks: RankedGenerations, region: RegionSnapshot, key: str, key_schema: pa.Schema) -> RegionMerge:
+    """The region's merge: ``ranks`` (its generations') with its MemTable's rows ranked against them."""
+    dtype = ranks.keys.dtype
+    generations = np.array([g.generation for g in region.generations], dtype=np.int64)
+    table = region.memtable.table if region.memtable is not None else None
+    if table is not None and table.num_rows:
+        mem = Memtable.of(
+            np.asarray(table.column(key).to_numpy()).astype(dtype, copy=False),
+            np.asarray(table.column(GEN_COLUMN).to_numpy()).astype(np.int64, copy=False),
+            np.asarray(table.column(SEQ_COLUMN).to_numpy()).astype(np.uint64, copy=False),
+            np.asarray(pc.fill_null(table.column(TOMBSTONE), False).to_numpy(zero_copy_only=False)),
+        )
+    else:
+        mem = Memtable(ranks.keys[:0], generations[:0], _NO_ROWS, np.empty(0, dtype=bool), np.empty(0, dtype=np.int64))
+    lost = beaten(ranks, generations, mem)
+    kept_g = ~lost
+    keys_g = ranks.keys[kept_g]
+    at = np.searchsorted(keys_g, mem.keys)
+    mine = keys_g[np.minimum(at, max(keys_g.size - 1, 0))] != mem.keys if keys_g.size else np.ones(mem.keys.size, bool)
+    keys_m, at = mem.keys[mine], at[mine]
+    gen_drop = {}
+    for i, g in enumerate(region.generations):
+        more = ranks.seq[lost & (ranks.level == i) & ~ranks.tombstone]
+        drop = np.union1d(ranks.drops[i], more).astype(np.uint64) if more.size else ranks.drops[i]
+        if drop.size:
+            gen_drop[g.uri] = drop
+
+    def merged(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.insert(a, at, b)
+
+    tomb = merged(ranks.tombstone[kept_g], mem.tombstone[mine])
+    newest = pa.table(
+        {
+            key: pa.array(merged(keys_g, keys_m), type=key_schema.field(key).type),
+            TOMBSTONE: pa.array(tomb),
+            GEN_COLUMN: pa.array(merged(generations[ranks.level[kept_g]], mem.gen[mine]), type=pa.int64()),
+            SEQ_COLUMN: pa.array(merged(ranks.seq[kept_g], mem.seq[mine]), type=pa.uint64()),
+            LEVEL_COLUMN: pa.array(merged(ranks.level[kept_g], np.full(keys_m.size, -1, np.int32)), type=pa.int32()),
+        }
+    )
+    live_mem = np.sort(mem.first[mine & ~mem.tombstone])
+    memtable = table.take(pa.array(live_mem)) if table is not None and table.num_rows else None
+    rows = ranks.rows + (table.num_rows if table is not None else 0)
+    stats = RegionMergeStats(
+        newer_rows=rows,
+        live_keys=int((~tomb).sum()),
+        deleted_keys=int(tomb.sum()),
+        superseded_rows=rows - newest.num_rows,
+    )
+    return RegionMerge(gen_drop, memtable, newest, stats)
