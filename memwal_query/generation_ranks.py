@@ -16,8 +16,9 @@ Example:
     >>> ranks = RankedGenerations(np.array([1, 2]), np.array([False, False]), np.array([0, 0], dtype=np.int32),
     ...     np.array([0, 1], dtype=np.uint64), (np.array([], dtype=np.uint64),), 2)
     >>> m = Memtable.of(np.array([2, 3]), np.array([9, 9]), np.array([0, 1], dtype=np.uint64), np.array([True, False]))
-    >>> beaten(ranks, np.array([5]), m).tolist()  # key 2's newest row is the MemTable's (generation 9 > 5)
-    [False, True]
+    >>> match = Matched.of(ranks, np.array([5]), m)  # generation 5 holds keys 1 and 2
+    >>> match.lost.tolist(), match.new.tolist()  # key 2's newest row is the MemTable's (9 > 5); key 3 is new
+    ([1], [1])
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from memwal_query.snapshot.cache import SnapshotCache
 from memwal_query.snapshot.kept_ranks import KeptRanksName, RankedGenerations, keep
 from memwal_query.snapshot.model import RegionSnapshot
 
-__all__ = ["Memtable", "RankedGenerations", "beaten", "generation_ranks", "ranks_of", "with_memtable"]
+__all__ = ["Matched", "Memtable", "RankedGenerations", "generation_ranks", "ranks_of", "with_memtable"]
 
 _NO_ROWS = np.empty(0, dtype=np.uint64)
 
@@ -94,19 +95,47 @@ class Memtable:
         return Memtable(keys[first], gen[first], seq[first], tombstone[first], first)
 
 
-def beaten(ranks: RankedGenerations, generations: np.ndarray, mem: Memtable) -> np.ndarray:
-    """Which of ``ranks``' keys have a newer row in ``mem`` (``generations``: each level's number)."""
-    out = np.zeros(ranks.keys.size, dtype=bool)
-    if not ranks.keys.size or not mem.keys.size:
-        return out
-    at = np.searchsorted(ranks.keys, mem.keys)
-    inside = at < ranks.keys.size
-    at, m = at[inside], np.flatnonzero(inside)
-    shared = ranks.keys[at] == mem.keys[m]
-    at, m = at[shared], m[shared]
-    g_gen = generations[ranks.level[at]]
-    newer = (mem.gen[m] > g_gen) | ((mem.gen[m] == g_gen) & (mem.seq[m] > ranks.seq[at]))
-    out[at[newer]] = True
+@dataclass(frozen=True)
+class Matched:
+    """Where a MemTable's newest rows go among a ranking's keys.
+
+    Attributes:
+        lost: Positions (in the ranking) of the keys whose newest row is the MemTable's.
+        won: The MemTable's rows (positions in :class:`Memtable`) that beat them, in the same order.
+        new: The MemTable's rows of keys the generations lack.
+        at: Where each of ``new`` goes among the ranking's keys (ascending).
+    """
+
+    lost: np.ndarray
+    won: np.ndarray
+    new: np.ndarray
+    at: np.ndarray
+
+    @staticmethod
+    def of(ranks: RankedGenerations, generations: np.ndarray, mem: Memtable) -> Matched:
+        """``mem`` ranked against ``ranks`` (``generations``: each level's generation number)."""
+        at = np.searchsorted(ranks.keys, mem.keys)
+        found = at < ranks.keys.size
+        found[found] = ranks.keys[at[found]] == mem.keys[found]
+        shared, m = at[found], np.flatnonzero(found)
+        g_gen = generations[ranks.level[shared]]
+        newer = (mem.gen[m] > g_gen) | ((mem.gen[m] == g_gen) & (mem.seq[m] > ranks.seq[shared]))
+        new = np.flatnonzero(~found)
+        return Matched(shared[newer], m[newer], new, at[new])
+
+
+def _laid(ours: np.ndarray, theirs: np.ndarray, match: Matched, places: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """A ranking's column ``ours`` with the MemTable's ``theirs`` over the keys it lost and
+    inserted for its new keys (``places``: where the ranking's keys and the new ones go)."""
+    if match.lost.size:
+        ours = ours.copy()
+        ours[match.lost] = theirs[match.won]
+    if not match.new.size:
+        return ours
+    olds, news = places
+    out = np.empty(olds.size + news.size, dtype=np.result_type(ours, theirs))
+    out[olds] = ours
+    out[news] = theirs[match.new]
     return out
 
 
@@ -124,34 +153,33 @@ def with_memtable(ranks: RankedGenerations, region: RegionSnapshot, key: str, ke
         )
     else:
         mem = Memtable(ranks.keys[:0], generations[:0], _NO_ROWS, np.empty(0, dtype=bool), np.empty(0, dtype=np.int64))
-    lost = beaten(ranks, generations, mem)
-    kept_g = ~lost
-    keys_g = ranks.keys[kept_g]
-    at = np.searchsorted(keys_g, mem.keys)
-    mine = keys_g[np.minimum(at, max(keys_g.size - 1, 0))] != mem.keys if keys_g.size else np.ones(mem.keys.size, bool)
-    keys_m, at = mem.keys[mine], at[mine]
+    match = Matched.of(ranks, generations, mem)
+    news = match.at + np.arange(match.new.size)  # each new key after the ranking's keys before it
+    olds = np.ones(ranks.keys.size + news.size, dtype=bool)
+    olds[news] = False
+    into = (np.flatnonzero(olds), news)
+    gone = match.lost[~ranks.tombstone[match.lost]]  # live rows of the generations a MemTable row beat
     gen_drop = {}
     for i, g in enumerate(region.generations):
-        more = ranks.seq[lost & (ranks.level == i) & ~ranks.tombstone]
+        more = ranks.seq[gone[ranks.level[gone] == i]]
         drop = np.union1d(ranks.drops[i], more).astype(np.uint64) if more.size else ranks.drops[i]
         if drop.size:
             gen_drop[g.uri] = drop
-
-    def merged(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        return np.insert(a, at, b)
-
-    tomb = merged(ranks.tombstone[kept_g], mem.tombstone[mine])
+    tomb = _laid(ranks.tombstone, mem.tombstone, match, into)
     newest = pa.table(
         {
-            key: pa.array(merged(keys_g, keys_m), type=key_schema.field(key).type),
+            key: pa.array(_laid(ranks.keys, mem.keys, match, into), type=key_schema.field(key).type),
             TOMBSTONE: pa.array(tomb),
-            GEN_COLUMN: pa.array(merged(generations[ranks.level[kept_g]], mem.gen[mine]), type=pa.int64()),
-            SEQ_COLUMN: pa.array(merged(ranks.seq[kept_g], mem.seq[mine]), type=pa.uint64()),
-            LEVEL_COLUMN: pa.array(merged(ranks.level[kept_g], np.full(keys_m.size, -1, np.int32)), type=pa.int32()),
+            GEN_COLUMN: pa.array(_laid(generations[ranks.level], mem.gen, match, into), type=pa.int64()),
+            SEQ_COLUMN: pa.array(_laid(ranks.seq, mem.seq, match, into), type=pa.uint64()),
+            LEVEL_COLUMN: pa.array(_laid(ranks.level, np.full(mem.keys.size, -1, np.int32), match, into), pa.int32()),
         }
     )
-    live_mem = np.sort(mem.first[mine & ~mem.tombstone])
-    memtable = table.take(pa.array(live_mem)) if table is not None and table.num_rows else None
+    mine = np.concatenate([match.won, match.new])
+    live_mem = np.sort(mem.first[mine[~mem.tombstone[mine]]])
+    memtable = None
+    if table is not None and table.num_rows:  # every row live (the usual WAL tail): no copy
+        memtable = table if live_mem.size == table.num_rows else table.take(pa.array(live_mem))
     rows = ranks.rows + (table.num_rows if table is not None else 0)
     stats = RegionMergeStats(
         newer_rows=rows,

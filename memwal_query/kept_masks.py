@@ -234,7 +234,7 @@ def decode(data: bytes, name: KeptName, layouts: bool = True) -> KeptMask | None
     head = at + 8 + 16
     if len(data) < head + 4 or data[:at] != _MAGIC + name.name or data[at : at + 8].rstrip(b" ") != dtype.str.encode():
         return None
-    if zlib.crc32(data[:-4]) != int.from_bytes(data[-4:], "little"):
+    if zlib.crc32(memoryview(data)[:-4]) != int.from_bytes(data[-4:], "little"):
         return None
     n, nkeys = (int(v) for v in np.frombuffer(data, dtype="<u8", count=2, offset=at + 8))
     if n != len(name.rows) or len(data) < head + 32 * n + 4:

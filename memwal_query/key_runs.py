@@ -175,7 +175,7 @@ class KeyRuns:
         head = _file_size(len(identity), dtype, 0) - 4
         if len(data) < head + 4 or data[: len(_MAGIC) + len(identity)] != _MAGIC + identity:
             return None
-        if zlib.crc32(data[:-4]) != int.from_bytes(data[-4:], "little"):
+        if zlib.crc32(memoryview(data)[:-4]) != int.from_bytes(data[-4:], "little"):
             return None
         at = len(_MAGIC) + len(identity)
         if data[at : at + 8].rstrip(b" ") != dtype.str.encode():

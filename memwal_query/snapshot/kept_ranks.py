@@ -147,6 +147,16 @@ def _fit(addrs: np.ndarray, fragments: dict[int, int]) -> bool:
     return True
 
 
+def _rows_fit(seq: np.ndarray, level: np.ndarray, fragments: Sequence[dict[int, int]]) -> bool:
+    """Whether each address of ``seq`` is a row of generation ``level`` (the same position):
+    one gather when each generation is one fragment, as flushed ones are; else per generation."""
+    if all(len(f) == 1 for f in fragments):
+        ids = np.array([next(iter(f)) for f in fragments], dtype=np.uint64)
+        rows = np.array([next(iter(f.values())) for f in fragments], dtype=np.uint64)
+        return bool(np.all(seq >> np.uint64(32) == ids[level]) and np.all(seq & np.uint64(0xFFFFFFFF) < rows[level]))
+    return all(_fit(seq[level == i], shape) for i, shape in enumerate(fragments))
+
+
 def _ascending(a: np.ndarray) -> bool:
     return bool(np.all(a[1:] > a[:-1]))
 
@@ -159,7 +169,7 @@ def decode(data: bytes, name: KeptRanksName) -> RankedGenerations | None:
     n = len(name.fragments)
     if len(data) < head + 8 * n + 4 or data[: head - 24] != _MAGIC + name.name:
         return None
-    if zlib.crc32(data[:-4]) != int.from_bytes(data[-4:], "little"):
+    if zlib.crc32(memoryview(data)[:-4]) != int.from_bytes(data[-4:], "little"):
         return None
     gens, nkeys, rows = (int(v) for v in np.frombuffer(data, dtype="<u8", count=3, offset=head - 24))
     if gens != n:
@@ -172,22 +182,22 @@ def decode(data: bytes, name: KeptRanksName) -> RankedGenerations | None:
 
     def take(dtype: str | np.dtype, count: int) -> np.ndarray:
         nonlocal at
-        out = np.frombuffer(data, dtype=dtype, count=count, offset=at).copy()  # not views of the file
+        out = np.frombuffer(data, dtype=dtype, count=count, offset=at)  # read-only views of the file
         at += out.nbytes
-        return out
+        return out.astype(out.dtype.newbyteorder("="), copy=False)
 
-    keys = take(name.dtype.newbyteorder("<"), nkeys).astype(name.dtype)
-    seq, level, tomb = take("<u8", nkeys).astype(np.uint64), take("<i4", nkeys).astype(np.int32), take("u1", nkeys)
-    drops = tuple(take("<u8", c).astype(np.uint64) for c in counts)
+    keys = take(name.dtype.newbyteorder("<"), nkeys)
+    seq, level, tomb = take("<u8", nkeys), take("<i4", nkeys), take("u1", nkeys)
+    drops = tuple(take("<u8", c) for c in counts)
     if not _ascending(keys) or (tomb > 1).any() or (nkeys and (level.min() < 0 or level.max() >= n)):
         return None
-    tombstone = tomb.astype(bool)
+    tombstone = tomb.view(bool)
     if rows != nkeys - int(tombstone.sum()) + sum(counts):  # each row live or dropped, once
         return None
-    for i, shape in enumerate(name.fragments):
-        mine = seq[level == i]
-        if not (_fit(mine, shape) and _fit(drops[i], shape) and _ascending(drops[i])):
-            return None
+    if not (_rows_fit(seq, level, name.fragments) and all(_ascending(d) for d in drops)):
+        return None
+    if not all(_fit(d, shape) for d, shape in zip(drops, name.fragments, strict=True)):
+        return None
     return RankedGenerations(keys, tombstone, level, seq, drops, rows)
 
 
