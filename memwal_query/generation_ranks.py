@@ -158,10 +158,9 @@ def with_memtable(ranks: RankedGenerations, region: RegionSnapshot, key: str, ke
     olds = np.ones(ranks.keys.size + news.size, dtype=bool)
     olds[news] = False
     into = (np.flatnonzero(olds), news)
-    gone = match.lost[~ranks.tombstone[match.lost]]  # live rows of the generations a MemTable row beat
     gen_drop = {}
-    for i, g in enumerate(region.generations):
-        more = ranks.seq[gone[ranks.level[gone] == i]]
+    for i, g in enumerate(region.generations):  # a beaten tombstone is a drop already: the union keeps one
+        more = ranks.seq[match.lost[ranks.level[match.lost] == i]]
         drop = np.union1d(ranks.drops[i], more).astype(np.uint64) if more.size else ranks.drops[i]
         if drop.size:
             gen_drop[g.uri] = drop

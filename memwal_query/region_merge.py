@@ -26,18 +26,36 @@ from memwal_query.region_rank import (
 from memwal_query.snapshot.cache import SnapshotCache
 from memwal_query.snapshot.model import RegionSnapshot
 
-__all__ = ["RegionMerge", "RegionMergeStats", "RankedLevels", "first_of_group", "merge_region", "rank_levels"]
+__all__ = [
+    "RegionMerge",
+    "RegionMergeStats",
+    "RankedLevels",
+    "first_of_group",
+    "merge_region",
+    "rank_levels",
+    "ranked_at_once",
+]
 
 
 def _ranked_region(
     region: RegionSnapshot, pk: list[str], key_schema: pa.Schema, cache: SnapshotCache
 ) -> RegionMerge | None:
+    """The region's merge: in two steps for one integer key (its generations' ranking, held or
+    kept, then its MemTable: :mod:`memwal_query.generation_ranks`), else all levels at once."""
     mem = region.memtable
     if len(pk) == 1 and pa.types.is_integer(key_schema.field(pk[0]).type):
         if not region.generations and (mem is None or not mem.table.num_rows):
             return None
         if mem is None or not mem.table.column(pk[0]).null_count:
             return with_memtable(generation_ranks(region, pk, key_schema, cache), region, pk[0], key_schema)
+    return ranked_at_once(region, pk, key_schema, cache)
+
+
+def ranked_at_once(
+    region: RegionSnapshot, pk: list[str], key_schema: pa.Schema, cache: SnapshotCache
+) -> RegionMerge | None:
+    """The region's merge from one ranking of every level's keys (:func:`rank_levels`); None
+    when it has no rows."""
     ranked = rank_levels(region.generations, region.memtable, pk, key_schema, cache)
     if ranked is None:
         return None

@@ -222,6 +222,28 @@ def test_generation_that_opens_but_cannot_be_read_is_rebuilt(
     assert ".rs:" not in problems[0]
 
 
+@pytest.mark.parametrize("damage", ["data file cut short", "data file emptied", "deletion file missing"])
+def test_a_generation_damaged_after_its_ranking_was_kept_is_rebuilt(table: ModelTable, damage: str) -> None:
+    """A new snapshot takes the ranking of a region's generations kept on this machine
+    (``memwal_query.snapshot.kept_ranks``) instead of reading their keys, the read that found a
+    generation that opens but cannot be read: damaged after its ranking was kept, it is still
+    found (its files' sizes and times name another ranking) and rebuilt from the WAL."""
+    assert _rows_of(mq.open_table(table.uri)).equals(_expected(table))  # ranks and keeps
+    assert not mq.open_table(table.uri).view.cache.generation_keys  # the kept ranking: no key read
+    gen = _gen_dir(table, 2)
+    if damage == "deletion file missing":
+        for f in (gen / "_deletions").iterdir():
+            f.unlink()
+    else:
+        _cut_data_files(gen, 0.5 if damage == "data file cut short" else 0.0)
+    t = mq.open_table(table.uri)
+    assert _rows_of(t).equals(_expected(table))
+    (src,) = [g for g in t.snapshot.regions[0].generations if g.rebuilt_from_wal]
+    assert src.generation == 2
+    with pytest.raises(mq.GenerationLostError, match="generation 2 .* is lost: unreadable"):
+        mq.open_table(table.uri, on_missing_generation="error")
+
+
 @pytest.mark.parametrize("keep", [0.5, 0.0], ids=["cut short", "emptied"])
 def test_a_kept_generation_cut_short_since_is_rebuilt_on_refresh(table: ModelTable, keep: float) -> None:
     """A refresh kept a generation's dataset open since the first open and checked only that
