@@ -27,7 +27,8 @@ from memwal_query.planner.pruning import RegionValues
 from memwal_query.regionspec.spec import evaluate_spec
 from memwal_query.snapshot.cache import SnapshotCache
 from memwal_query.snapshot.generations import generation_keys
-from memwal_query.snapshot.model import GenerationSource, Snapshot
+from memwal_query.snapshot.kept_ranks import RankedGenerations
+from memwal_query.snapshot.model import GenerationSource, RegionSnapshot, Snapshot
 
 __all__ = ["route_keys", "checked_values"]
 
@@ -84,7 +85,9 @@ def checked_values(
         sources = [names.get(int(i), "") for f in spec.fields for i in f.source_ids]
         if not all(sources):  # a column the spec reads was dropped: no query can name it
             continue
-        n = sum(_outside_generation(g, spec, rv, names, sources, snap.primary_key, cache) for g in r.generations)
+        n = _outside_ranked(r, spec, rv, names, sources, snap, cache)
+        if n is None:
+            n = sum(_outside_generation(g, spec, rv, names, sources, snap.primary_key, cache) for g in r.generations)
         if r.memtable is not None and r.memtable.table.num_rows:
             n += _outside(spec, rv, r.memtable.table, names, sources, snap.primary_key)
         if n:
@@ -103,6 +106,30 @@ def checked_values(
                     vals,
                 )
     return out
+
+
+def _outside_ranked(
+    r: RegionSnapshot,
+    spec: RegionSpec,
+    rv: RegionValues,
+    names: Mapping[int, str],
+    sources: Sequence[str],
+    snap: Snapshot,
+    cache: SnapshotCache,
+) -> int | None:
+    """0 when no key of the region's generations is outside its values, told by their ranking
+    (held when its generations' keys were not read: every row's key is there once); None when
+    that cannot tell (no ranking held, a spec reading other columns, a key outside: the rows
+    are counted per generation)."""
+    pk = snap.primary_key
+    if not r.generations or not all(c in pk for c in sources):
+        return None
+    with cache.lock:
+        hit = cache.generation_ranks.get(r.region_id)
+    if hit is None or hit[0] != tuple(g.uri for g in r.generations) or not isinstance(hit[1], RankedGenerations):
+        return None
+    keys = pa.table({pk[0]: pa.array(hit[1].keys, type=snap.schema.field(pk[0]).type)})
+    return 0 if _outside(spec, rv, keys, names, sources, pk) == 0 else None
 
 
 def _outside_generation(

@@ -127,6 +127,7 @@ def _load_region(
     skipped: list[SkippedGeneration] = []
     tail: WalTail | None = None
     memtable: MemTableSource | None = None
+    ranks_name: KeptRanksName | None = None
     if manifest is not None:
         for fg in sorted(manifest.flushed_generations, key=lambda g: g.generation):
             if fg.generation <= merged:
@@ -136,7 +137,7 @@ def _load_region(
                 continue
             got = open_generation(storage, region_id, fg.generation, fg.path, cache, columns)
             (gens if isinstance(got, GenerationSource) else skipped).append(got)  # type: ignore[arg-type]
-        ranks_name = kept_ranking(storage, region_id, gens, pk, data_schema, cache) if pk else None
+        ranks_name = _kept_ranking(storage, region_id, gens, pk, data_schema, cache)
         if pk and not _ranked(cache, region_id, gens):  # the merge ranks these keys next: read them here
             failed = prefetch_generation_keys(gens, pk, cache)
             skipped += [
@@ -182,7 +183,7 @@ def _ranked(cache: SnapshotCache, region_id: str, gens: Sequence[GenerationSourc
     return hit is not None and hit[0] == tuple(g.uri for g in gens)
 
 
-def kept_ranking(
+def _kept_ranking(
     storage: Storage,
     region_id: str,
     gens: Sequence[GenerationSource],
@@ -190,17 +191,17 @@ def kept_ranking(
     data_schema: pa.Schema,
     cache: SnapshotCache,
 ) -> KeptRanksName | None:
-    """The name the ranking of a region's generations ``gens`` is kept under (None: it is not
-    kept: :func:`~memwal_query.snapshot.kept_ranks.ranks_name`); the ranking found kept under it
-    goes into ``cache`` (then the region's generation keys need not be read)."""
-    if len(pk) != 1 or not gens:
+    """The name the ranking of a region's generations ``gens`` is kept under, unless ``cache``
+    holds it already (None also when it is not kept:
+    :func:`~memwal_query.snapshot.kept_ranks.ranks_name`); a ranking found kept under it goes
+    into ``cache``, and the region's generation keys need not be read."""
+    if len(pk) != 1 or not gens or _ranked(cache, region_id, gens):
         return None
     name = ranks_name(storage, region_id, gens, pk[0], data_schema.field(pk[0]).type)
-    if name is not None and not _ranked(cache, region_id, gens):
-        found = load_ranks(name)
-        if found is not None:
-            with cache.lock:
-                cache.generation_ranks[region_id] = (name.uris, found)
+    found = load_ranks(name) if name is not None else None
+    if name is not None and found is not None:
+        with cache.lock:
+            cache.generation_ranks[region_id] = (name.uris, found)
     return name
 
 
