@@ -19,14 +19,16 @@ What it does
    * ``two_columns``: ``SELECT id, amount FROM t`` (anchor: ``to_table(columns=["id", "amount"])``);
    * ``count``: ``SELECT count(*) FROM t`` (anchor: ``count_rows()``), with what an earlier
      process that read the table kept on this machine: the base fragments' key runs
-     (``memwal_query.key_runs``) and the snapshot's whole base mask (``memwal_query.kept_masks``;
+     (``memwal_query.key_runs``), each region's generations ranked
+     (``memwal_query.snapshot.kept_ranks``) and the snapshot's whole base mask (``memwal_query.kept_masks``;
      one untimed process counts the table first; every child but ``count_runs``' and
      ``count_cold``'s shares that cache directory): a table nobody wrote to since;
    * ``count_written``: the same, starting from what a process that counted an eventual snapshot
      (no WAL tail) kept (a copy per process): a table written to since (the WAL tail), whose
      mask kept is brought up to the new keys;
-   * ``count_runs``: the same with the key runs kept but no mask (a copy of the key runs alone
-     per process): a base changed since (a merge), whose unchanged data files' runs are kept;
+   * ``count_runs``: the same with the key runs kept but no mask and no ranking (a copy of the
+     key runs alone per process): a base changed since (a merge), whose unchanged data files'
+     runs are kept (the generations left unmerged are another set: their ranking is not);
    * ``count_cold``: the same in a process with nothing kept (an empty cache directory: the
      first process to read the base fragments since they were written);
    * ``pk_lookup``: ``SELECT * FROM t WHERE id = X`` (anchor: ``to_table(filter="id = X")``,

@@ -37,7 +37,8 @@ from memwal_query.planner.key_match import key_filter, lance_key_filter, of_keys
 from memwal_query.planner.lance_filter import quote_name
 from memwal_query.planner.routing import route_keys
 from memwal_query.scan.fragment import check_projection, column_list
-from memwal_query.snapshot.model import RegionSnapshot
+from memwal_query.snapshot.generations import generation_read_error
+from memwal_query.snapshot.model import GenerationSource, RegionSnapshot
 from memwal_query.view.table_view import TableView
 
 __all__ = ["LookupStats", "LookupResult", "lookup"]
@@ -146,7 +147,7 @@ class _Search:
                 self.parts.append(rows.select(self.out_cols))
                 return
         self.stats.generations_scanned += 1
-        self.jobs.append(partial(_take, gen.dataset, keys, addrs, self.read_cols, self.pk))
+        self.jobs.append(partial(_generation_take, gen, keys, addrs, self.read_cols, self.pk))
 
     def region(self, region: RegionSnapshot, rkeys: pa.Table) -> None:
         """Resolve ``rkeys`` against the region's newer levels, in memory (the merge's key index)."""
@@ -224,6 +225,16 @@ class _Search:
         if self.base_job is not None:
             self.stats.base_hits = results[self.base_job].num_rows
         self.parts.extend(r.select(self.out_cols) for r in results)
+
+
+def _generation_take(
+    gen: GenerationSource, keys: pa.Table, addrs: np.ndarray, cols: list[str] | None, pk: list[str]
+) -> pa.Table:
+    """:func:`_take` of generation ``gen``, a failure named after it (merged and collected since: refresh)."""
+    try:
+        return _take(gen.dataset, keys, addrs, cols, pk)
+    except (OSError, ValueError, RuntimeError) as err:
+        raise generation_read_error(gen, err) from err
 
 
 def _take(ds: Any, keys: pa.Table, addrs: np.ndarray, cols: list[str] | None, pk: list[str]) -> pa.Table:

@@ -20,6 +20,7 @@ from typing import cast
 import numpy as np
 import pyarrow as pa
 
+from memwal_query.snapshot.generations import generation_read_error
 from memwal_query.snapshot.model import GenerationSource, RegionSnapshot
 from memwal_query.view.table_view import TableView
 
@@ -39,11 +40,13 @@ def held_rows(view: TableView, gen: GenerationSource) -> pa.Table | None:
         used = sum(t.nbytes for t in cache.generation_rows.values()) if hit is None else 0
     if hit is not None:
         return hit
-    frags = gen.dataset.get_fragments()
-    rows = sum(f.count_rows() for f in frags)
-    if rows > _HELD_MAX_ROWS or used >= LOOKUP_ROWS_BUDGET:
-        return None
-    table = gen.dataset.to_table(with_row_address=True)
+    try:
+        rows = sum(f.count_rows() for f in gen.dataset.get_fragments())
+        if rows > _HELD_MAX_ROWS or used >= LOOKUP_ROWS_BUDGET:
+            return None
+        table = gen.dataset.to_table(with_row_address=True)
+    except (OSError, ValueError, RuntimeError) as err:  # merged and collected since the snapshot opened
+        raise generation_read_error(gen, err) from err
     if used + table.nbytes > LOOKUP_ROWS_BUDGET:
         return None
     with cache.lock:

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 
 import memwal_query as mq
+from memwal_query import lookup_rows
 from memwal_query.format.names import parse_bitrev64_name
 from memwal_query.format.wal import read_wal_entry
 from memwal_query.snapshot import latest_region_manifest
@@ -236,11 +237,15 @@ def test_version_age_in_the_hour_a_clock_falls_back() -> None:
         time.tzset()
 
 
-def test_an_older_snapshot_after_its_generations_were_collected_says_refresh(tmp_path: Path) -> None:
+def test_an_older_snapshot_after_its_generations_were_collected_says_refresh(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A snapshot whose unmerged generations were merged and collected since it opened, after a
     newer snapshot of it let go of their keys: ``lookup`` and ``plan`` failed with pyarrow's raw
     ``ArrowInvalid`` "Not found" (region routing read the keys again), SQL with DataFusion's
-    wrapping of it. Each says the generation is no longer readable and to refresh."""
+    wrapping of it. Each read says the generation is no longer readable and to refresh (a
+    lookup named the base's files when routing no longer read the generation's keys: their
+    ranking answers it); ``plan`` reads no row of it."""
     import lance
 
     from memwal_write import RoutedWriter, merge_generations
@@ -257,9 +262,16 @@ def test_an_older_snapshot_after_its_generations_were_collected_says_refresh(tmp
     collect_garbage(uri, older_than=0)
     newer = older.refresh()
     gone = r"^generation 1 of region .* is no longer readable: it was merged and garbage-collected .*refresh\(\)"
+    assert len(older.plan("id = 5").pruned) == 1  # of two regions
+
+    def lookup_taking_rows() -> object:  # no generation held in memory: one take of its rows
+        with monkeypatch.context() as m:
+            m.setattr(lookup_rows, "LOOKUP_ROWS_BUDGET", 0)
+            return older.lookup([7, 8])
+
     for read in (
+        lookup_taking_rows,
         lambda: older.lookup([5, 6]),
-        lambda: older.plan("id = 5"),
         lambda: older.sql("SELECT * FROM t WHERE id = 5").collect(),
         lambda: older.to_reader(filter="id = 5").read_all(),  # was "invalid filter 'id = 5' ..."
     ):

@@ -19,14 +19,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from memwal_query.errors import MemWalError, says_missing
+from memwal_query.errors import MemWalError
 from memwal_query.format.decode import RegionSpec
-from memwal_query.format.lance_open import lance_message, no_longer_readable
 from memwal_query.format.wal import TOMBSTONE
 from memwal_query.planner.pruning import RegionValues
 from memwal_query.regionspec.spec import evaluate_spec
 from memwal_query.snapshot.cache import SnapshotCache
-from memwal_query.snapshot.generations import generation_keys
+from memwal_query.snapshot.generations import generation_keys, generation_read_error
 from memwal_query.snapshot.kept_ranks import RankedGenerations
 from memwal_query.snapshot.model import GenerationSource, RegionSnapshot, Snapshot
 
@@ -154,10 +153,7 @@ def _outside_generation(
             have = set(g.dataset.schema.names)
             rows = g.dataset.to_table(columns=[c for c in dict.fromkeys([*pk, *sources, TOMBSTONE]) if c in have])
     except (OSError, ValueError, RuntimeError) as err:  # its keys let go by a newer snapshot, its files since removed
-        where, text = f"generation {g.generation} of region {g.region_id} of {g.uri}", lance_message(err)
-        if says_missing(err):
-            raise no_longer_readable(f"{where} is no longer readable", "merged and garbage-collected", text) from err
-        raise MemWalError(f"{where} cannot be read: {text}") from err
+        raise generation_read_error(g, err) from err
     n = _outside(spec, rv, rows, names, sources, pk)
     with cache.lock:
         cache.routing_checks[memo] = n

@@ -21,7 +21,7 @@ from lance.dataset import serialize_row_addrs
 
 from memwal_query.base_mask import BaseMask
 from memwal_query.errors import MemWalError, says_missing
-from memwal_query.format.lance_open import base_read_error, lance_message, no_longer_readable
+from memwal_query.format.lance_open import base_read_error
 from memwal_query.planner.lance_filter import for_lance
 from memwal_query.planner.nan_order import as_given, reads_whole
 from memwal_query.scan.arrays import chain_first, drop_mask, fragment_cache_key
@@ -37,6 +37,7 @@ from memwal_query.scan.filters import filter_columns, mentions_any, scan_columns
 from memwal_query.scan.fragment import HIDDEN_COLUMNS, ScanContext, SourceFragment, batch_rows
 from memwal_query.scan.lance_eval import memory_filtered
 from memwal_query.snapshot.cache import SnapshotCache
+from memwal_query.snapshot.generations import generation_read_error
 
 __all__ = ["LanceFragment", "read_error"]
 
@@ -51,9 +52,7 @@ def read_error(frag: LanceFragment, err: BaseException) -> MemWalError:
     if frag.gen == 0 and frag.region is None:
         return base_read_error(frag.dataset, f"base fragment {frag.fragment.fragment_id}", err, frag.fragment)
     where = f"generation {frag.gen} of region {frag.region} ({frag.label}) of {frag.context.uri}"
-    if not says_missing(err):
-        return MemWalError(f"{where} cannot be read: {lance_message(err)}")
-    return no_longer_readable(f"{where} is no longer readable", "merged and garbage-collected", lance_message(err))
+    return generation_read_error(where, err)
 
 
 def _shipped(ds: lance.LanceDataset, frag: lance.fragment.LanceFragment) -> dict[str, object]:

@@ -10,7 +10,8 @@ from dataclasses import dataclass, replace
 import lance
 import pyarrow as pa
 
-from memwal_query.format.lance_open import lance_message
+from memwal_query.errors import MemWalError, says_missing
+from memwal_query.format.lance_open import lance_message, no_longer_readable
 from memwal_query.format.paths import generation_rel, linked
 from memwal_query.format.storage import Storage
 from memwal_query.format.wal import TOMBSTONE
@@ -26,6 +27,7 @@ __all__ = [
     "generation_damage",
     "generation_keys",
     "missing_data_file",
+    "generation_read_error",
     "prefetch_generation_keys",
 ]
 
@@ -151,6 +153,16 @@ def missing_data_file(storage: Storage, rel: str, ds: lance.LanceDataset) -> str
             if want and size != want:
                 return f"data file data/{f.path} is {size:,} bytes, its manifest says {want:,}"
     return None
+
+
+def generation_read_error(g: GenerationSource | str, err: BaseException) -> MemWalError:
+    """The error for a failed read of generation ``g`` (or of what ``g`` names): its files
+    missing were merged and garbage-collected since the snapshot opened (refresh and retry);
+    else what Lance says."""
+    where = g if isinstance(g, str) else f"generation {g.generation} of region {g.region_id} of {g.uri}"
+    if says_missing(err):
+        return no_longer_readable(f"{where} is no longer readable", "merged and garbage-collected", lance_message(err))
+    return MemWalError(f"{where} cannot be read: {lance_message(err)}")
 
 
 def generation_keys(ds: lance.LanceDataset, pk: Sequence[str], cache: SnapshotCache, uri: str) -> pa.Table:
