@@ -32,12 +32,18 @@ from memwal_query.format.nested import as_schema
 from memwal_query.format.scratch import scratch
 from memwal_query.format.wal import LEVEL_COLUMN, SEQ_COLUMN, TOMBSTONE
 from memwal_query.lookup_keys import normalize_keys
-from memwal_query.lookup_rows import MATRIX_MIN_GENERATIONS, RegionRows, held_rows, region_rows, take_held
+from memwal_query.lookup_rows import (
+    MATRIX_MIN_GENERATIONS,
+    RegionRows,
+    generation_failed,
+    held_rows,
+    region_rows,
+    take_held,
+)
 from memwal_query.planner.key_match import key_filter, lance_key_filter, of_keys
 from memwal_query.planner.lance_filter import quote_name
 from memwal_query.planner.routing import route_keys
 from memwal_query.scan.fragment import check_projection, column_list
-from memwal_query.snapshot.generations import generation_read_error
 from memwal_query.snapshot.model import GenerationSource, RegionSnapshot
 from memwal_query.view.table_view import TableView
 
@@ -147,7 +153,7 @@ class _Search:
                 self.parts.append(rows.select(self.out_cols))
                 return
         self.stats.generations_scanned += 1
-        self.jobs.append(partial(_generation_take, gen, keys, addrs, self.read_cols, self.pk))
+        self.jobs.append(partial(_generation_take, self.view, gen, keys, addrs, self.read_cols, self.pk))
 
     def region(self, region: RegionSnapshot, rkeys: pa.Table) -> None:
         """Resolve ``rkeys`` against the region's newer levels, in memory (the merge's key index)."""
@@ -228,13 +234,13 @@ class _Search:
 
 
 def _generation_take(
-    gen: GenerationSource, keys: pa.Table, addrs: np.ndarray, cols: list[str] | None, pk: list[str]
+    view: TableView, gen: GenerationSource, keys: pa.Table, addrs: np.ndarray, cols: list[str] | None, pk: list[str]
 ) -> pa.Table:
-    """:func:`_take` of generation ``gen``, a failure named after it (merged and collected since: refresh)."""
+    """:func:`_take` of generation ``gen``, a failure named after it (:func:`generation_failed`)."""
     try:
         return _take(gen.dataset, keys, addrs, cols, pk)
     except (OSError, ValueError, RuntimeError) as err:
-        raise generation_read_error(gen, err) from err
+        raise generation_failed(view, gen, err) from err
 
 
 def _take(ds: Any, keys: pa.Table, addrs: np.ndarray, cols: list[str] | None, pk: list[str]) -> pa.Table:

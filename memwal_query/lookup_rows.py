@@ -20,11 +20,21 @@ from typing import cast
 import numpy as np
 import pyarrow as pa
 
+from memwal_query.errors import MemWalError, says_missing
+from memwal_query.format.lance_open import base_read_error
 from memwal_query.snapshot.generations import generation_read_error
 from memwal_query.snapshot.model import GenerationSource, RegionSnapshot
 from memwal_query.view.table_view import TableView
 
-__all__ = ["LOOKUP_ROWS_BUDGET", "MATRIX_MIN_GENERATIONS", "RegionRows", "held_rows", "region_rows", "take_held"]
+__all__ = [
+    "LOOKUP_ROWS_BUDGET",
+    "MATRIX_MIN_GENERATIONS",
+    "RegionRows",
+    "generation_failed",
+    "held_rows",
+    "region_rows",
+    "take_held",
+]
 
 LOOKUP_ROWS_BUDGET = 256 * 2**20  # bytes of small generations held whole for lookups
 MATRIX_MIN_GENERATIONS = 8
@@ -45,13 +55,25 @@ def held_rows(view: TableView, gen: GenerationSource) -> pa.Table | None:
         if rows > _HELD_MAX_ROWS or used >= LOOKUP_ROWS_BUDGET:
             return None
         table = gen.dataset.to_table(with_row_address=True)
-    except (OSError, ValueError, RuntimeError) as err:  # merged and collected since the snapshot opened
-        raise generation_read_error(gen, err) from err
+    except (OSError, ValueError, RuntimeError) as err:
+        raise generation_failed(view, gen, err) from err
     if used + table.nbytes > LOOKUP_ROWS_BUDGET:
         return None
     with cache.lock:
         cache.generation_rows[gen.uri] = table
     return cast("pa.Table", table)
+
+
+def generation_failed(view: TableView, gen: GenerationSource, err: BaseException) -> MemWalError:
+    """The error for a failed read of generation ``gen`` by a lookup: the table removed since the
+    snapshot opened (its base no longer opens), else the generation merged and collected since."""
+    base = view.snapshot.base
+    if says_missing(err) and base is not None:
+        try:
+            _ = base.latest_version
+        except (OSError, ValueError, RuntimeError):
+            return base_read_error(base, f"generation {gen.generation} of region {gen.region_id}", err)
+    return generation_read_error(gen, err)
 
 
 def take_held(held: pa.Table, addrs: np.ndarray) -> pa.Table | None:
