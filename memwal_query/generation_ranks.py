@@ -32,10 +32,19 @@ import pyarrow.compute as pc
 from memwal_query.format.wal import GEN_COLUMN, LEVEL_COLUMN, SEQ_COLUMN, TOMBSTONE
 from memwal_query.region_rank import RankedLevels, RegionMerge, RegionMergeStats, rank_levels
 from memwal_query.snapshot.cache import SnapshotCache
-from memwal_query.snapshot.kept_ranks import KeptRanksName, RankedGenerations, keep
+from memwal_query.snapshot.kept_ranks import KeptRanksName, RankedGenerations, held, keep, later
 from memwal_query.snapshot.model import RegionSnapshot
 
-__all__ = ["Matched", "Memtable", "RankedGenerations", "generation_ranks", "ranks_of", "with_memtable"]
+__all__ = [
+    "Matched",
+    "Memtable",
+    "RankedGenerations",
+    "generation_ranks",
+    "held_ranks",
+    "rank_soon",
+    "ranks_of",
+    "with_memtable",
+]
 
 _NO_ROWS = np.empty(0, dtype=np.uint64)
 
@@ -53,16 +62,21 @@ def ranks_of(ranked: RankedLevels | None, levels: int, key: str, dtype: np.dtype
                              int(first.size))  # fmt: skip
 
 
+def held_ranks(region: RegionSnapshot, cache: SnapshotCache) -> RankedGenerations | None:
+    """The ranking of ``region``'s generations ``cache`` holds (found kept on this machine when the
+    snapshot was loaded, or ranked for an earlier snapshot), if any; an empty one without generations."""
+    return held(cache, region.region_id, tuple(g.uri for g in region.generations))
+
+
 def generation_ranks(
     region: RegionSnapshot, pk: list[str], key_schema: pa.Schema, cache: SnapshotCache
 ) -> RankedGenerations:
-    """The ranking of ``region``'s generations: held by ``cache`` (found kept on this machine when
-    the snapshot was loaded, or ranked for an earlier snapshot), else ranked now, held and kept."""
+    """The ranking of ``region``'s generations: held by ``cache``, else ranked now, held and kept
+    on this machine (under the region's :attr:`~memwal_query.snapshot.model.RegionSnapshot.ranks_name`)."""
     uris = tuple(g.uri for g in region.generations)
-    with cache.lock:
-        hit = cache.generation_ranks.get(region.region_id)
-    if hit is not None and hit[0] == uris:
-        return hit[1]  # type: ignore[return-value]
+    held = held_ranks(region, cache)
+    if held is not None:
+        return held
     dtype = np.dtype(key_schema.field(pk[0]).type.to_pandas_dtype())
     ranked = rank_levels(region.generations, None, pk, key_schema, cache) if uris else None
     ranks = ranks_of(ranked, len(uris), pk[0], dtype)
@@ -72,6 +86,19 @@ def generation_ranks(
     if isinstance(name, KeptRanksName) and name.uris == uris:
         keep(name, ranks)
     return ranks
+
+
+def rank_soon(region: RegionSnapshot, pk: list[str], key_schema: pa.Schema, cache: SnapshotCache) -> None:
+    """:func:`generation_ranks` on a thread of its own (:func:`~memwal_query.snapshot.kept_ranks.later`):
+    a snapshot whose region's generations have no ranking held merges the region at once, as fast
+    as before, and the next snapshot or process takes the ranking made meanwhile."""
+    uris = tuple(g.uri for g in region.generations)
+    with cache.lock:  # once per set of generations (None: being ranked)
+        hit = cache.generation_ranks.get(region.region_id)
+        if not uris or (hit is not None and hit[0] == uris):
+            return
+        cache.generation_ranks[region.region_id] = (uris, None)
+    later(generation_ranks, region, pk, key_schema, cache)
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from memwal_query.format.storage import Storage
 from memwal_query.region_merge import RegionMergeStats, merge_region
 from memwal_query.snapshot.cache import SnapshotCache
 from memwal_query.snapshot.generations import generation_keys
+from memwal_query.snapshot.kept_ranks import held
 from memwal_query.snapshot.model import Snapshot
 
 __all__ = [
@@ -275,12 +276,12 @@ def compute_merge(snapshot: Snapshot, cache: SnapshotCache, storage: Storage | N
     t0 = time.perf_counter()
     pk = list(snapshot.primary_key)
     key_schema = pa.schema([snapshot.schema.field(k) for k in pk])
+    ranked = {r.region_id for r in snapshot.regions if held(cache, r.region_id, tuple(g.uri for g in r.generations))}
     with cache.lock:  # a region whose generations' ranking is held reads none of their keys
-        ranked = {r: hit[0] for r, hit in cache.generation_ranks.items()}
         unread = [
             g
             for r in snapshot.regions
-            if ranked.get(r.region_id) != tuple(g.uri for g in r.generations)
+            if r.region_id not in ranked
             for g in r.generations
             if g.uri not in cache.generation_keys
         ]

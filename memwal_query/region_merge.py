@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from memwal_query.format.wal import GEN_COLUMN, LEVEL_COLUMN, SEQ_COLUMN, TOMBSTONE
-from memwal_query.generation_ranks import generation_ranks, with_memtable
+from memwal_query.generation_ranks import held_ranks, rank_soon, with_memtable
 from memwal_query.region_rank import (
     RankedLevels,
     RegionMerge,
@@ -47,7 +47,10 @@ def _ranked_region(
         if not region.generations and (mem is None or not mem.table.num_rows):
             return None
         if mem is None or not mem.table.column(pk[0]).null_count:
-            return with_memtable(generation_ranks(region, pk, key_schema, cache), region, pk[0], key_schema)
+            held = held_ranks(region, cache)
+            if held is not None:
+                return with_memtable(held, region, pk[0], key_schema)
+            rank_soon(region, pk, key_schema, cache)
     return ranked_at_once(region, pk, key_schema, cache)
 
 

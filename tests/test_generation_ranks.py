@@ -197,7 +197,8 @@ def test_a_new_snapshot_takes_the_kept_ranking_and_reads_no_generation_key(
     t = _table(tmp_path, rng)
 
     def step(reads_keys: bool) -> None:
-        first = mq.open_table(t.uri)  # keeps what it ranked (if not kept already)
+        first = mq.open_table(t.uri)  # ranks in the background and keeps (if not kept already)
+        kept_ranks.settle()
         again = mq.open_table(t.uri)  # as a new process: a cache of its own
         assert bool(again.view.cache.generation_keys) == reads_keys
         got = _answers(again)

@@ -26,7 +26,7 @@ from memwal_query.planner.pruning import RegionValues
 from memwal_query.regionspec.spec import evaluate_spec
 from memwal_query.snapshot.cache import SnapshotCache
 from memwal_query.snapshot.generations import generation_keys, generation_read_error
-from memwal_query.snapshot.kept_ranks import RankedGenerations
+from memwal_query.snapshot.kept_ranks import held
 from memwal_query.snapshot.model import GenerationSource, RegionSnapshot, Snapshot
 
 __all__ = ["route_keys", "checked_values"]
@@ -123,11 +123,10 @@ def _outside_ranked(
     pk = snap.primary_key
     if not r.generations or not all(c in pk for c in sources):
         return None
-    with cache.lock:
-        hit = cache.generation_ranks.get(r.region_id)
-    if hit is None or hit[0] != tuple(g.uri for g in r.generations) or not isinstance(hit[1], RankedGenerations):
+    ranks = held(cache, r.region_id, tuple(g.uri for g in r.generations))
+    if ranks is None:
         return None
-    keys = pa.table({pk[0]: pa.array(hit[1].keys, type=snap.schema.field(pk[0]).type)})
+    keys = pa.table({pk[0]: pa.array(ranks.keys, type=snap.schema.field(pk[0]).type)})
     return 0 if _outside(spec, rv, keys, names, sources, pk) == 0 else None
 
 

@@ -29,19 +29,40 @@ Example:
 
 from __future__ import annotations
 
+import atexit
+import logging
 import os
+import threading
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from memwal_query.format import machine_cache
 from memwal_query.format.storage import Storage
+from memwal_query.snapshot.cache import SnapshotCache
 from memwal_query.snapshot.model import GenerationSource
 
-__all__ = ["KIND", "MAX_ROWS", "KeptRanksName", "RankedGenerations", "decode", "encode", "keep", "load", "ranks_name"]
+__all__ = [
+    "KIND",
+    "LATER_SECONDS",
+    "MAX_ROWS",
+    "KeptRanksName",
+    "RankedGenerations",
+    "decode",
+    "encode",
+    "held",
+    "keep",
+    "later",
+    "load",
+    "ranks_name",
+    "settle",
+]
+
+log = logging.getLogger(__name__)
 
 KIND = "generation-ranks"
 """The folder of kept rankings in the cache directory."""
@@ -115,6 +136,15 @@ def ranks_name(
     return KeptRanksName(name, tuple(shapes), np.dtype(key_type.to_pandas_dtype()), tuple(g.uri for g in gens))
 
 
+def held(cache: SnapshotCache, region_id: str, uris: tuple[str, ...]) -> RankedGenerations | None:
+    """The ranking of generations ``uris`` of region ``region_id`` that ``cache`` holds, if any."""
+    with cache.lock:
+        hit = cache.generation_ranks.get(region_id)
+    if hit is not None and hit[0] == uris and isinstance(hit[1], RankedGenerations):
+        return hit[1]
+    return None
+
+
 def _u8(*values: int) -> bytes:
     return np.array(values, dtype="<u8").tobytes()
 
@@ -123,11 +153,12 @@ def encode(name: KeptRanksName, ranks: RankedGenerations) -> bytes:
     """The file :func:`keep` writes: magic, name, counts (generations, keys, rows), each
     generation's drop count; the keys, addresses, levels, tombstones and drops, little-endian;
     a CRC-32 of all of it."""
-    dtype = name.dtype.newbyteorder("<")
-    parts = [_MAGIC, name.name, _u8(len(ranks.drops), ranks.keys.size, ranks.rows), _u8(*[d.size for d in ranks.drops])]
-    parts += [np.ascontiguousarray(ranks.keys, dtype=dtype).tobytes(), ranks.seq.astype("<u8").tobytes()]
-    parts += [ranks.level.astype("<i4").tobytes(), ranks.tombstone.astype(np.uint8).tobytes()]
-    parts += [d.astype("<u8").tobytes() for d in ranks.drops]
+    arrays: list[tuple[np.ndarray, Any]] = [(ranks.keys, name.dtype.newbyteorder("<")), (ranks.seq, "<u8")]
+    arrays += [(ranks.level, "<i4")]
+    arrays += [(ranks.tombstone.view(np.uint8), "u1"), *[(d, "<u8") for d in ranks.drops]]
+    parts: list[bytes | memoryview] = [_MAGIC, name.name, _u8(len(ranks.drops), ranks.keys.size, ranks.rows)]
+    parts += [_u8(*[d.size for d in ranks.drops])]
+    parts += [memoryview(np.ascontiguousarray(a, dtype=t)).cast("B") for a, t in arrays]  # type: ignore[arg-type]
     data = b"".join(parts)
     return data + zlib.crc32(data).to_bytes(4, "little")
 
@@ -206,6 +237,63 @@ def load(name: KeptRanksName) -> RankedGenerations | None:
     most = len(_MAGIC) + len(name.name) + 24 + 8 * len(name.fragments) + MAX_ROWS * (name.dtype.itemsize + 29) + 4
     data = machine_cache.read_kept(KIND, name.name, most)
     return None if data is None else decode(data, name)
+
+
+LATER_SECONDS = 0.5
+"""How long :func:`later` work waits before it runs: past the query that opened the table (it
+took a core and the interpreter's lock from that query's threads: a first open 36 -> 47 ms)."""
+
+
+class _Later:
+    """One piece of :func:`later` work: run once, by its timer or by :func:`settle`."""
+
+    def __init__(self, work: Callable[..., object], args: tuple[object, ...]) -> None:
+        self.work, self.args = work, args
+        self._lock = threading.Lock()
+        self._taken = False
+        self.timer = threading.Timer(LATER_SECONDS, self.run)
+        self.timer.daemon = True
+        self.timer.name = "memwal-rank-generations"
+
+    def run(self) -> None:
+        with self._lock:
+            if self._taken:
+                return
+            self._taken = True
+        try:
+            self.work(*self.args)
+        except Exception as err:  # noqa: BLE001 - a hint not kept: nothing is lost
+            log.debug("generation ranking not kept: %s", err)
+
+
+_pending: list[_Later] = []
+_pending_lock = threading.Lock()
+
+
+def later(work: Callable[..., object], *args: object) -> None:
+    """Run ``work(*args)`` :data:`LATER_SECONDS` from now on a thread of its own (ranking a
+    region's generations and keeping the ranking, which the open that needs none does not wait
+    for); :func:`settle` runs it at once, as the process does at exit. A failure is logged
+    (debug) and dropped: the next open ranks again."""
+    job = _Later(work, args)
+    with _pending_lock:
+        _pending[:] = [j for j in _pending if j.timer.is_alive()]
+        _pending.append(job)
+    job.timer.start()
+
+
+def settle(timeout: float | None = None) -> None:
+    """Run the :func:`later` work still waiting, here and now, and wait for what runs (each
+    ``timeout`` seconds at most)."""
+    with _pending_lock:
+        jobs = list(_pending)
+    for job in jobs:
+        job.timer.cancel()
+        job.run()  # returns at once when its timer runs it: then joined
+        job.timer.join(timeout)
+
+
+atexit.register(settle, 5.0)  # a file half written is never read, but would be written in vain
 
 
 def keep(name: KeptRanksName, ranks: RankedGenerations) -> bool:

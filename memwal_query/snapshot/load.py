@@ -43,7 +43,7 @@ from memwal_query.format.wal import (
 from memwal_query.snapshot.cache import SnapshotCache
 from memwal_query.snapshot.evolution import merged_schema
 from memwal_query.snapshot.generations import BaseColumns, open_generation, prefetch_generation_keys
-from memwal_query.snapshot.kept_ranks import KeptRanksName, ranks_name
+from memwal_query.snapshot.kept_ranks import KeptRanksName, held, ranks_name
 from memwal_query.snapshot.kept_ranks import load as load_ranks
 from memwal_query.snapshot.manifests import contradiction, latest_region_manifest, list_regions, manifest_path
 from memwal_query.snapshot.memtables import memtable_from_live, memtable_from_wal
@@ -178,9 +178,7 @@ def _load_region(
 
 def _ranked(cache: SnapshotCache, region_id: str, gens: Sequence[GenerationSource]) -> bool:
     """Whether ``cache`` holds the ranking of exactly ``gens`` for region ``region_id``."""
-    with cache.lock:
-        hit = cache.generation_ranks.get(region_id)
-    return hit is not None and hit[0] == tuple(g.uri for g in gens)
+    return held(cache, region_id, tuple(g.uri for g in gens)) is not None
 
 
 def _kept_ranking(
