@@ -5,7 +5,9 @@ A region's generations never change but its MemTable does with every write, so r
 apart lets a refresh after a write, and a new process (the ranking kept on this machine:
 :mod:`memwal_query.snapshot.kept_ranks`), rank only the MemTable's rows: a sort of a few
 thousand rows and one binary search each, where ranking every level again read each
-generation's keys (~1 ms each in a new process) and sorted all their rows.
+generation's keys (~1 ms each in a new process) and sorted all their rows. A snapshot whose
+region has no ranking held merges it at once as before (:func:`~memwal_query.region_rank.rank_levels`
+over every level) and has its generations ranked alone off the open's path (:func:`rank_soon`).
 
 The result is the one :func:`memwal_query.region_rank.rank_levels` gives over all the levels
 at once: a key's newest row has the highest generation, then the highest sequence (row
@@ -64,7 +66,7 @@ def ranks_of(ranked: RankedLevels | None, levels: int, key: str, dtype: np.dtype
 
 def held_ranks(region: RegionSnapshot, cache: SnapshotCache) -> RankedGenerations | None:
     """The ranking of ``region``'s generations ``cache`` holds (found kept on this machine when the
-    snapshot was loaded, or ranked for an earlier snapshot), if any; an empty one without generations."""
+    snapshot was loaded, or ranked since an earlier snapshot opened), if any."""
     return held(cache, region.region_id, tuple(g.uri for g in region.generations))
 
 
@@ -74,9 +76,9 @@ def generation_ranks(
     """The ranking of ``region``'s generations: held by ``cache``, else ranked now, held and kept
     on this machine (under the region's :attr:`~memwal_query.snapshot.model.RegionSnapshot.ranks_name`)."""
     uris = tuple(g.uri for g in region.generations)
-    held = held_ranks(region, cache)
-    if held is not None:
-        return held
+    got = held_ranks(region, cache)
+    if got is not None:
+        return got
     dtype = np.dtype(key_schema.field(pk[0]).type.to_pandas_dtype())
     ranked = rank_levels(region.generations, None, pk, key_schema, cache) if uris else None
     ranks = ranks_of(ranked, len(uris), pk[0], dtype)

@@ -245,28 +245,27 @@ took a core and the interpreter's lock from that query's threads: a first open 3
 
 
 class _Later:
-    """One piece of :func:`later` work: run once, by its timer or by :func:`settle`."""
+    """One piece of :func:`later` work: run once, by its timer or by :func:`settle` (it holds no
+    reference to its timer: no cycle; what it was given is let go once it ran)."""
 
     def __init__(self, work: Callable[..., object], args: tuple[object, ...]) -> None:
-        self.work, self.args = work, args
+        self.work: Callable[..., object] | None = work
+        self.args = args
         self._lock = threading.Lock()
-        self._taken = False
-        self.timer = threading.Timer(LATER_SECONDS, self.run)
-        self.timer.daemon = True
-        self.timer.name = "memwal-rank-generations"
 
     def run(self) -> None:
         with self._lock:
-            if self._taken:
-                return
-            self._taken = True
+            work, args = self.work, self.args
+            self.work, self.args = None, ()
+        if work is None:
+            return
         try:
-            self.work(*self.args)
+            work(*args)
         except Exception as err:  # noqa: BLE001 - a hint not kept: nothing is lost
             log.debug("generation ranking not kept: %s", err)
 
 
-_pending: list[_Later] = []
+_pending: list[tuple[_Later, threading.Timer]] = []
 _pending_lock = threading.Lock()
 
 
@@ -276,10 +275,12 @@ def later(work: Callable[..., object], *args: object) -> None:
     for); :func:`settle` runs it at once, as the process does at exit. A failure is logged
     (debug) and dropped: the next open ranks again."""
     job = _Later(work, args)
+    timer = threading.Timer(LATER_SECONDS, job.run)
+    timer.daemon, timer.name = True, "memwal-rank-generations"
     with _pending_lock:
-        _pending[:] = [j for j in _pending if j.timer.is_alive()]
-        _pending.append(job)
-    job.timer.start()
+        _pending[:] = [p for p in _pending if p[1].is_alive()]
+        _pending.append((job, timer))
+    timer.start()
 
 
 def settle(timeout: float | None = None) -> None:
@@ -287,10 +288,10 @@ def settle(timeout: float | None = None) -> None:
     ``timeout`` seconds at most)."""
     with _pending_lock:
         jobs = list(_pending)
-    for job in jobs:
-        job.timer.cancel()
+    for job, timer in jobs:
+        timer.cancel()
         job.run()  # returns at once when its timer runs it: then joined
-        job.timer.join(timeout)
+        timer.join(timeout)
 
 
 atexit.register(settle, 5.0)  # a file half written is never read, but would be written in vain
