@@ -31,10 +31,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from memwal_query.format.machine_cache import later
 from memwal_query.format.wal import GEN_COLUMN, LEVEL_COLUMN, SEQ_COLUMN, TOMBSTONE
 from memwal_query.region_rank import RankedLevels, RegionMerge, RegionMergeStats, rank_levels
 from memwal_query.snapshot.cache import SnapshotCache
-from memwal_query.snapshot.kept_ranks import KeptRanksName, RankedGenerations, held, keep, later
+from memwal_query.snapshot.kept_ranks import KeptRanksName, RankedGenerations, held, keep
 from memwal_query.snapshot.model import RegionSnapshot
 
 __all__ = [
@@ -91,7 +92,7 @@ def generation_ranks(
 
 
 def rank_soon(region: RegionSnapshot, pk: list[str], key_schema: pa.Schema, cache: SnapshotCache) -> None:
-    """:func:`generation_ranks` on a thread of its own (:func:`~memwal_query.snapshot.kept_ranks.later`):
+    """:func:`generation_ranks` on a thread of its own (:func:`~memwal_query.format.machine_cache.later`):
     a snapshot whose region's generations have no ranking held merges the region at once, as fast
     as before, and the next snapshot or process takes the ranking made meanwhile."""
     uris = tuple(g.uri for g in region.generations)

@@ -15,9 +15,10 @@ import pytest
 
 import memwal_query as mq
 from memwal_query import lookup_rows
+from memwal_query.format import machine_cache
 from memwal_query.format.names import parse_bitrev64_name
 from memwal_query.format.wal import read_wal_entry
-from memwal_query.snapshot import kept_ranks, latest_region_manifest
+from memwal_query.snapshot import latest_region_manifest
 from memwal_query.verify import verify_table
 from memwal_write import collect_garbage
 
@@ -258,7 +259,7 @@ def test_an_older_snapshot_after_its_generations_were_collected_says_refresh(
     with RoutedWriter.open(uri) as w:  # generation 1 of each region, unmerged
         w.put(pa.table({"id": list(range(5, 40)), "v": [1] * 35}, schema=SCHEMA))
     older = first.refresh()
-    kept_ranks.settle()  # its generations' ranking held (made off the open's path)
+    machine_cache.settle()  # its generations' ranking held (made off the open's path)
     merge_generations(uri)
     collect_garbage(uri, older_than=0)
     newer = older.refresh()

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pytest
 
 import memwal_query as mq
+from memwal_query.format import machine_cache
 from memwal_query.format.wal import GEN_COLUMN, SEQ_COLUMN, TOMBSTONE
 from memwal_query.generation_ranks import ranks_of, with_memtable
 from memwal_query.region_merge import RegionMerge, merge_region, rank_levels, ranked_at_once
@@ -198,7 +199,7 @@ def test_a_new_snapshot_takes_the_kept_ranking_and_reads_no_generation_key(
 
     def step(reads_keys: bool) -> None:
         first = mq.open_table(t.uri)  # ranks in the background and keeps (if not kept already)
-        kept_ranks.settle()
+        machine_cache.settle()
         again = mq.open_table(t.uri)  # as a new process: a cache of its own
         assert bool(again.view.cache.generation_keys) == reads_keys
         got = _answers(again)

@@ -20,6 +20,7 @@ import pytest
 
 import memwal_query as mq
 from memwal_query import kept_masks
+from memwal_query.format import machine_cache
 from memwal_query.kept_masks import KeptMask, KeptName, Layout, changes, decode, encode, taken
 from memwal_query.key_runs import KeyRuns
 
@@ -225,7 +226,9 @@ def test_a_mask_far_behind_is_kept_again_and_an_eventual_snapshot_takes_a_strong
         t = mq.open_table(table.uri, consistency=consistency)  # type: ignore[arg-type]
         n = t.count_rows()
         mask = t.merge_state.base_mask
-        return n, mask.all().tolist(), dict(mask.status().key_sources)
+        got = n, mask.all().tolist(), dict(mask.status().key_sources)
+        machine_cache.settle()  # what a process keeps off its queries' path, kept at its exit
+        return got
 
     n, want, sources = opened()
     assert n == len(table.model) and "kept mask" not in sources
@@ -265,7 +268,9 @@ def test_a_mask_is_not_taken_when_a_file_changed_or_it_is_damaged(
         n = t.count_rows()
         mask = t.merge_state.base_mask
         monkeypatch.setattr(kept_masks, "_kept_tables", set())  # the next open keeps a mask as a new process would
-        return n, mask.all().tolist(), dict(mask.status().key_sources)
+        got = n, mask.all().tolist(), dict(mask.status().key_sources)
+        machine_cache.settle()  # kept off the queries' path: at the exit of a process
+        return got
 
     n, want, sources = opened()
     assert n == len(table.model) and "kept mask" not in sources
@@ -306,6 +311,7 @@ def test_a_process_keeps_one_mask_per_table(tmp_path: Path, monkeypatch: pytest.
         assert t.count_rows() == len(table.model)
         table.put(rows(rng.choice(6000, 20, replace=False), 10 + i, rng))
         t = t.refresh()
+    machine_cache.settle()
     assert len(_kept_files(str(tmp_path / "cache"))) == 1
 
 
@@ -326,6 +332,7 @@ def test_fragments_decided_from_a_kept_mask_are_first_read_through_lance(
     monkeypatch.setattr(kept_masks, "_kept_tables", set())
     first = mq.open_table(table.uri)
     assert first.count_rows() == len(table.model)
+    machine_cache.settle()
     first.view.cache.reset()  # a new process: only what this machine kept
     t = mq.open_table(table.uri)
     e = table.expected()

@@ -24,16 +24,19 @@ Example:
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import logging
 import os
 import stat
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "LATER_SECONDS",
     "MAX_BYTES",
     "MAX_FILES",
     "cache_dir",
@@ -42,7 +45,9 @@ __all__ = [
     "file_stamp",
     "fragment_stamp",
     "keep",
+    "later",
     "read_kept",
+    "settle",
     "trim",
 ]
 
@@ -209,3 +214,62 @@ def trim(where: Path) -> None:
             left, total = left - 1, total - size
     except OSError as err:  # another process trimming, a directory gone: the next process tries again
         log.debug("kept files in %s not trimmed: %s", where, err)
+
+
+LATER_SECONDS = 0.5
+"""How long :func:`later` work waits before it runs: past the query that made what it keeps (run
+at once, ranking and keeping a region's generations took a core and the interpreter's lock from
+the open's threads: a first open 36 -> 47 ms)."""
+
+
+class _Later:
+    """One piece of :func:`later` work: run once, by its timer or by :func:`settle` (it holds no
+    reference to its timer: no cycle; what it was given is let go once it ran)."""
+
+    def __init__(self, work: Callable[..., object], args: tuple[object, ...]) -> None:
+        self.work: Callable[..., object] | None = work
+        self.args = args
+        self._lock = threading.Lock()
+
+    def run(self) -> None:
+        with self._lock:
+            work, args = self.work, self.args
+            self.work, self.args = None, ()
+        if work is None:
+            return
+        try:
+            work(*args)
+        except Exception as err:  # noqa: BLE001 - a hint not kept: nothing is lost
+            log.debug("not kept: %s", err)
+
+
+_pending: list[tuple[_Later, threading.Timer]] = []
+_pending_lock = threading.Lock()
+
+
+def later(work: Callable[..., object], *args: object) -> None:
+    """Run ``work(*args)`` :data:`LATER_SECONDS` from now on a thread of its own: deriving and
+    keeping a file the query that found it missing does not need (a region's generations'
+    ranking, a base's whole mask); :func:`settle` runs it at once, as the process does at exit.
+    A failure is logged (debug) and dropped: a later process derives it again."""
+    job = _Later(work, args)
+    timer = threading.Timer(LATER_SECONDS, job.run)
+    timer.daemon, timer.name = True, "memwal-keep"
+    with _pending_lock:
+        _pending[:] = [p for p in _pending if p[1].is_alive()]
+        _pending.append((job, timer))
+    timer.start()
+
+
+def settle(timeout: float | None = None) -> None:
+    """Run the :func:`later` work still waiting, here and now, and wait for what runs (each
+    ``timeout`` seconds at most)."""
+    with _pending_lock:
+        jobs = list(_pending)
+    for job, timer in jobs:
+        timer.cancel()
+        job.run()  # returns at once when its timer runs it: then joined
+        timer.join(timeout)
+
+
+atexit.register(settle, 5.0)  # what a short process (a CLI call) found missing is kept for the next

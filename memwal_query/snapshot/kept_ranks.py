@@ -29,12 +29,9 @@ Example:
 
 from __future__ import annotations
 
-import atexit
-import logging
 import os
-import threading
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,7 +45,6 @@ from memwal_query.snapshot.model import GenerationSource
 
 __all__ = [
     "KIND",
-    "LATER_SECONDS",
     "MAX_ROWS",
     "KeptRanksName",
     "RankedGenerations",
@@ -56,13 +52,9 @@ __all__ = [
     "encode",
     "held",
     "keep",
-    "later",
     "load",
     "ranks_name",
-    "settle",
 ]
-
-log = logging.getLogger(__name__)
 
 KIND = "generation-ranks"
 """The folder of kept rankings in the cache directory."""
@@ -237,64 +229,6 @@ def load(name: KeptRanksName) -> RankedGenerations | None:
     most = len(_MAGIC) + len(name.name) + 24 + 8 * len(name.fragments) + MAX_ROWS * (name.dtype.itemsize + 29) + 4
     data = machine_cache.read_kept(KIND, name.name, most)
     return None if data is None else decode(data, name)
-
-
-LATER_SECONDS = 0.5
-"""How long :func:`later` work waits before it runs: past the query that opened the table (it
-took a core and the interpreter's lock from that query's threads: a first open 36 -> 47 ms)."""
-
-
-class _Later:
-    """One piece of :func:`later` work: run once, by its timer or by :func:`settle` (it holds no
-    reference to its timer: no cycle; what it was given is let go once it ran)."""
-
-    def __init__(self, work: Callable[..., object], args: tuple[object, ...]) -> None:
-        self.work: Callable[..., object] | None = work
-        self.args = args
-        self._lock = threading.Lock()
-
-    def run(self) -> None:
-        with self._lock:
-            work, args = self.work, self.args
-            self.work, self.args = None, ()
-        if work is None:
-            return
-        try:
-            work(*args)
-        except Exception as err:  # noqa: BLE001 - a hint not kept: nothing is lost
-            log.debug("generation ranking not kept: %s", err)
-
-
-_pending: list[tuple[_Later, threading.Timer]] = []
-_pending_lock = threading.Lock()
-
-
-def later(work: Callable[..., object], *args: object) -> None:
-    """Run ``work(*args)`` :data:`LATER_SECONDS` from now on a thread of its own (ranking a
-    region's generations and keeping the ranking, which the open that needs none does not wait
-    for); :func:`settle` runs it at once, as the process does at exit. A failure is logged
-    (debug) and dropped: the next open ranks again."""
-    job = _Later(work, args)
-    timer = threading.Timer(LATER_SECONDS, job.run)
-    timer.daemon, timer.name = True, "memwal-rank-generations"
-    with _pending_lock:
-        _pending[:] = [p for p in _pending if p[1].is_alive()]
-        _pending.append((job, timer))
-    timer.start()
-
-
-def settle(timeout: float | None = None) -> None:
-    """Run the :func:`later` work still waiting, here and now, and wait for what runs (each
-    ``timeout`` seconds at most)."""
-    with _pending_lock:
-        jobs = list(_pending)
-    for job, timer in jobs:
-        timer.cancel()
-        job.run()  # returns at once when its timer runs it: then joined
-        timer.join(timeout)
-
-
-atexit.register(settle, 5.0)  # a file half written is never read, but would be written in vain
 
 
 def keep(name: KeptRanksName, ranks: RankedGenerations) -> bool:

@@ -21,7 +21,7 @@ import pytest
 
 import memwal_query as mq
 from memwal_query.cli import main
-from memwal_query.snapshot import kept_ranks
+from memwal_query.format import machine_cache
 from memwal_write import merge_generations
 
 from builders import build_events
@@ -230,7 +230,7 @@ def test_a_generation_damaged_after_its_ranking_was_kept_is_rebuilt(table: Model
     generation that opens but cannot be read: damaged after its ranking was kept, it is still
     found (its files' sizes and times name another ranking) and rebuilt from the WAL."""
     assert _rows_of(mq.open_table(table.uri)).equals(_expected(table))  # ranks and keeps
-    kept_ranks.settle()
+    machine_cache.settle()
     assert not mq.open_table(table.uri).view.cache.generation_keys  # the kept ranking: no key read
     gen = _gen_dir(table, 2)
     if damage == "deletion file missing":
