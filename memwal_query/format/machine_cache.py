@@ -10,7 +10,9 @@ by a digest of what it was derived from; it is written whole or not at all (a ``
 renamed), readable by this user only, and read only when it is a regular file of at most the
 size its reader allows. A reader checks its own checksum and contents: a kept file is a hint,
 never trusted. A background trim, once per process and folder, removes the oldest files
-beyond :data:`MAX_FILES` or :data:`MAX_BYTES`.
+beyond :data:`MAX_FILES` or :data:`MAX_BYTES`. What a query found missing and does not need
+itself is derived and kept off its path (:func:`later`: a thread, :data:`LATER_SECONDS` later,
+or at the process's exit; :func:`settle` runs it now).
 
 Example:
     >>> import os, tempfile
