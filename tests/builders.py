@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -112,3 +113,14 @@ def counted_in_a_new_process(uri: str, cache_dir: str, where: str = "") -> dict[
     cmd = [sys.executable, "-c", _COUNT_CHILD, uri, where]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def refuses_every_cut_and_flip(data: bytes, decode: Callable[[bytes], object], bit: int = 0x10) -> None:
+    """Assert that a kept file's bytes ``data`` decode to nothing (``decode`` gives None) cut short
+    anywhere or with any one byte changed (by ``bit``)."""
+    for cut in range(len(data)):
+        assert decode(data[:cut]) is None, cut
+    for at in range(len(data)):
+        flipped = bytearray(data)
+        flipped[at] ^= bit
+        assert decode(bytes(flipped)) is None, at

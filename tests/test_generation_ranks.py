@@ -27,7 +27,7 @@ from memwal_query.snapshot.cache import SnapshotCache
 from memwal_query.snapshot.kept_ranks import KeptRanksName, RankedGenerations, decode, encode
 from memwal_query.snapshot.model import GenerationSource, MemTableSource, RegionSnapshot
 
-from builders import events_schema, rows
+from builders import events_schema, refuses_every_cut_and_flip, rows
 from lsm_model import ModelTable, sort_table
 
 KEYS = pa.schema([pa.field("id", pa.int64())])
@@ -134,12 +134,7 @@ def test_damaged_or_foreign_ranking_files_are_ignored() -> None:
     assert got is not None and got.keys.tolist() == [3, 5, 8] and got.rows == 5
     assert got.seq.tolist() == ranks.seq.tolist() and got.level.tolist() == [1, 1, 0]
     assert [d.tolist() for d in got.drops] == [[0, 1], [1 << 32]] and got.tombstone.tolist() == [False, False, True]
-    for cut in range(len(data)):
-        assert decode(data[:cut], name) is None
-    for at in range(len(data)):
-        flipped = bytearray(data)
-        flipped[at] ^= 0x10
-        assert decode(bytes(flipped), name) is None, at
+    refuses_every_cut_and_flip(data, lambda d: decode(d, name))
     assert decode(data, KeptRanksName(bytes(32), name.fragments, name.dtype)) is None
     assert decode(data, KeptRanksName(name.name, ({0: 2},), name.dtype)) is None
     assert decode(data, KeptRanksName(name.name, ({0: 1}, {0: 1, 1: 2}), name.dtype)) is None  # row 1 of a

@@ -24,7 +24,7 @@ from memwal_query.format import machine_cache
 from memwal_query.kept_masks import KeptMask, KeptName, Layout, changes, decode, encode, taken
 from memwal_query.key_runs import KeyRuns
 
-from builders import counted_in_a_new_process, events_schema, rows
+from builders import counted_in_a_new_process, events_schema, refuses_every_cut_and_flip, rows
 from lsm_model import ModelTable
 
 
@@ -50,12 +50,7 @@ def test_damaged_or_foreign_mask_files_are_ignored() -> None:
     assert {f: d.tolist() for f, d in got.drops.items()} == {f: d.tolist() for f, d in good.drops.items()}
     assert list(got.layouts) == [3] and got.layouts[3].runs.keys().tolist() == list(range(40))
     assert got.layouts[3].deleted.tolist() == [7]
-    for cut in range(len(data)):
-        assert decode(data[:cut], name) is None
-    for at in range(len(data)):
-        flipped = bytearray(data)
-        flipped[at] ^= 0x04
-        assert decode(bytes(flipped), name) is None, at
+    refuses_every_cut_and_flip(data, lambda d: decode(d, name), bit=0x04)
     assert decode(data, KeptName(bytes(32), name.rows, keys=name.keys)) is None
     assert decode(data, KeptName(name.name, {0: 100, 3: 40, 4: 1}, keys=name.keys)) is None
     assert decode(data, KeptName(name.name, {0: 100, 2: 40}, keys=name.keys)) is None

@@ -28,7 +28,7 @@ from memwal_query import kept_masks, key_runs
 from memwal_query.format import machine_cache
 from memwal_query.key_runs import SMALL_ROWS, KeyRuns, most_runs
 
-from builders import counted_in_a_new_process, events_schema, rows
+from builders import counted_in_a_new_process, events_schema, refuses_every_cut_and_flip, rows
 from lsm_model import ModelTable
 
 _TYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]
@@ -104,12 +104,7 @@ def test_damaged_run_files_are_ignored() -> None:
     ident = bytes(range(32))
     data = runs.encode(ident)
     assert KeyRuns.decode(data, ident, np.dtype(np.int64)) is not None
-    for cut in range(len(data)):
-        assert KeyRuns.decode(data[:cut], ident, np.dtype(np.int64)) is None
-    for at in range(len(data)):
-        flipped = bytearray(data)
-        flipped[at] ^= 0x10
-        assert KeyRuns.decode(bytes(flipped), ident, np.dtype(np.int64)) is None, at
+    refuses_every_cut_and_flip(data, lambda d: KeyRuns.decode(d, ident, np.dtype(np.int64)))
     assert KeyRuns.decode(data, bytes(32), np.dtype(np.int64)) is None
     assert KeyRuns.decode(data, ident, np.dtype(np.uint64)) is None
     bad = KeyRuns(np.array([0, 4000]), np.array([0, 7]), np.array([3999, 2905]), 6900)  # 2nd run one short

@@ -188,14 +188,10 @@ def _cut_data_files(gen: Path, keep: float) -> None:
         f.write_bytes(f.read_bytes()[: int(f.stat().st_size * keep)])
 
 
-@pytest.mark.parametrize("damage", ["data file cut short", "data file emptied", "deletion file missing"])
-def test_generation_that_opens_but_cannot_be_read_is_rebuilt(
-    table: ModelTable, damage: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """Its manifest and files are there, its rows cannot be read: opening a table failed with
-    a generic error under every policy (no rebuild from the WAL, no ``GenerationLostError``)
-    and ``verify`` said the table was fine, while the merger rebuilt the same generation."""
-    gen = _gen_dir(table, 2)  # generation 2 writes key 21 twice: its dataset has a deletion file
+def _damaged(table: ModelTable, damage: str) -> Path:
+    """Generation 2's directory, damaged as ``damage`` says (generation 2 writes key 21 twice:
+    its dataset has a deletion file)."""
+    gen = _gen_dir(table, 2)
     if damage == "deletion file missing":
         deletions = list((gen / "_deletions").iterdir())
         assert deletions
@@ -203,6 +199,17 @@ def test_generation_that_opens_but_cannot_be_read_is_rebuilt(
             f.unlink()
     else:
         _cut_data_files(gen, 0.5 if damage == "data file cut short" else 0.0)
+    return gen
+
+
+@pytest.mark.parametrize("damage", ["data file cut short", "data file emptied", "deletion file missing"])
+def test_generation_that_opens_but_cannot_be_read_is_rebuilt(
+    table: ModelTable, damage: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its manifest and files are there, its rows cannot be read: opening a table failed with
+    a generic error under every policy (no rebuild from the WAL, no ``GenerationLostError``)
+    and ``verify`` said the table was fine, while the merger rebuilt the same generation."""
+    gen = _damaged(table, damage)
     t = mq.open_table(table.uri)
     assert _rows_of(t).equals(_expected(table))
     (src,) = [g for g in t.snapshot.regions[0].generations if g.rebuilt_from_wal]
@@ -232,12 +239,7 @@ def test_a_generation_damaged_after_its_ranking_was_kept_is_rebuilt(table: Model
     assert _rows_of(mq.open_table(table.uri)).equals(_expected(table))  # ranks and keeps
     machine_cache.settle()
     assert not mq.open_table(table.uri).view.cache.generation_keys  # the kept ranking: no key read
-    gen = _gen_dir(table, 2)
-    if damage == "deletion file missing":
-        for f in (gen / "_deletions").iterdir():
-            f.unlink()
-    else:
-        _cut_data_files(gen, 0.5 if damage == "data file cut short" else 0.0)
+    _damaged(table, damage)
     t = mq.open_table(table.uri)
     assert _rows_of(t).equals(_expected(table))
     (src,) = [g for g in t.snapshot.regions[0].generations if g.rebuilt_from_wal]
