@@ -231,6 +231,7 @@ class _Later:
     def __init__(self, work: Callable[..., object], args: tuple[object, ...]) -> None:
         self.work: Callable[..., object] | None = work
         self.args = args
+        self.pid = os.getpid()  # a forked child does not run its parent's work (Lance is not fork-safe)
         self._lock = threading.Lock()
 
     def run(self) -> None:
@@ -267,7 +268,7 @@ def settle(timeout: float | None = None) -> None:
     """Run the :func:`later` work still waiting, here and now, and wait for what runs (each
     ``timeout`` seconds at most)."""
     with _pending_lock:
-        jobs = list(_pending)
+        jobs = [(job, timer) for job, timer in _pending if job.pid == os.getpid()]
     for job, timer in jobs:
         timer.cancel()
         job.run()  # returns at once when its timer runs it: then joined
