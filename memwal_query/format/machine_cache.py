@@ -31,6 +31,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import signal
 import stat
 import threading
 from collections.abc import Callable
@@ -225,14 +226,24 @@ the open's threads: a first open 36 -> 47 ms)."""
 
 
 class _Later:
-    """One piece of :func:`later` work: run once, by its timer or by :func:`settle` (it holds no
-    reference to its timer: no cycle; what it was given is let go once it ran)."""
+    """One piece of :func:`later` work: run once, by its thread after :data:`LATER_SECONDS` or
+    by :func:`settle` (it holds no reference to its thread: no cycle; what it was given is let
+    go once it ran)."""
 
     def __init__(self, work: Callable[..., object], args: tuple[object, ...]) -> None:
         self.work: Callable[..., object] | None = work
         self.args = args
         self.pid = os.getpid()  # a forked child does not run its parent's work (Lance is not fork-safe)
+        self.cancelled = threading.Event()
         self._lock = threading.Lock()
+
+    def wait_then_run(self) -> None:
+        """The thread's body: Ctrl-C and termination are left to the program's other threads (a
+        signal the kernel hands this one would not wake the main thread's wait), then the work."""
+        with contextlib.suppress(AttributeError, OSError, ValueError):  # no pthread_sigmask here
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        if not self.cancelled.wait(LATER_SECONDS):
+            self.run()
 
     def run(self) -> None:
         with self._lock:
@@ -246,7 +257,7 @@ class _Later:
             log.debug("not kept: %s", err)
 
 
-_pending: list[tuple[_Later, threading.Timer]] = []
+_pending: list[tuple[_Later, threading.Thread]] = []
 _pending_lock = threading.Lock()
 
 
@@ -256,23 +267,22 @@ def later(work: Callable[..., object], *args: object) -> None:
     ranking, a base's whole mask); :func:`settle` runs it at once, as the process does at exit.
     A failure is logged (debug) and dropped: a later process derives it again."""
     job = _Later(work, args)
-    timer = threading.Timer(LATER_SECONDS, job.run)
-    timer.daemon, timer.name = True, "memwal-keep"
+    thread = threading.Thread(target=job.wait_then_run, name="memwal-keep", daemon=True)
     with _pending_lock:
         _pending[:] = [p for p in _pending if p[1].is_alive()]
-        _pending.append((job, timer))
-    timer.start()
+        _pending.append((job, thread))
+    thread.start()
 
 
 def settle(timeout: float | None = None) -> None:
     """Run the :func:`later` work still waiting, here and now, and wait for what runs (each
     ``timeout`` seconds at most)."""
     with _pending_lock:
-        jobs = [(job, timer) for job, timer in _pending if job.pid == os.getpid()]
-    for job, timer in jobs:
-        timer.cancel()
-        job.run()  # returns at once when its timer runs it: then joined
-        timer.join(timeout)
+        jobs = [(job, thread) for job, thread in _pending if job.pid == os.getpid()]
+    for job, thread in jobs:
+        job.cancelled.set()
+        job.run()  # returns at once when its thread runs it: then joined
+        thread.join(timeout)
 
 
 atexit.register(settle, 5.0)  # what a short process (a CLI call) found missing is kept for the next
