@@ -28,8 +28,11 @@ from builders import build_events
 REPO = Path(__file__).resolve().parents[1]
 
 _ENDLESS = """
-import faulthandler, itertools, os, sys, time
+import faulthandler, itertools, os, signal, sys, time
 faulthandler.dump_traceback_later(15)  # still running then: every thread's stack on stderr, for the report
+# as in a terminal: a test run started in the background (``cmd &`` without job control) ignores
+# Ctrl-C, and its children inherit that (each of these hung 20 s in such a CI run)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 import memwal_query.scan.fragment as fragment
 real = fragment.recorded
 PAUSE = float(os.environ.get("PAUSE", "0.05"))

@@ -31,7 +31,6 @@ import contextlib
 import hashlib
 import logging
 import os
-import signal
 import stat
 import threading
 from collections.abc import Callable
@@ -238,10 +237,7 @@ class _Later:
         self._lock = threading.Lock()
 
     def wait_then_run(self) -> None:
-        """The thread's body: Ctrl-C and termination are left to the program's other threads (a
-        signal the kernel hands this one would not wake the main thread's wait), then the work."""
-        with contextlib.suppress(AttributeError, OSError, ValueError):  # no pthread_sigmask here
-            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        """The thread's body: the work, :data:`LATER_SECONDS` from now unless :func:`settle` took it."""
         if not self.cancelled.wait(LATER_SECONDS):
             self.run()
 
