@@ -43,7 +43,6 @@ __all__ = [
     "Memtable",
     "RankedGenerations",
     "generation_ranks",
-    "held_ranks",
     "rank_soon",
     "ranks_of",
     "with_memtable",
@@ -65,19 +64,13 @@ def ranks_of(ranked: RankedLevels | None, levels: int, key: str, dtype: np.dtype
                              int(first.size))  # fmt: skip
 
 
-def held_ranks(region: RegionSnapshot, cache: SnapshotCache) -> RankedGenerations | None:
-    """The ranking of ``region``'s generations ``cache`` holds (found kept on this machine when the
-    snapshot was loaded, or ranked since an earlier snapshot opened), if any."""
-    return held(cache, region.region_id, tuple(g.uri for g in region.generations))
-
-
 def generation_ranks(
     region: RegionSnapshot, pk: list[str], key_schema: pa.Schema, cache: SnapshotCache
 ) -> RankedGenerations:
     """The ranking of ``region``'s generations: held by ``cache``, else ranked now, held and kept
     on this machine (under the region's :attr:`~memwal_query.snapshot.model.RegionSnapshot.ranks_name`)."""
     uris = tuple(g.uri for g in region.generations)
-    got = held_ranks(region, cache)
+    got = held(cache, region.region_id, region.generations)
     if got is not None:
         return got
     dtype = np.dtype(key_schema.field(pk[0]).type.to_pandas_dtype())

@@ -276,7 +276,7 @@ def compute_merge(snapshot: Snapshot, cache: SnapshotCache, storage: Storage | N
     t0 = time.perf_counter()
     pk = list(snapshot.primary_key)
     key_schema = pa.schema([snapshot.schema.field(k) for k in pk])
-    ranked = {r.region_id for r in snapshot.regions if held(cache, r.region_id, tuple(g.uri for g in r.generations))}
+    ranked = {r.region_id for r in snapshot.regions if held(cache, r.region_id, r.generations) is not None}
     with cache.lock:  # a region whose generations' ranking is held reads none of their keys
         unread = [
             g

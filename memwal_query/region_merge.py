@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from memwal_query.format.wal import GEN_COLUMN, LEVEL_COLUMN, SEQ_COLUMN, TOMBSTONE
-from memwal_query.generation_ranks import held_ranks, rank_soon, with_memtable
+from memwal_query.generation_ranks import rank_soon, with_memtable
 from memwal_query.region_rank import (
     RankedLevels,
     RegionMerge,
@@ -24,6 +24,7 @@ from memwal_query.region_rank import (
     rank_levels,
 )
 from memwal_query.snapshot.cache import SnapshotCache
+from memwal_query.snapshot.kept_ranks import held
 from memwal_query.snapshot.model import RegionSnapshot
 
 __all__ = [
@@ -47,9 +48,9 @@ def _ranked_region(
         if not region.generations and (mem is None or not mem.table.num_rows):
             return None
         if mem is None or not mem.table.column(pk[0]).null_count:
-            held = held_ranks(region, cache)
-            if held is not None:
-                return with_memtable(held, region, pk[0], key_schema)
+            ranks = held(cache, region.region_id, region.generations)  # found kept, or ranked since
+            if ranks is not None:
+                return with_memtable(ranks, region, pk[0], key_schema)
             rank_soon(region, pk, key_schema, cache)
     return ranked_at_once(region, pk, key_schema, cache)
 

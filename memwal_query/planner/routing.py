@@ -123,7 +123,7 @@ def _outside_ranked(
     pk = snap.primary_key
     if not r.generations or not all(c in pk for c in sources):
         return None
-    ranks = held(cache, r.region_id, tuple(g.uri for g in r.generations))
+    ranks = held(cache, r.region_id, r.generations)
     if ranks is None:
         return None
     keys = pa.table({pk[0]: pa.array(ranks.keys, type=snap.schema.field(pk[0]).type)})

@@ -128,11 +128,11 @@ def ranks_name(
     return KeptRanksName(name, tuple(shapes), np.dtype(key_type.to_pandas_dtype()), tuple(g.uri for g in gens))
 
 
-def held(cache: SnapshotCache, region_id: str, uris: tuple[str, ...]) -> RankedGenerations | None:
-    """The ranking of generations ``uris`` of region ``region_id`` that ``cache`` holds, if any."""
+def held(cache: SnapshotCache, region_id: str, gens: Sequence[GenerationSource]) -> RankedGenerations | None:
+    """The ranking of generations ``gens`` of region ``region_id`` that ``cache`` holds, if any."""
     with cache.lock:
         hit = cache.generation_ranks.get(region_id)
-    if hit is not None and hit[0] == uris and isinstance(hit[1], RankedGenerations):
+    if hit is not None and hit[0] == tuple(g.uri for g in gens) and isinstance(hit[1], RankedGenerations):
         return hit[1]
     return None
 

@@ -138,7 +138,7 @@ def _load_region(
             got = open_generation(storage, region_id, fg.generation, fg.path, cache, columns)
             (gens if isinstance(got, GenerationSource) else skipped).append(got)  # type: ignore[arg-type]
         ranks_name = _kept_ranking(storage, region_id, gens, pk, data_schema, cache)
-        if pk and not _ranked(cache, region_id, gens):  # the merge ranks these keys next: read them here
+        if pk and held(cache, region_id, gens) is None:  # the merge ranks these keys next: read them here
             failed = prefetch_generation_keys(gens, pk, cache)
             skipped += [
                 SkippedGeneration(region_id, g.generation, f"unreadable: {failed[g.uri]}", g.uri, missing=True)
@@ -176,11 +176,6 @@ def _load_region(
     return RegionSnapshot(region_id, manifest, merged, tuple(gens), tuple(skipped), memtable, tail, ranks_name)
 
 
-def _ranked(cache: SnapshotCache, region_id: str, gens: Sequence[GenerationSource]) -> bool:
-    """Whether ``cache`` holds the ranking of exactly ``gens`` for region ``region_id``."""
-    return held(cache, region_id, tuple(g.uri for g in gens)) is not None
-
-
 def _kept_ranking(
     storage: Storage,
     region_id: str,
@@ -193,7 +188,7 @@ def _kept_ranking(
     holds it already (None also when it is not kept:
     :func:`~memwal_query.snapshot.kept_ranks.ranks_name`); a ranking found kept under it goes
     into ``cache``, and the region's generation keys need not be read."""
-    if len(pk) != 1 or not gens or _ranked(cache, region_id, gens):
+    if len(pk) != 1 or not gens or held(cache, region_id, gens) is not None:
         return None
     name = ranks_name(storage, region_id, gens, pk[0], data_schema.field(pk[0]).type)
     found = load_ranks(name) if name is not None else None
