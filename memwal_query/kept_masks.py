@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import os
 import threading
-import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +43,7 @@ import numpy as np
 from memwal_query import key_runs
 from memwal_query.format import machine_cache
 from memwal_query.format.fragment_files import deleted_rows
+from memwal_query.format.kept_bytes import ArrayReader, ascending, sealed, u8, whole
 from memwal_query.format.sets import member
 from memwal_query.format.storage import Storage
 from memwal_query.key_runs import KeyRuns
@@ -160,10 +160,6 @@ def mask_name(
     return KeptName(name, {int(m.id): int(m.physical_rows) for m in metas}, table, newer)
 
 
-def _u8(*values: int) -> bytes:
-    return np.array(values, dtype="<u8").tobytes()
-
-
 def encode(name: KeptName, mask: KeptMask) -> bytes:
     """The file :func:`keep` writes: magic, name, key type, counts; per fragment its id and the
     lengths of its list, runs and deleted rows (runs 0: no layout); the keys, the lists (row
@@ -177,31 +173,14 @@ def encode(name: KeptName, mask: KeptMask) -> bytes:
         [i, mask.drops[i].size, len(x.runs) if x else 0, x.deleted.size if x else 0]
         for i, x in zip(ids, laid, strict=True)
     ]
-    parts = [_MAGIC, name.name, kind, _u8(len(ids), keys.size), np.array(table, dtype="<u8").tobytes(), keys.tobytes()]
+    parts = [_MAGIC, name.name, kind, u8(len(ids), keys.size), np.array(table, dtype="<u8").tobytes(), keys.tobytes()]
     parts += [np.asarray(mask.drops[i], dtype="<u8").tobytes() for i in ids]
     for x in laid:
         if x is not None:
             r = x.runs
             parts += [r.starts.astype("<u4").tobytes(), r.firsts.astype(keys.dtype).tobytes()]
             parts += [r.lasts.astype(keys.dtype).tobytes(), x.deleted.astype("<u4").tobytes()]
-    data = b"".join(parts)
-    return data + zlib.crc32(data).to_bytes(4, "little")
-
-
-class _Reader:
-    """Arrays read in turn from a kept file's bytes (views of them, read-only)."""
-
-    def __init__(self, data: bytes, at: int) -> None:
-        self.data, self.at = data, at
-
-    def take(self, dtype: str | np.dtype, count: int) -> np.ndarray:
-        out = np.frombuffer(self.data, dtype=dtype, count=count, offset=self.at)
-        self.at += out.nbytes
-        return out
-
-
-def _ascending(a: np.ndarray) -> bool:
-    return bool(np.all(a[1:] > a[:-1]))
+    return sealed(b"".join(parts))
 
 
 def _drop_fits(drop: np.ndarray, fid: int, rows: int) -> bool:
@@ -209,17 +188,17 @@ def _drop_fits(drop: np.ndarray, fid: int, rows: int) -> bool:
     if not drop.size:
         return True
     within = int(drop[0]) >> 32 == fid == int(drop[-1]) >> 32  # ascending: the ends bound the rest
-    return within and int(drop[-1]) & 0xFFFFFFFF < rows and _ascending(drop)
+    return within and int(drop[-1]) & 0xFFFFFFFF < rows and ascending(drop)
 
 
-def _layout(read: _Reader, dtype: np.dtype, runs: int, deleted: int, rows: int) -> Layout | None:
+def _layout(read: ArrayReader, dtype: np.dtype, runs: int, deleted: int, rows: int) -> Layout | None:
     """The next layout in a kept file (``runs`` runs, ``deleted`` rows of a fragment of
     ``rows`` rows) when well formed."""
     starts = read.take("<u4", runs).astype(np.int64)
     firsts, lasts = read.take(dtype, runs).copy(), read.take(dtype, runs).copy()  # not views of the file
     gone = read.take("<u4", deleted).copy()
     layout = Layout(KeyRuns(starts, firsts, lasts, rows), gone)
-    fits = not gone.size or (_ascending(gone) and int(gone[-1]) < rows)
+    fits = not gone.size or (ascending(gone) and int(gone[-1]) < rows)
     return layout if fits and layout.runs.well_formed() else None
 
 
@@ -234,7 +213,7 @@ def decode(data: bytes, name: KeptName, layouts: bool = True) -> KeptMask | None
     head = at + 8 + 16
     if len(data) < head + 4 or data[:at] != _MAGIC + name.name or data[at : at + 8].rstrip(b" ") != dtype.str.encode():
         return None
-    if zlib.crc32(memoryview(data)[:-4]) != int.from_bytes(data[-4:], "little"):
+    if not whole(data):
         return None
     n, nkeys = (int(v) for v in np.frombuffer(data, dtype="<u8", count=2, offset=at + 8))
     if n != len(name.rows) or len(data) < head + 32 * n + 4:
@@ -244,14 +223,14 @@ def decode(data: bytes, name: KeptName, layouts: bool = True) -> KeptMask | None
     size = head + 32 * n + dtype.itemsize * (nkeys + 2 * runs) + 8 * lists + 4 * (runs + gone) + 4
     if {t[0] for t in table} != set(name.rows) or len(data) != size or any(t[3] and not t[2] for t in table):
         return None
-    read = _Reader(data, head + 32 * n)
+    read = ArrayReader(data, head + 32 * n)
     keys = read.take(dtype, nkeys)
     drops = {int(t[0]): read.take("<u8", t[1]).astype(np.uint64) for t in table}  # a copy: the caller's
     if not all(_drop_fits(d, f, name.rows[f]) for f, d in drops.items()):
         return None
     if not layouts:
         return KeptMask(keys, drops)
-    if not _ascending(keys):
+    if not ascending(keys):
         return None
     laid: dict[int, Layout] = {}
     for fid, _, count, deleted in table:

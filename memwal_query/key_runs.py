@@ -27,7 +27,6 @@ Example:
 from __future__ import annotations
 
 import logging
-import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +35,7 @@ import pyarrow as pa
 
 from memwal_query.format import machine_cache
 from memwal_query.format.fragment_files import column_file, deleted_rows
+from memwal_query.format.kept_bytes import sealed, whole
 from memwal_query.format.sets import member
 from memwal_query.format.storage import Storage
 
@@ -166,8 +166,7 @@ class KeyRuns:
         dtype = self.firsts.dtype.str.encode().ljust(8, b" ")
         head = _MAGIC + identity + dtype + np.array([self.rows, len(self)], dtype="<u8").tobytes()
         body = self.starts.astype("<u4").tobytes() + self.firsts.tobytes() + self.lasts.tobytes()
-        crc = zlib.crc32(head + body).to_bytes(4, "little")
-        return head + body + crc
+        return sealed(head + body)
 
     @staticmethod
     def decode(data: bytes, identity: bytes, dtype: np.dtype) -> KeyRuns | None:
@@ -175,7 +174,7 @@ class KeyRuns:
         head = _file_size(len(identity), dtype, 0) - 4
         if len(data) < head + 4 or data[: len(_MAGIC) + len(identity)] != _MAGIC + identity:
             return None
-        if zlib.crc32(memoryview(data)[:-4]) != int.from_bytes(data[-4:], "little"):
+        if not whole(data):
             return None
         at = len(_MAGIC) + len(identity)
         if data[at : at + 8].rstrip(b" ") != dtype.str.encode():

@@ -30,7 +30,6 @@ Example:
 from __future__ import annotations
 
 import os
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +38,7 @@ import numpy as np
 import pyarrow as pa
 
 from memwal_query.format import machine_cache
+from memwal_query.format.kept_bytes import ArrayReader, ascending, sealed, u8, whole
 from memwal_query.format.storage import Storage
 from memwal_query.snapshot.cache import SnapshotCache
 from memwal_query.snapshot.model import GenerationSource
@@ -137,10 +137,6 @@ def held(cache: SnapshotCache, region_id: str, gens: Sequence[GenerationSource])
     return None
 
 
-def _u8(*values: int) -> bytes:
-    return np.array(values, dtype="<u8").tobytes()
-
-
 def encode(name: KeptRanksName, ranks: RankedGenerations) -> bytes:
     """The file :func:`keep` writes: magic, name, counts (generations, keys, rows), each
     generation's drop count; the keys, addresses, levels, tombstones and drops, little-endian;
@@ -148,11 +144,10 @@ def encode(name: KeptRanksName, ranks: RankedGenerations) -> bytes:
     arrays: list[tuple[np.ndarray, Any]] = [(ranks.keys, name.dtype.newbyteorder("<")), (ranks.seq, "<u8")]
     arrays += [(ranks.level, "<i4")]
     arrays += [(ranks.tombstone.view(np.uint8), "u1"), *[(d, "<u8") for d in ranks.drops]]
-    parts: list[bytes | memoryview] = [_MAGIC, name.name, _u8(len(ranks.drops), ranks.keys.size, ranks.rows)]
-    parts += [_u8(*[d.size for d in ranks.drops])]
+    parts: list[bytes | memoryview] = [_MAGIC, name.name, u8(len(ranks.drops), ranks.keys.size, ranks.rows)]
+    parts += [u8(*[d.size for d in ranks.drops])]
     parts += [memoryview(np.ascontiguousarray(a, dtype=t)).cast("B") for a, t in arrays]  # type: ignore[arg-type]
-    data = b"".join(parts)
-    return data + zlib.crc32(data).to_bytes(4, "little")
+    return sealed(b"".join(parts))
 
 
 def _fit(addrs: np.ndarray, fragments: dict[int, int]) -> bool:
@@ -180,10 +175,6 @@ def _rows_fit(seq: np.ndarray, level: np.ndarray, fragments: Sequence[dict[int, 
     return all(_fit(seq[level == i], shape) for i, shape in enumerate(fragments))
 
 
-def _ascending(a: np.ndarray) -> bool:
-    return bool(np.all(a[1:] > a[:-1]))
-
-
 def decode(data: bytes, name: KeptRanksName) -> RankedGenerations | None:
     """The ranking in ``data`` when it is a whole file of ``name``, of exactly its generations,
     its keys ascending, each address a row of its generation, each drop list ascending, and
@@ -192,7 +183,7 @@ def decode(data: bytes, name: KeptRanksName) -> RankedGenerations | None:
     n = len(name.fragments)
     if len(data) < head + 8 * n + 4 or data[: head - 24] != _MAGIC + name.name:
         return None
-    if zlib.crc32(memoryview(data)[:-4]) != int.from_bytes(data[-4:], "little"):
+    if not whole(data):
         return None
     gens, nkeys, rows = (int(v) for v in np.frombuffer(data, dtype="<u8", count=3, offset=head - 24))
     if gens != n:
@@ -201,23 +192,16 @@ def decode(data: bytes, name: KeptRanksName) -> RankedGenerations | None:
     size = head + 8 * n + nkeys * (name.dtype.itemsize + 8 + 4 + 1) + 8 * sum(counts) + 4
     if len(data) != size:
         return None
-    at = head + 8 * n
-
-    def take(dtype: str | np.dtype, count: int) -> np.ndarray:
-        nonlocal at
-        out = np.frombuffer(data, dtype=dtype, count=count, offset=at)  # read-only views of the file
-        at += out.nbytes
-        return out.astype(out.dtype.newbyteorder("="), copy=False)
-
+    take = ArrayReader(data, head + 8 * n).take
     keys = take(name.dtype.newbyteorder("<"), nkeys)
     seq, level, tomb = take("<u8", nkeys), take("<i4", nkeys), take("u1", nkeys)
     drops = tuple(take("<u8", c) for c in counts)
-    if not _ascending(keys) or (tomb > 1).any() or (nkeys and (level.min() < 0 or level.max() >= n)):
+    if not ascending(keys) or (tomb > 1).any() or (nkeys and (level.min() < 0 or level.max() >= n)):
         return None
     tombstone = tomb.view(bool)
     if rows != nkeys - int(tombstone.sum()) + sum(counts):  # each row live or dropped, once
         return None
-    if not (_rows_fit(seq, level, name.fragments) and all(_ascending(d) for d in drops)):
+    if not (_rows_fit(seq, level, name.fragments) and all(ascending(d) for d in drops)):
         return None
     if not all(_fit(d, shape) for d, shape in zip(drops, name.fragments, strict=True)):
         return None
